@@ -1,0 +1,90 @@
+# Every target is a thin wrapper over a `python -m ...` or `locust ...` command that works without make.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed-stamp
+
+# make loadtest variables (each is also a flag of `python -m loadtest run`)
+HOST ?=
+ENDPOINT ?=
+STYLE ?=
+FIELD ?=
+HEADERS ?=
+MODEL ?=
+SCENARIO ?=
+IMAGES ?=
+LEVELS ?=
+WORKERS ?=
+GPU ?=
+SERVER_METRICS ?=
+STEP_S ?=
+COOLDOWN_S ?=
+HEADROOM ?=
+OUT ?=
+SLO_P95_S ?=
+REMOTE_WORKERS ?= 1
+MASTER ?=
+RUN ?=
+A ?=
+B ?=
+PROFILE ?= pytorch-24g
+
+opt = $(if $(strip $(2)),$(1) '$(strip $(2))')
+RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call opt,--style,$(STYLE)) \
+  $(call opt,--field,$(FIELD)) $(call opt,--headers,$(HEADERS)) $(call opt,--model,$(MODEL)) \
+  $(call opt,--scenario,$(SCENARIO)) $(call opt,--images,$(IMAGES)) $(call opt,--levels,$(LEVELS)) \
+  $(call opt,--workers,$(WORKERS)) $(call opt,--gpu,$(GPU)) $(call opt,--server-metrics,$(SERVER_METRICS)) \
+  $(call opt,--step-s,$(STEP_S)) $(call opt,--cooldown-s,$(COOLDOWN_S)) $(call opt,--headroom,$(HEADROOM)) \
+  $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S))
+
+.PHONY: venv test test-slow lint demo loadtest master worker sampler ui report compare bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy runfolder simulator scenarios gpu_sampler analysis reports loadtest
+
+test: lint
+	$(PY) -m pytest -q -m 'not slow'
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+demo: $(STAMP)
+	$(PY) -m loadtest demo --profile $(PROFILE) $(RUN_FLAGS)
+
+loadtest: $(STAMP)
+	$(PY) -m loadtest run $(RUN_FLAGS)
+
+master: $(STAMP)
+	$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host 0.0.0.0 --master-port 5557 $(RUN_FLAGS)
+
+worker: $(STAMP)
+	$(PY) -m loadtest worker --master '$(MASTER)'
+
+sampler: $(STAMP)
+	$(PY) -m gpu_sampler serve $(if $(SOURCE),--source '$(SOURCE)')
+
+ui: $(STAMP)
+	$(PY) -m loadtest ui $(RUN_FLAGS)
+
+report: $(STAMP)
+	$(PY) -m reports '$(RUN)'
+
+compare: $(STAMP)
+	$(PY) -m reports compare '$(A)' '$(B)'
+
+bench: $(STAMP)
+	for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+clean:
+	rm -rf results test-artifacts .pytest_cache .mypy_cache .ruff_cache build *.egg-info

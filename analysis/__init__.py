@@ -1,0 +1,61 @@
+"""Analysis of a run folder: estimate, step table, knee, diagnosis, serving config (DESIGN.md 1-6).
+
+Pure functions on DataFrames; only `load_run` reads files and only `write_outputs` writes them.
+"""
+
+from analysis.config import build_config, config_yaml, recommend_config
+from analysis.diagnosis import Diagnosis, comparison_rows, diagnose, predicted_memory
+from analysis.estimate import (
+    DEFAULT_HEADROOM,
+    Estimate,
+    estimate_capacity,
+    estimate_from_baseline,
+    estimate_from_kv_cache,
+    parse_levels,
+    plan_levels,
+)
+from analysis.knee import Knee, find_knee, next_refine_level
+from analysis.loader import RunData, RunFolderError, load_run
+from analysis.outputs import capacity_markdown, flat_steps, write_outputs
+from analysis.soak import fit_memory_slope, slo_level, soak_trend
+from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_table
+from analysis.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
+
+__all__ = [
+    "BUCKET_COLUMNS",
+    "DEFAULT_HEADROOM",
+    "STEP_COLUMNS",
+    "SUMMARY_SCHEMA_VERSION",
+    "Analysis",
+    "Diagnosis",
+    "Estimate",
+    "Knee",
+    "RunData",
+    "RunFolderError",
+    "analyze",
+    "analyze_run",
+    "baseline_summary",
+    "bucket_table",
+    "build_config",
+    "capacity_markdown",
+    "comparison_rows",
+    "config_yaml",
+    "diagnose",
+    "estimate_capacity",
+    "estimate_from_baseline",
+    "estimate_from_kv_cache",
+    "find_knee",
+    "fit_memory_slope",
+    "flat_steps",
+    "load_run",
+    "next_refine_level",
+    "parse_levels",
+    "plan_levels",
+    "predicted_memory",
+    "recommend_config",
+    "server_kind",
+    "slo_level",
+    "soak_trend",
+    "step_table",
+    "write_outputs",
+]

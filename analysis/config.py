@@ -1,0 +1,152 @@
+"""The serving config to paste (seed 000's shape), each value with where it came from.
+
+server.max_concurrency   = the recommended level (the step before the knee)
+server.request_timeout_s = ceil(timeout_multiple (3) x P95 at that level, in s): P95, never the mean
+server.queue.wait_timeout_s = ceil(wait_multiple (2) x P95 at that level): a queued request waits about
+                           two service times before a 503, so callers back off early instead of timing out
+server.queue.max_size    = ceil(throughput at that level x wait_timeout_s), at least max_concurrency:
+                           what the server drains within the wait timeout (Little's law); more only waits
+server.reject_status     = 503, retry_after_s = ceil(P95 at that level), at least 1: about when a slot frees
+vllm_args                = ["--max-num-seqs", max_concurrency] for a vLLM server
+The YAML text is written here by hand so that every value keeps its comment.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from analysis.estimate import Estimate
+from analysis.knee import Knee
+
+TIMEOUT_MULTIPLE = 3.0
+WAIT_MULTIPLE = 2.0
+
+
+def _row_at(table: pd.DataFrame, level: int) -> dict[str, Any] | None:
+    if table.empty:
+        return None
+    rows = table[table["level"] == level].sort_values("step_index")
+    steps = rows[rows["phase"] == "step"]
+    chosen = steps if not steps.empty else rows
+    return None if chosen.empty else chosen.to_dict("records")[-1]
+
+
+def _ceil(value: float, minimum: int = 1) -> int:
+    return max(minimum, math.ceil(value - 1e-9))
+
+
+def recommend_config(
+    table: pd.DataFrame,
+    knee: Knee,
+    estimate: Estimate,
+    server_kind: str,
+    timeout_multiple: float = TIMEOUT_MULTIPLE,
+    wait_multiple: float = WAIT_MULTIPLE,
+) -> dict[str, Any]:
+    """The content of recommended-config.yaml: {"server": {...}} plus "vllm_args" for vLLM."""
+    return build_config(table, knee, estimate, server_kind, timeout_multiple, wait_multiple)[0]
+
+
+def build_config(
+    table: pd.DataFrame,
+    knee: Knee,
+    estimate: Estimate,
+    server_kind: str,
+    timeout_multiple: float = TIMEOUT_MULTIPLE,
+    wait_multiple: float = WAIT_MULTIPLE,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(content, comments): comments map dotted keys ("server.queue.max_size") to where a value came from."""
+    level = knee.recommended_level
+    comments: dict[str, str] = {}
+    if level is None:
+        concurrency = 1
+        comments["server.max_concurrency"] = f"no safe level measured ({_short(knee.reason)}); 1 until fixed"
+    elif knee.found:
+        concurrency = level
+        comments["server.max_concurrency"] = f"the step before the knee at level {knee.knee_level}"
+    else:
+        concurrency = level
+        comments["server.max_concurrency"] = (
+            f"highest level measured, no knee yet (estimate {estimate.estimate}); test above {level}"
+        )
+    row = _row_at(table, level if level is not None else 1)
+    p95_s = _num(row, "p95_ms") / 1000.0
+    thr = _num(row, "throughput_rps")
+    if math.isnan(p95_s):
+        fallback = _num(_row_at(table, 1), "p95_ms") / 1000.0
+        p95_s = fallback if not math.isnan(fallback) else 10.0
+        where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
+    else:
+        where = f"P95 {p95_s * 1000:.0f} ms at level {row['level'] if row else '?'}"
+    timeout = _ceil(timeout_multiple * p95_s)
+    wait = _ceil(wait_multiple * p95_s)
+    drained = thr * wait if not math.isnan(thr) else 4.0 * concurrency
+    queue = max(concurrency, _ceil(drained))
+    retry = _ceil(p95_s)
+    comments["server.request_timeout_s"] = f"{timeout_multiple:g} x {where}, rounded up"
+    comments["server.queue.max_size"] = (
+        f"{thr:.2f} rps x {wait} s wait, rounded up: what drains within the wait timeout"
+        if not math.isnan(thr)
+        else "4 x max_concurrency: no throughput measured"
+    )
+    comments["server.queue.wait_timeout_s"] = f"{wait_multiple:g} x {where}, rounded up"
+    comments["server.reject_status"] = "reject when the queue is full; never queue without bound"
+    comments["server.retry_after_s"] = f"about one P95 ({where}): when a slot frees"
+    config: dict[str, Any] = {
+        "server": {
+            "max_concurrency": int(concurrency),
+            "request_timeout_s": int(timeout),
+            "queue": {"max_size": int(queue), "wait_timeout_s": int(wait)},
+            "reject_status": 503,
+            "retry_after_s": int(retry),
+        }
+    }
+    if server_kind == "vllm":
+        config["vllm_args"] = ["--max-num-seqs", int(concurrency)]
+        comments["vllm_args"] = "vLLM's own cap on running sequences, equal to max_concurrency"
+    return config, comments
+
+
+def _num(row: dict[str, Any] | None, name: str) -> float:
+    if row is None or row.get(name) is None:
+        return math.nan
+    return float(row[name])
+
+
+def _short(text: str) -> str:
+    return text.split(";")[0]
+
+
+def config_yaml(config: dict[str, Any], comments: dict[str, str], header: str = "") -> str:
+    """recommended-config.yaml text: the values of `config`, each with its comment."""
+    notes = comments
+    server = config["server"]
+    queue = server["queue"]
+
+    def line(indent: int, key: str, value: Any, dotted: str) -> str:
+        text = f"{' ' * indent}{key}: {value}"
+        note = notes.get(dotted, "")
+        return f"{text:<34}# {_safe(note)}" if note else text
+
+    lines = [f"# {_safe(h)}" for h in header.splitlines() if h.strip()]
+    lines += [
+        "server:",
+        line(2, "max_concurrency", server["max_concurrency"], "server.max_concurrency"),
+        line(2, "request_timeout_s", server["request_timeout_s"], "server.request_timeout_s"),
+        "  queue:",
+        line(4, "max_size", queue["max_size"], "server.queue.max_size"),
+        line(4, "wait_timeout_s", queue["wait_timeout_s"], "server.queue.wait_timeout_s"),
+        line(2, "reject_status", server["reject_status"], "server.reject_status"),
+        line(2, "retry_after_s", server["retry_after_s"], "server.retry_after_s"),
+    ]
+    if "vllm_args" in config:
+        flag, value = config["vllm_args"]
+        lines.append(line(0, "vllm_args", f'["{flag}", {value}]', "vllm_args"))
+    return "\n".join(lines) + "\n"
+
+
+def _safe(text: str) -> str:
+    return " ".join(str(text).split())

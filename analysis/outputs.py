@@ -1,0 +1,173 @@
+"""The edge that writes: summary.json, steps.csv, capacity.md, recommended-config.yaml in the run folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.config import config_yaml
+from analysis.diagnosis import comparison_rows
+from analysis.estimate import Estimate
+from analysis.loader import RunData, load_run
+from analysis.soak import scenario_name
+from analysis.steps import STEP_COLUMNS
+from analysis.summary import Analysis, analyze_run, manifest_setting
+
+SUMMARY_FILE = "summary.json"
+STEPS_CSV = "steps.csv"
+CAPACITY_FILE = "capacity.md"
+CONFIG_FILE = "recommended-config.yaml"
+
+
+def flat_steps(table: pd.DataFrame) -> pd.DataFrame:
+    """The step table for CSV: dict columns become errors_<kind> and status_<code> columns."""
+    if table.empty:
+        return pd.DataFrame(columns=[c for c in STEP_COLUMNS if c not in ("errors", "status_codes")])
+    base = table.drop(columns=["errors", "status_codes"])
+    errors = pd.DataFrame([{f"errors_{k}": v for k, v in (d or {}).items()} for d in table["errors"]],
+                          index=table.index)  # fmt: skip
+    codes = pd.DataFrame([{f"status_{k}": v for k, v in (d or {}).items()} for d in table["status_codes"]],
+                         index=table.index)  # fmt: skip
+    errors = errors.reindex(sorted(errors.columns), axis=1).fillna(0).astype("int64")
+    codes = codes.reindex(sorted(codes.columns), axis=1).fillna(0).astype("int64")
+    return pd.concat([base, errors, codes], axis=1)
+
+
+def _fmt(value: Any, spec: str = ".0f", unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:{spec}}{unit}"
+
+
+def _utc_date(t_unix_s: float | None) -> str:
+    if not t_unix_s:
+        return "n/a"
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_unix_s))
+
+
+def _image_size(run: RunData) -> str:
+    told = manifest_setting(run.manifest, "image_size")
+    if told:
+        return str(told)
+    base = run.steps.loc[run.steps["phase"] == "baseline", "step_index"] if not run.steps.empty else []
+    buckets = run.requests.loc[run.requests["step_index"].isin(list(base)), "bucket"].astype(str)
+    return str(buckets.mode().iloc[0]) if not buckets.empty else "n/a"
+
+
+def _formula(est: Estimate) -> list[str]:
+    if est.dimension == "gpu_memory":
+        return [
+            "```",
+            f"increment = single_peak - idle          = {_fmt(est.single_peak_mib)} - {_fmt(est.idle_mib)}"
+            f" = {_fmt(est.increment_mib)} MiB",
+            f"available = total x headroom - idle     = {_fmt(est.total_mib)} x {est.headroom:g} -"
+            f" {_fmt(est.idle_mib)} = {_fmt(est.available_mib)} MiB",
+            f"estimate  = floor(available / increment) = {est.estimate}",
+            "```",
+        ]
+    if est.dimension == "kv_cache":
+        return [
+            "```",
+            f"estimate = floor(kv_cache_size_tokens x headroom / tokens_per_request)"
+            f" = floor({_fmt(est.kv_cache_size_tokens)} x {est.headroom:g} / {_fmt(est.tokens_per_request)})"
+            f" = {est.estimate}",
+            "```",
+            "GPU memory is preallocated by the server (it does not move with load), so the memory dimension is"
+            " the KV cache: its size from the server's metrics, tokens per request from the baseline's answers."
+            " The server already sized its KV cache from what its gpu_memory_utilization left after weights and"
+            " activations, so the headroom here is the share of that cache planned for (1.0 by default): a"
+            " value below 1 keeps a margin for answers longer than the baseline's.",
+        ]
+    return [
+        "```",
+        "increment = single_peak - idle; estimate = floor((total x headroom - idle) / increment)",
+        "```",
+    ]
+
+
+def capacity_markdown(run: RunData, result: Analysis) -> str:
+    """capacity.md: formula, inputs, assumptions, metadata, dimension, then measured vs estimated."""
+    summary, est = result.summary, result.estimate
+    gpu = summary["gpu"]
+    dims = {"gpu_memory": "GPU memory (seed 000 formula)", "kv_cache": "KV cache (server preallocates GPU memory)",
+            "none": "none: no estimate"}  # fmt: skip
+    base_steps = run.steps[run.steps["phase"] == "baseline"] if not run.steps.empty else run.steps
+    date = float(base_steps["t_start_unix_s"].min()) if not base_steps.empty else summary["generated_unix_s"]
+    lines = [
+        f"# Capacity estimate: {summary['run_id']}",
+        "",
+        f"Dimension used: **{dims[est.dimension]}**. Estimate: **{_fmt(est.estimate, '')}** concurrent requests.",
+        "",
+        f"Why: {est.reason}",
+        "",
+        "## Formula",
+        *_formula(est),
+        "",
+        "## Inputs and metadata",
+        "| item | value |",
+        "|---|---|",
+        f"| model | {manifest_setting(run.manifest, 'model') or 'n/a'} |",
+        f"| model version | {manifest_setting(run.manifest, 'model_version') or 'n/a'} |",
+        f"| GPU | {gpu['name'] or 'n/a'} ({_fmt(gpu['total_mib'], '.0f', ' MiB')} total) |",
+        f"| image size | {_image_size(run)} (scenario {scenario_name(run.manifest) or 'n/a'}) |",
+        f"| idle memory | {_fmt(est.idle_mib, '.0f', ' MiB')} |",
+        f"| single-request peak | {_fmt(est.single_peak_mib, '.0f', ' MiB')} |",
+        f"| single-request increment | {_fmt(est.increment_mib, '.0f', ' MiB')} |",
+        f"| KV-cache size | {_fmt(est.kv_cache_size_tokens, '.0f', ' tokens')} |",
+        f"| tokens per request | {_fmt(est.tokens_per_request, '.0f')} |",
+        f"| headroom | {est.headroom:g} |",
+        f"| estimate | {_fmt(est.estimate, '')} |",
+        f"| date | {_utc_date(date)} |",
+        "",
+        "## Assumptions",
+        "- Memory grows linearly with concurrency (one increment per request in flight).",
+        "- No cross-request cache and no dynamic batching; with batching or CUDA graphs, measure a per-batch"
+        " increment instead.",
+        "- Every request uses the same image size (the baseline's).",
+        "- The headroom covers activation peaks, allocator fragmentation and the occasional large image.",
+    ]
+    rows = comparison_rows(result.table, est)
+    if rows:
+        unit = "KV fraction" if est.dimension == "kv_cache" else "MiB"
+        spec = ".3f" if est.dimension == "kv_cache" else ".0f"
+        lines += ["", "## Measured vs estimated", "",
+                  f"| level | phase | estimated ({unit}) | measured peak ({unit}) | P95 ms | throughput rps |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in rows:
+            lines.append(f"| {r['level']} | {r['phase']} | {_fmt(r['predicted'], spec)} | {_fmt(r['measured'], spec)}"
+                         f" | {_fmt(r['p95_ms'])} | {_fmt(r['throughput_rps'], '.2f')} |")  # fmt: skip
+        knee, diag = summary["knee"], summary["diagnosis"]
+        lines += ["", f"Knee: {knee['reason']}", "", f"Diagnosis ({diag['case']}): {diag['text']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_outputs(
+    run_dir: str | Path,
+    headroom: float | None = None,
+    slo_p95_s: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Load the run, analyse it, write the four outputs beside it; return the summary."""
+    run = load_run(run_dir)
+    result = analyze_run(run, headroom, slo_p95_s, generated_unix_s=clock())
+    out = run.run_dir
+    _write(out / SUMMARY_FILE, json.dumps(result.summary, indent=2, allow_nan=False) + "\n")
+    _write(out / STEPS_CSV, flat_steps(result.table).to_csv(index=False))
+    _write(out / CAPACITY_FILE, capacity_markdown(run, result))
+    header = (f"recommended-config.yaml for run {result.summary['run_id']}, written by python -m analysis.\n"
+              f"Knee: {result.knee.reason}")  # fmt: skip
+    _write(out / CONFIG_FILE, config_yaml(result.summary["config"], result.config_comments, header))
+    return result.summary

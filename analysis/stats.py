@@ -1,0 +1,66 @@
+"""Exact percentiles and an order-statistic confidence interval for a quantile.
+
+Percentiles use numpy's default (linear interpolation between order statistics), on all samples, no
+histogram. The interval for the q-quantile is distribution-free: the number of samples below the true
+quantile is Binomial(n, q), so the order statistics X(l) and X(u) with P(l <= B <= u - 1) >= 1 - alpha
+bracket it (Hahn & Meeker). Where the data cannot reach alpha/2 in a tail (small n), that bound is the
+sample minimum or maximum, which widens the interval honestly instead of inventing precision.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def percentile(values: FloatArray, q: float) -> float:
+    """The q-th percentile (0..100) with numpy's linear interpolation; NaN when empty."""
+    if values.size == 0:
+        return math.nan
+    return float(np.percentile(values, q))
+
+
+def _binomial_cdf(n: int, p: float) -> FloatArray:
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, p), in log space so large n stays exact."""
+    k = np.arange(n + 1, dtype=np.float64)
+    log_fact = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))))
+    log_pmf = log_fact[n] - log_fact[: n + 1] - log_fact[n::-1] + k * math.log(p) + (n - k) * math.log1p(-p)
+    cdf = np.cumsum(np.exp(log_pmf - log_pmf.max()))
+    return cdf / cdf[-1]
+
+
+def quantile_ci(sorted_values: FloatArray, q: float = 0.95, confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the q-quantile from sorted samples; NaNs when empty."""
+    n = int(sorted_values.size)
+    if n == 0:
+        return math.nan, math.nan
+    alpha = (1.0 - confidence) / 2.0
+    cdf = _binomial_cdf(n, q)
+    # lower rank l (1-based): the largest l with P(B <= l - 1) <= alpha
+    below = np.nonzero(cdf <= alpha)[0]
+    low_rank = int(below[-1]) + 1 if below.size else 1
+    # upper rank u: the smallest u with P(B <= u - 1) >= 1 - alpha
+    above = np.nonzero(cdf >= 1.0 - alpha)[0]
+    high_rank = int(above[0]) + 1 if above.size else n
+    low_rank = min(max(low_rank, 1), n)
+    high_rank = min(max(high_rank, 1), n)
+    return float(sorted_values[low_rank - 1]), float(sorted_values[high_rank - 1])
+
+
+def linear_fit(x: FloatArray, y: FloatArray) -> tuple[float, float, float]:
+    """Least-squares line y = a + b x: (slope b, intercept a, r2). NaNs with fewer than 2 distinct x."""
+    if x.size < 2 or float(np.ptp(x)) == 0.0:
+        return math.nan, math.nan, math.nan
+    x_mean, y_mean = float(x.mean()), float(y.mean())
+    dx, dy = x - x_mean, y - y_mean
+    sxx = float((dx * dx).sum())
+    slope = float((dx * dy).sum()) / sxx
+    intercept = y_mean - slope * x_mean
+    ss_tot = float((dy * dy).sum())
+    resid = dy - slope * dx
+    r2 = 1.0 - float((resid * resid).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return slope, intercept, r2

@@ -1,0 +1,207 @@
+"""The per-step table (one row per measured step) and its per-bucket breakdown.
+
+Requests belong to the step current when they started (runfolder tags them so), so requests still in
+flight at the end of a step count in that step. Throughput is successful requests of the step divided by
+the step's duration (t_end - t_start of its row). Latency percentiles are exact (numpy, linear
+interpolation) over successful requests; p95_all_ms includes failures (a timeout is a slow answer too).
+GPU columns come from the most-used GPU only (see estimate.gpu_of). Every attempt, retries included,
+is a request here: each one reached the server.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.estimate import gpu_of
+from analysis.loader import RunData
+from analysis.stats import FloatArray, percentile, quantile_ci
+
+MEASURED_PHASES = ("baseline", "step")
+SERVER_ERROR_KINDS = ("oom",)  # failure kinds that mean the server broke, whatever the status code
+
+STEP_COLUMNS = [
+    "step_index", "phase", "level", "status", "t_start_unix_s", "t_end_unix_s", "duration_s",
+    "requests", "ok_requests", "failed_requests", "error_rate", "throughput_rps",
+    "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "p95_all_ms", "p95_ci_low_ms", "p95_ci_high_ms",
+    "errors", "status_codes", "cer_mean", "ttft_p50_ms", "ttft_p95_ms",
+    "gpu_mem_peak_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
+    "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_waiting_max",
+    "kv_cache_peak_frac", "preemptions",
+]  # fmt: skip
+BUCKET_COLUMNS = ["step_index", "level", "bucket", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps"]
+
+
+def _stat(values: FloatArray, how: str) -> float:
+    if values.size == 0:
+        return math.nan
+    return float(getattr(np, how)(values))
+
+
+def _failure_label(kind: str, code: int) -> str:
+    if kind:
+        return kind
+    return f"http_{code}" if code else "unknown"
+
+
+def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
+    if rows.size == 0:
+        empty = np.empty(0)
+        return {"requests": 0, "ok_requests": 0, "failed_requests": 0, "error_rate": math.nan,
+                "p50_ms": math.nan, "p95_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan,
+                "mean_ms": math.nan, "p95_all_ms": math.nan, "p95_ci_low_ms": math.nan,
+                "p95_ci_high_ms": math.nan, "errors": {}, "status_codes": {}, "cer_mean": _stat(empty, "mean"),
+                "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan}  # fmt: skip
+    part = req.iloc[rows]
+    ok = part["ok"].to_numpy(dtype=bool)
+    latency = part["latency_ms"].to_numpy(dtype=np.float64)
+    good = np.sort(latency[ok])
+    ci_low, ci_high = quantile_ci(good, 0.95)
+    failed = part[~ok]
+    errors: dict[str, int] = {}
+    pairs = failed.groupby([failed["failure_kind"].astype(str), "status_code"], observed=True).size()
+    for (kind, code), count in pairs.items():
+        label = _failure_label(str(kind), int(code))
+        errors[label] = errors.get(label, 0) + int(count)
+    codes = part["status_code"].value_counts()
+    ttft = part.loc[ok, "ttft_ms"].to_numpy(dtype=np.float64)
+    ttft = ttft[~np.isnan(ttft)]
+    cer = part["cer"].to_numpy(dtype=np.float64)
+    cer = cer[~np.isnan(cer)]
+    return {
+        "requests": int(rows.size),
+        "ok_requests": int(ok.sum()),
+        "failed_requests": int((~ok).sum()),
+        "error_rate": float((~ok).sum()) / rows.size,
+        "p50_ms": percentile(good, 50),
+        "p95_ms": percentile(good, 95),
+        "p99_ms": percentile(good, 99),
+        "max_ms": _stat(good, "max"),
+        "mean_ms": _stat(good, "mean"),
+        "p95_all_ms": percentile(latency, 95),
+        "p95_ci_low_ms": ci_low,
+        "p95_ci_high_ms": ci_high,
+        "errors": dict(sorted(errors.items())),
+        "status_codes": {str(int(c)): int(n) for c, n in sorted(codes.items())},
+        "cer_mean": _stat(cer, "mean"),
+        "ttft_p50_ms": percentile(ttft, 50),
+        "ttft_p95_ms": percentile(ttft, 95),
+    }
+
+
+def _column(frame: pd.DataFrame, rows: np.ndarray | None, name: str) -> FloatArray:
+    if rows is None or rows.size == 0:
+        return np.empty(0)
+    values = frame[name].to_numpy(dtype=np.float64)[rows]
+    return values[~np.isnan(values)]
+
+
+def _positive_increase(values: FloatArray) -> float:
+    """Counter increase over a step, robust to a restart (which resets the counter to 0)."""
+    if values.size == 0:
+        return math.nan
+    diffs = np.diff(values)
+    return float(diffs[diffs > 0].sum())
+
+
+def _indices(frame: pd.DataFrame) -> dict[int, np.ndarray]:
+    if frame.empty:
+        return {}
+    return {int(k): v for k, v in frame.groupby("step_index", sort=False).indices.items()}
+
+
+def measured_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    if steps.empty:
+        return steps
+    return steps[steps["phase"].isin(MEASURED_PHASES)].sort_values("step_index", kind="stable")
+
+
+def step_table(run: RunData) -> pd.DataFrame:
+    """One row per measured step (phases "baseline" and "step"), columns STEP_COLUMNS."""
+    req = run.requests
+    req_idx = _indices(req)
+    card = gpu_of(run.gpu).reset_index(drop=True)
+    gpu_idx = _indices(card)
+    server = run.server.sort_values("t_unix_s", kind="stable").reset_index(drop=True)
+    server_idx = _indices(server)
+    host = run.host
+    driver_host = host[host["host_role"] == "driver"].reset_index(drop=True)
+    gpu_host = host[host["host_role"] == "gpu"].reset_index(drop=True)
+    driver_idx, gpu_host_idx = _indices(driver_host), _indices(gpu_host)
+    rows: list[dict[str, Any]] = []
+    for step in measured_steps(run.steps).itertuples(index=False):
+        index = int(step.step_index)
+        duration = float(step.t_end_unix_s) - float(step.t_start_unix_s)
+        row: dict[str, Any] = {
+            "step_index": index, "phase": str(step.phase), "level": int(step.level), "status": str(step.status),
+            "t_start_unix_s": float(step.t_start_unix_s), "t_end_unix_s": float(step.t_end_unix_s),
+            "duration_s": duration,
+        }  # fmt: skip
+        row.update(_request_columns(req, req_idx.get(index, np.empty(0, dtype=np.int64))))
+        row["throughput_rps"] = row["ok_requests"] / duration if duration > 0 else math.nan
+        mem = _column(card, gpu_idx.get(index), "mem_used_mib")
+        util = _column(card, gpu_idx.get(index), "util_pct")
+        row["gpu_mem_peak_mib"] = _stat(mem, "max")
+        row["gpu_mem_mean_mib"] = _stat(mem, "mean")
+        row["gpu_mem_p95_mib"] = percentile(mem, 95)
+        row["gpu_util_mean_pct"] = _stat(util, "mean")
+        row["gpu_util_peak_pct"] = _stat(util, "max")
+        row["driver_cpu_mean_pct"] = _stat(_column(driver_host, driver_idx.get(index), "cpu_pct"), "mean")
+        row["gpu_host_cpu_mean_pct"] = _stat(_column(gpu_host, gpu_host_idx.get(index), "cpu_pct"), "mean")
+        srv = server_idx.get(index)
+        row["server_running_mean"] = _stat(_column(server, srv, "num_requests_running"), "mean")
+        row["server_waiting_max"] = _stat(_column(server, srv, "num_requests_waiting"), "max")
+        row["kv_cache_peak_frac"] = _stat(_column(server, srv, "kv_cache_usage_frac"), "max")
+        row["preemptions"] = _positive_increase(_column(server, srv, "num_preemptions_total"))
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in STEP_COLUMNS})
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def bucket_table(run: RunData) -> pd.DataFrame:
+    """Per measured step per image bucket: requests, exact P50/P95/P99 of successes, throughput."""
+    steps = measured_steps(run.steps)
+    if steps.empty or run.requests.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in BUCKET_COLUMNS})
+    durations = dict(zip(steps["step_index"], steps["t_end_unix_s"] - steps["t_start_unix_s"], strict=True))
+    levels = dict(zip(steps["step_index"], steps["level"], strict=True))
+    req = run.requests[run.requests["step_index"].isin(list(durations))]
+    rows: list[dict[str, Any]] = []
+    for (index, bucket), part in req.groupby(["step_index", "bucket"], sort=True, observed=True):
+        good = part.loc[part["ok"], "latency_ms"].to_numpy(dtype=np.float64)
+        duration = float(durations[index])
+        rows.append({
+            "step_index": int(index), "level": int(levels[index]), "bucket": str(bucket),
+            "requests": int(len(part)), "p50_ms": percentile(good, 50), "p95_ms": percentile(good, 95),
+            "p99_ms": percentile(good, 99), "throughput_rps": good.size / duration if duration > 0 else math.nan,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=BUCKET_COLUMNS)
+
+
+def baseline_summary(run: RunData, round_size: int = 20) -> dict[str, Any] | None:
+    """Baseline latency overall and per round of `round_size` consecutive requests (successes only)."""
+    steps = run.steps
+    if steps.empty:
+        return None
+    base_idx = steps.loc[steps["phase"] == "baseline", "step_index"].tolist()
+    req = run.requests
+    base = req[req["step_index"].isin(base_idx)].sort_values("t_start_unix_s", kind="stable")
+    if base.empty:
+        return None
+    good = base.loc[base["ok"], "latency_ms"].to_numpy(dtype=np.float64)
+    rounds = []
+    for number, start in enumerate(range(0, len(base), round_size), start=1):
+        part = base.iloc[start : start + round_size]
+        lat = part.loc[part["ok"], "latency_ms"].to_numpy(dtype=np.float64)
+        rounds.append({"round": number, "requests": int(len(part)), "p50_ms": percentile(lat, 50),
+                       "p95_ms": percentile(lat, 95)})  # fmt: skip
+    return {
+        "requests": int(len(base)),
+        "latency_p50_ms": percentile(good, 50),
+        "latency_p95_ms": percentile(good, 95),
+        "rounds": rounds,
+    }

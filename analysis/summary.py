@@ -1,0 +1,201 @@
+"""One pure entry point: a loaded run -> the summary dict (summary.json, schema_version 1)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.config import build_config
+from analysis.diagnosis import diagnose
+from analysis.estimate import DEFAULT_HEADROOM, Estimate, estimate_from_baseline, gpu_of, parse_levels
+from analysis.knee import Knee, find_knee
+from analysis.loader import RunData
+from analysis.soak import slo_level, soak_trend
+from analysis.steps import baseline_summary, bucket_table, step_table
+
+SUMMARY_SCHEMA_VERSION = 1
+
+
+def jsonable(value: Any) -> Any:
+    """NaN -> None, numpy scalars -> Python, tuples -> lists, recursively: strict JSON."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def manifest_setting(manifest: Mapping[str, Any], key: str) -> Any:
+    """A setting from the manifest, top level first, then its config/target sections."""
+    if key in manifest:
+        return manifest[key]
+    for section in ("config", "target"):
+        part = manifest.get(section)
+        if isinstance(part, Mapping) and key in part:
+            return part[key]
+    return None
+
+
+def server_kind(run: RunData) -> str:
+    """ "vllm" when the manifest says so or server.csv has KV-cache data; "pytorch" for a plain GPU server."""
+    told = manifest_setting(run.manifest, "server_kind")
+    if told in ("pytorch", "vllm", "unknown"):
+        return str(told)
+    server = run.server
+    if not server.empty and (
+        server["kv_cache_size_tokens"].notna().any() or server["kv_cache_usage_frac"].notna().any()
+    ):
+        return "vllm"
+    if not run.gpu.empty and run.gpu["mem_used_mib"].notna().any():
+        return "pytorch"
+    return "unknown"
+
+
+def gpu_info(run: RunData) -> dict[str, Any]:
+    card = gpu_of(run.gpu)
+    used = card["mem_used_mib"].dropna()
+    gpu_meta = run.manifest.get("gpu")
+    name = (
+        gpu_meta.get("name")
+        if isinstance(gpu_meta, Mapping)
+        else gpu_meta
+        if isinstance(gpu_meta, str)
+        else None
+    )
+    name = name or manifest_setting(run.manifest, "gpu_name")
+    if used.empty:
+        why = (
+            "gpu.csv missing: no sampler ran"
+            if "gpu.csv" in run.missing_files
+            else "gpu.csv has no memory samples"
+        )
+        return {"available": False, "source": "", "name": name, "total_mib": None, "why_missing": why}
+    total = card["mem_total_mib"].dropna()
+    source = card["source"].astype(str).mode()
+    return {
+        "available": True,
+        "source": str(source.iloc[0]) if not source.empty else "",
+        "name": name,
+        "total_mib": float(total.median()) if not total.empty else None,
+        "why_missing": None,
+    }
+
+
+def missing_parts(run: RunData) -> list[str]:
+    """What a partial run lacks: core files, aborted steps, planned levels never measured."""
+    missing = [f"{name} (no requests or steps recorded)" for name in ("requests.csv", "steps.jsonl")
+               if name in run.missing_files]  # fmt: skip
+    steps = run.steps
+    measured = steps[steps["phase"] == "step"] if not steps.empty else steps
+    if "steps.jsonl" not in run.missing_files:
+        if steps.empty or not (steps["phase"] == "baseline").any():
+            missing.append("baseline (run stopped before it)")
+        elif measured.empty:
+            missing.append("measured steps (run stopped before the stepped load)")
+    for row in measured.itertuples(index=False):
+        if row.status == "aborted":
+            missing.append(
+                f"step {row.step_index} (level {row.level}) aborted: {row.note or 'no reason given'}"
+            )
+    planned = manifest_setting(run.manifest, "levels")
+    if isinstance(planned, str):
+        try:
+            planned = parse_levels(planned)
+        except ValueError:
+            planned = None
+    if isinstance(planned, list) and all(isinstance(v, int) for v in planned):
+        done = {int(v) for v in measured["level"]} if not measured.empty else set()
+        left = [v for v in planned if v not in done]
+        if left:
+            last = int(measured["step_index"].max()) if not measured.empty else None
+            after = f" (run stopped after step {last})" if last is not None else ""
+            missing.append(f"levels {', '.join(map(str, left))} not measured{after}")
+    return missing
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything one analysis computed: the summary plus the objects the writers need."""
+
+    summary: dict[str, Any]
+    table: pd.DataFrame
+    estimate: Estimate
+    knee: Knee
+    config_comments: dict[str, str]
+
+
+def analyze(
+    run: RunData,
+    headroom: float | None = None,
+    slo_p95_s: float | None = None,
+    generated_unix_s: float | None = None,
+) -> dict[str, Any]:
+    """The summary dict. Headroom and SLO default to the manifest's, then 0.7 and none."""
+    return analyze_run(run, headroom, slo_p95_s, generated_unix_s).summary
+
+
+def analyze_run(
+    run: RunData,
+    headroom: float | None = None,
+    slo_p95_s: float | None = None,
+    generated_unix_s: float | None = None,
+) -> Analysis:
+    """`analyze`, keeping the step table, estimate, knee and config comments for the writers."""
+    if headroom is None:
+        told = manifest_setting(run.manifest, "headroom")
+        headroom = float(told) if isinstance(told, int | float) else DEFAULT_HEADROOM
+    if slo_p95_s is None:
+        told = manifest_setting(run.manifest, "slo_p95_s")
+        slo_p95_s = float(told) if isinstance(told, int | float) and told > 0 else None  # 0 means unset
+    gpu = gpu_info(run)
+    estimate: Estimate = estimate_from_baseline(
+        run.requests, run.steps, run.gpu, run.server, headroom, gpu["total_mib"]
+    )
+    table = step_table(run)
+    buckets = bucket_table(run)
+    knee = find_knee(table)
+    kind = server_kind(run)
+    diagnosis = diagnose(table, estimate, knee)
+    missing = missing_parts(run)
+    config, comments = build_config(table, knee, estimate, kind)
+    if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"
+        ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
+        generated_unix_s = float(ends.max()) if not ends.empty else 0.0
+    events = (
+        []
+        if run.events.empty
+        else run.events[["t_unix_s", "step_index", "kind", "message"]].to_dict("records")
+    )
+    summary = {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "run_id": run.run_dir.name,
+        "generated_unix_s": generated_unix_s,
+        "complete": not missing,
+        "missing": missing,
+        "manifest": dict(run.manifest),
+        "server_kind": kind,
+        "gpu": gpu,
+        "estimate": estimate.to_dict(),
+        "baseline": baseline_summary(run),
+        "steps": table.to_dict("records"),
+        "buckets": buckets.to_dict("records"),
+        "knee": knee.to_dict(),
+        "recommended_level": knee.recommended_level,
+        "diagnosis": diagnosis.to_dict(),
+        "config": config,
+        "soak": soak_trend(run.gpu, run.steps, run.manifest),
+        "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
+        "events": events,
+    }
+    return Analysis(jsonable(summary), table, estimate, knee, comments)

@@ -1,0 +1,116 @@
+"""`python -m gpu_sampler serve`: the sidecar on the GPU machine (see gpu_sampler.sidecar for the API).
+
+A user error (bad flag, no driver, off-loopback bind without a token) ends in one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from gpu_sampler.errors import SamplerError
+from gpu_sampler.readers import NO_DRIVER, HostReader, NvmlReader, ServerMetricsReader
+from gpu_sampler.sidecar import Sidecar, build_gpu_reader, make_server, serve_until
+
+TOKEN_ENV = "GPU_SAMPLER_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m gpu_sampler", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="sample the GPU and serve the samples over HTTP")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=9400, help="port (default 9400; 0 picks a free one)")
+    serve.add_argument("--source", default="nvml", help="nvml | dcgm:URL | fake (default nvml)")
+    serve.add_argument("--interval-s", type=float, default=0.05, help="GPU sampling interval (default 0.05)")
+    serve.add_argument("--scrape-interval-s", type=float, default=0.5, help="host/server metrics interval")
+    serve.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (or ${TOKEN_ENV})")
+    serve.add_argument("--server-metrics", default=None, help="the OCR server's /metrics URL, scraped here")
+    serve.add_argument("--pid", type=int, default=None, help="the server's PID, for its own GPU memory")
+    serve.add_argument("--ring-size", type=int, default=100_000, help="samples kept (default 100000, ~25 MB)")
+    serve.add_argument("--log-level", default="WARNING")
+    return parser.parse_args(argv)
+
+
+def build(args: argparse.Namespace) -> Sidecar:
+    if not is_loopback(args.host) and not args.token:
+        raise SamplerError(
+            f"refusing to bind {args.host} without a token: add --token T (or set ${TOKEN_ENV}), "
+            "or bind 127.0.0.1"
+        )
+    if not args.interval_s > 0 or not args.scrape_interval_s > 0:
+        raise SamplerError("--interval-s and --scrape-interval-s must be > 0: e.g. --interval-s 0.05")
+    if args.server_metrics and not args.server_metrics.startswith(("http://", "https://")):
+        raise SamplerError(f"bad --server-metrics {args.server_metrics!r}: use http://HOST:PORT/metrics")
+    holder: list[Sidecar] = []
+    reader = build_gpu_reader(args.source, lambda: holder[0].step_index if holder else -1, args.pid)
+    if isinstance(reader, NvmlReader):
+        try:
+            reader.check()
+        except SamplerError as err:
+            if str(err) == NO_DRIVER:
+                raise SamplerError(
+                    "no NVIDIA driver on this machine (NVML library not found): run the sidecar on the "
+                    "GPU machine, or use --source fake for a demo"
+                ) from None
+            raise
+    sidecar = Sidecar(
+        reader,
+        interval_s=args.interval_s,
+        server_reader=ServerMetricsReader(args.server_metrics) if args.server_metrics else None,
+        host_reader=HostReader("gpu"),
+        scrape_interval_s=args.scrape_interval_s,
+        ring_size=args.ring_size,
+    )
+    holder.append(sidecar)
+    return sidecar
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        sidecar = build(args)
+        server = make_server(sidecar, args.host, args.port, args.token)
+    except SamplerError as err:
+        print(f"sampler: {err}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as err:
+        print(
+            f"sampler: cannot bind {args.host}:{args.port} ({err.strerror}): pick another --port",
+            file=sys.stderr,
+        )
+        return 2
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    host, port = str(server.server_address[0]), server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"sampler: http://{shown}:{port}", flush=True)
+    serve_until(server, sidecar, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The client of the sidecar's HTTP API (`python -m gpu_sampler serve`), stdlib only.
+
+Every failure is a one-line `SamplerError` that names the fix; the monitor turns those into gap events.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_sampler.errors import SamplerError
+from runfolder import GpuSample, HostSample, ServerSample, columns_of
+
+KINDS: dict[str, type] = {"gpu": GpuSample, "host": HostSample, "server": ServerSample}
+KIND_OF: dict[type, str] = {t: k for k, t in KINDS.items()}
+_COLUMNS = {kind: columns_of(t) for kind, t in KINDS.items()}
+
+
+def record_to_json(record: Any) -> dict[str, Any]:
+    """A record as the sidecar sends it: its fields plus `kind` ("gpu" | "host" | "server")."""
+    kind = KIND_OF[type(record)]
+    return {"kind": kind, **{c: getattr(record, c) for c in _COLUMNS[kind]}}
+
+
+def record_from_json(data: dict[str, Any]) -> GpuSample | HostSample | ServerSample | None:
+    """The record back from its JSON form; None for an unknown kind (a newer sidecar)."""
+    kind = data.get("kind")
+    if kind not in KINDS:
+        return None
+    record: GpuSample | HostSample | ServerSample = KINDS[kind](**{c: data.get(c) for c in _COLUMNS[kind]})
+    return record
+
+
+@dataclass(frozen=True, slots=True)
+class SamplesPage:
+    samples: list[GpuSample | HostSample | ServerSample]
+    next_cursor: int
+    dropped: int  # samples between the asked cursor and the oldest one the sidecar still holds
+    boot_id: str  # changes when the sidecar restarts: its cursors start again at 0
+
+    @property
+    def gpu(self) -> list[GpuSample]:
+        return [s for s in self.samples if isinstance(s, GpuSample)]
+
+    @property
+    def host(self) -> list[HostSample]:
+        return [s for s in self.samples if isinstance(s, HostSample)]
+
+    @property
+    def server(self) -> list[ServerSample]:
+        return [s for s in self.samples if isinstance(s, ServerSample)]
+
+
+class SidecarClient:
+    """Talks to one sidecar: `health()`, `info()`, `mark_step(i)`, `samples_since(cursor)`, `step_stats(i)`."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 2.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise SamplerError(f"bad sidecar URL {url!r}: use http://HOST:9400")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/health")
+
+    def info(self) -> dict[str, Any]:
+        return self._call("GET", "/info")
+
+    def mark_step(self, step_index: int) -> dict[str, Any]:
+        return self._call("POST", "/step", {"step_index": int(step_index)})
+
+    def samples_since(self, cursor: int, limit: int | None = None) -> SamplesPage:
+        query = {"cursor": str(int(cursor))} | ({"limit": str(int(limit))} if limit else {})
+        data = self._call("GET", "/samples?" + urllib.parse.urlencode(query))
+        samples = [r for r in (record_from_json(d) for d in data.get("samples", [])) if r is not None]
+        return SamplesPage(
+            samples=samples,
+            next_cursor=int(data["next_cursor"]),
+            dropped=int(data.get("dropped", 0)),
+            boot_id=str(data.get("boot_id", "")),
+        )
+
+    def step_stats(self, step_index: int) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", f"/steps/{int(step_index)}")
+        except _NotFound:
+            return None
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                answer: dict[str, Any] = json.loads(response.read())
+                return answer
+        except urllib.error.HTTPError as err:
+            if err.code == 401:
+                raise SamplerError(
+                    f"GPU sidecar at {self.url} refused the token (HTTP 401): pass the token it was started with"
+                ) from None
+            if err.code == 404 and path.startswith("/steps/"):
+                raise _NotFound from None
+            raise SamplerError(
+                f"GPU sidecar at {self.url}{path} answered HTTP {err.code}: is it a gpu_sampler sidecar?"
+            ) from None
+        except json.JSONDecodeError:
+            raise SamplerError(
+                f"{self.url}{path} did not answer JSON: is it a gpu_sampler sidecar?"
+            ) from None
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise SamplerError(
+                f"GPU sidecar at {self.url} is unreachable ({reason}): start `python -m gpu_sampler serve` "
+                "on the GPU machine, or use GPU=none"
+            ) from None
+
+
+class _NotFound(Exception):
+    pass

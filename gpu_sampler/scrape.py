@@ -1,0 +1,228 @@
+"""Readers of Prometheus text: a DCGM exporter (GPU memory per `gpu` label) and a server's /metrics (vLLM).
+
+Both take `fetch(url) -> str` so tests hand in fixture text or point them at a tiny local server.
+Only the lines of the metrics we use go through prometheus-client's parser: a vLLM /metrics page holds
+~400 samples and parsing all of them costs ~25 ms, too much for a scrape every 0.5 s in the master.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_sampler.errors import SamplerError
+from runfolder import GpuSample, ServerSample
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[str], str]
+
+DCGM_FIELDS = {
+    "DCGM_FI_DEV_FB_USED": "mem_used_mib",
+    "DCGM_FI_DEV_FB_FREE": "mem_free_mib",
+    "DCGM_FI_DEV_FB_RESERVED": "mem_reserved_mib",
+    "DCGM_FI_DEV_FB_TOTAL": "mem_total_mib",
+    "DCGM_FI_DEV_GPU_UTIL": "util_pct",
+    "DCGM_FI_DEV_GPU_TEMP": "temp_c",
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",
+}
+
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first, then old
+VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
+VLLM_CACHE_INFO = "vllm:cache_config_info"
+SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO)
+
+
+def fetch_text(url: str, timeout_s: float = 2.0, token: str | None = None) -> str:
+    """GET `url` and return its body; any failure is a one-line `SamplerError`."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body: bytes = response.read()
+    except urllib.error.HTTPError as err:
+        raise SamplerError(
+            f"{url} answered HTTP {err.code}: check the URL (it should be a /metrics page)"
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        raise SamplerError(
+            f"{url} is unreachable ({reason}): check the URL and that the exporter runs"
+        ) from None
+    return body.decode("utf-8", errors="replace")
+
+
+def select_lines(text: str, names: Iterable[str], contains: str | None = None) -> str:
+    """Keep the sample, HELP and TYPE lines of the named metrics (and their _total/_bucket forms),
+    and the sample lines that contain `contains` (a label name such as `max_num_seqs`)."""
+    prefixes = tuple(names)
+    kept = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2].startswith(prefixes):
+                kept.append(line)
+        elif line.startswith(prefixes) or (contains is not None and contains in line):
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample as (name, labels, value); a malformed page is a one-line `SamplerError`."""
+    try:
+        return [
+            (s.name, dict(s.labels), float(s.value))
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+    except (ValueError, TypeError, IndexError) as err:
+        raise SamplerError(f"not Prometheus text ({err}): point the URL at a /metrics page") from None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+class DcgmReader:
+    """Reads a DCGM exporter's /metrics: one `GpuSample` per `gpu` label (MiB, %, °C, W as DCGM gives them)."""
+
+    source = "dcgm"
+
+    def __init__(self, url: str, fetch: Fetch | None = None, timeout_s: float = 2.0) -> None:
+        self.url = url
+        self._fetch: Fetch = fetch or (lambda u: fetch_text(u, timeout_s))
+        self._labels: dict[int, dict[str, str]] = {}
+
+    def read(self) -> list[GpuSample]:
+        fields: dict[int, dict[str, float]] = {}
+        for name, labels, value in parse_samples(select_lines(self._fetch(self.url), DCGM_FIELDS)):
+            key = DCGM_FIELDS.get(name)
+            if key is None or "gpu" not in labels:
+                continue
+            try:
+                gpu = int(labels["gpu"])
+            except ValueError:
+                continue
+            fields.setdefault(gpu, {})[key] = value
+            self._labels[gpu] = labels
+        if not fields:
+            raise SamplerError(f"no DCGM_FI_DEV_FB_USED at {self.url}: point GPU=dcgm:URL at a DCGM exporter")
+        return [self._sample(gpu, f) for gpu, f in sorted(fields.items())]
+
+    @staticmethod
+    def _sample(gpu: int, f: dict[str, float]) -> GpuSample:
+        total = f.get("mem_total_mib")
+        parts = [f.get("mem_used_mib"), f.get("mem_free_mib"), f.get("mem_reserved_mib")]
+        if total is None and parts[0] is not None and parts[1] is not None:
+            total = sum(p for p in parts if p is not None)  # DCGM: used + free + reserved = total
+        return GpuSample(
+            t_unix_s=0.0,
+            step_index=-1,
+            source="dcgm",
+            gpu_index=gpu,
+            mem_used_mib=_finite(f.get("mem_used_mib")),
+            mem_total_mib=_finite(total),
+            mem_reserved_mib=_finite(f.get("mem_reserved_mib")),
+            util_pct=_finite(f.get("util_pct")),
+            proc_mem_mib=None,
+            temp_c=_finite(f.get("temp_c")),
+            power_w=_finite(f.get("power_w")),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Device name, driver and total memory as the exporter's labels and last read give them."""
+        if not self._labels:
+            self.read()
+        first = self._labels[min(self._labels)]
+        samples = self.read()
+        return {
+            "source": self.source,
+            "name": first.get("modelName") or first.get("device"),
+            "driver": first.get("DCGM_FI_DRIVER_VERSION") or first.get("driver_version"),
+            "total_mib": samples[0].mem_total_mib if samples else None,
+            "gpu_count": len(samples),
+            "hostname": first.get("Hostname"),
+        }
+
+
+class ServerMetricsReader:
+    """Reads a server's /metrics into one `ServerSample`; vLLM names, old and new, summed over engines.
+
+    With `keep_all`, `last_values` keeps every sample of the last page keyed `name{labels}`, for callers
+    who want metrics the schema has no column for (a full parse: ~25 ms for a vLLM page).
+    """
+
+    def __init__(
+        self, url: str, fetch: Fetch | None = None, timeout_s: float = 2.0, keep_all: bool = False
+    ) -> None:
+        self.url = url
+        self._fetch: Fetch = fetch or (lambda u: fetch_text(u, timeout_s))
+        self._keep_all = keep_all
+        self.last_values: dict[str, float] = {}
+
+    def read(self) -> list[ServerSample]:
+        text = self._fetch(self.url)
+        values: dict[str, float] | None = {} if self._keep_all else None
+        sample = parse_server_metrics(text, values)
+        if values is not None:
+            self.last_values = values
+        return [sample]
+
+
+def parse_server_metrics(text: str, values_out: dict[str, float] | None = None) -> ServerSample:
+    """One `ServerSample` from a /metrics page; a field the server does not export is None."""
+    sums: dict[str, float] = {}
+    kv_usage: dict[str, list[float]] = {}
+    kv_tokens: list[float] = []
+    max_seqs: list[float] = []
+    keep_all = values_out is not None
+    page = text if keep_all else select_lines(text, SERVER_NAMES, contains="max_num_seqs")
+    for name, labels, value in parse_samples(page):
+        if values_out is not None:
+            values_out[_key(name, labels)] = value
+        if name in (VLLM_RUNNING, VLLM_WAITING, VLLM_PREEMPTIONS):
+            sums[name] = sums.get(name, 0.0) + value
+        elif name in VLLM_KV_USAGE:
+            kv_usage.setdefault(name, []).append(value)
+        if "kv_cache_size_tokens" in labels:
+            tokens = _label_float(labels["kv_cache_size_tokens"])
+            if tokens is not None:
+                kv_tokens.append(tokens)
+        if "max_num_seqs" in labels:
+            seqs = _label_float(labels["max_num_seqs"])
+            if seqs is not None:
+                max_seqs.append(seqs)
+        elif name.endswith("max_num_seqs"):
+            max_seqs.append(value)
+    usage = next((kv_usage[n] for n in VLLM_KV_USAGE if n in kv_usage), None)
+    return ServerSample(
+        t_unix_s=0.0,
+        step_index=-1,
+        num_requests_running=_finite(sums.get(VLLM_RUNNING)),
+        num_requests_waiting=_finite(sums.get(VLLM_WAITING)),
+        kv_cache_usage_frac=_finite(max(usage)) if usage else None,
+        num_preemptions_total=_finite(sums.get(VLLM_PREEMPTIONS)),
+        kv_cache_size_tokens=_finite(sum(kv_tokens)) if kv_tokens else None,
+        max_num_seqs=_finite(max(max_seqs)) if max_seqs else None,
+    )
+
+
+def _label_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _key(name: str, labels: dict[str, str]) -> str:
+    if not labels:
+        return name
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"

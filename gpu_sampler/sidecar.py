@@ -1,0 +1,237 @@
+"""The sidecar on the GPU machine: samplers into one bounded ring, served over a small HTTP API.
+
+API (JSON; with a token every call must carry `Authorization: Bearer T`, else 401):
+- `GET /health`               ok, boot_id, step_index, reads, failures, missed ticks, samples held
+- `GET /info`                 source, device name, total MiB, driver, GPU count (available / why_missing)
+- `GET /samples?cursor=N[&limit=M]`  {"samples": [...], "next_cursor", "dropped", "boot_id"}; each sample
+                              is a record's fields plus `kind` ("gpu" | "host" | "server")
+- `POST /step {"step_index": i}`  later samples carry step i: the master marks boundaries here, so the
+                              two machines' clocks never need to agree
+- `GET /steps/<i>`            per-step peak, mean and P95 of GPU memory and utilisation (404 if none)
+The cursor counts every sample since the sidecar started; `boot_id` changes on restart.
+stdlib `ThreadingHTTPServer`: a handful of calls a second needs no framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import logging
+import re
+import secrets
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from gpu_sampler.client import record_to_json
+from gpu_sampler.errors import SamplerError
+from gpu_sampler.readers import DcgmReader, FakeGpuReader, NvmlReader
+from gpu_sampler.sampler import Ring, Sampler
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 5000  # samples per /samples answer: ~1 MB of JSON at most
+
+
+def build_gpu_reader(source: str, step_of: Callable[[], int], pid: int | None = None) -> Any:
+    """`nvml` | `dcgm:URL` | `fake` -> a reader; anything else is a one-line `SamplerError`."""
+    if source == "nvml":
+        return NvmlReader(pid=pid)
+    if source == "fake":
+        return FakeGpuReader(step_of=step_of)
+    if source.startswith("dcgm:") and source[5:].startswith(("http://", "https://")):
+        return DcgmReader(source[5:])
+    raise SamplerError(f"bad --source {source!r}: use nvml, fake or dcgm:http://HOST:9400/metrics")
+
+
+class Sidecar:
+    """The GPU sampler, plus host and optional server-metrics samplers, feeding one ring."""
+
+    def __init__(
+        self,
+        gpu_reader: Any,
+        interval_s: float = 0.05,
+        server_reader: Any = None,
+        host_reader: Any = None,
+        scrape_interval_s: float = 0.5,
+        ring_size: int = 100_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.step_index = -1
+        self.ring = Ring(ring_size)
+        self.boot_id = secrets.token_hex(8)
+        self.started_unix_s = clock()
+        self.gpu_reader = gpu_reader
+        self.clock = clock
+        common: dict[str, Any] = {
+            "clock": clock,
+            "step_of": self._step,
+            "sink": self.ring.extend,
+            "ring_size": 16,
+        }
+        self.gpu = Sampler(gpu_reader, interval_s, name="gpu-sampler", **common)
+        self.others = [
+            Sampler(reader, scrape_interval_s, name=name, **common)
+            for reader, name in ((host_reader, "host-sampler"), (server_reader, "server-sampler"))
+            if reader is not None
+        ]
+
+    def _step(self) -> int:
+        return self.step_index
+
+    def start(self) -> None:
+        for sampler in (self.gpu, *self.others):
+            sampler.start()
+
+    def stop(self) -> None:
+        for sampler in (self.gpu, *self.others):
+            sampler.stop()
+
+    def mark_step(self, step_index: int) -> dict[str, Any]:
+        self.step_index = step_index
+        return {"step_index": step_index, "t_unix_s": self.clock()}
+
+    def health(self) -> dict[str, Any]:
+        samplers = (self.gpu, *self.others)
+        return {
+            "ok": True,
+            "boot_id": self.boot_id,
+            "step_index": self.step_index,
+            "samples": self.ring.count,
+            "reads_ok": {s.name: s.reads_ok for s in samplers},
+            "failures": {f"{s.name} {k}": n for s in samplers for k, n in s.failures.items()},
+            "missed_ticks": self.gpu.missed_ticks,
+            "uptime_s": round(self.clock() - self.started_unix_s, 3),
+        }
+
+    def info(self) -> dict[str, Any]:
+        describe = getattr(self.gpu_reader, "describe", None)
+        base: dict[str, Any] = {
+            "source": getattr(self.gpu_reader, "source", "unknown"),
+            "interval_s": self.gpu.interval_s,
+        }
+        if describe is None:
+            return base | {"available": True, "why_missing": None}
+        try:
+            return base | describe() | {"available": True, "why_missing": None}
+        except Exception as err:  # the driver may be gone; the sidecar keeps answering
+            return base | {"available": False, "why_missing": str(err).splitlines()[0]}
+
+    def samples(self, cursor: int, limit: int) -> dict[str, Any]:
+        records, next_cursor, dropped = self.ring.since(cursor, min(limit, MAX_PAGE))
+        return {
+            "samples": [record_to_json(r) for r in records],
+            "next_cursor": next_cursor,
+            "dropped": dropped,
+            "boot_id": self.boot_id,
+        }
+
+    def step_stats(self, step_index: int) -> dict[str, Any] | None:
+        stats = self.gpu.step_stats(step_index)
+        return None if stats is None else dataclasses.asdict(stats)
+
+
+_STEP_PATH = re.compile(r"^/steps/(-?\d+)$")
+
+
+def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHandler]:
+    expected = f"Bearer {token}".encode() if token else None
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gpu_sampler"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _send(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if status == 401:
+                self.send_header("WWW-Authenticate", "Bearer")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorised(self) -> bool:
+            if expected is None:
+                return True
+            given = self.headers.get("Authorization", "").encode()
+            if hmac.compare_digest(given, expected):
+                return True
+            self._send(401, {"error": "missing or wrong token: send Authorization: Bearer <token>"})
+            return False
+
+        def do_GET(self) -> None:
+            if not self._authorised():
+                return
+            url = urllib.parse.urlsplit(self.path)
+            query = urllib.parse.parse_qs(url.query)
+            try:
+                if url.path == "/health":
+                    self._send(200, sidecar.health())
+                elif url.path == "/info":
+                    self._send(200, sidecar.info())
+                elif url.path == "/samples":
+                    cursor = int(query.get("cursor", ["0"])[0])
+                    limit = int(query.get("limit", [str(MAX_PAGE)])[0])
+                    self._send(200, sidecar.samples(cursor, max(1, limit)))
+                elif match := _STEP_PATH.match(url.path):
+                    stats = sidecar.step_stats(int(match.group(1)))
+                    if stats is None:
+                        self._send(404, {"error": f"no samples in step {match.group(1)}"})
+                    else:
+                        self._send(200, stats)
+                else:
+                    self._send(404, {"error": f"no {url.path}: try /health, /info, /samples, /steps/<i>"})
+            except ValueError:
+                self._send(400, {"error": "cursor and limit must be integers"})
+
+        def do_POST(self) -> None:
+            if not self._authorised():
+                return
+            if self.path != "/step":
+                self._send(404, {"error": f"no POST {self.path}: try POST /step"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(min(length, 65536)) or b"{}")
+                step_index = body["step_index"]
+                if not isinstance(step_index, int) or isinstance(step_index, bool):
+                    raise ValueError
+            except (ValueError, KeyError, TypeError):
+                self._send(400, {"error": 'send JSON {"step_index": <int>}'})
+                return
+            self._send(200, sidecar.mark_step(step_index))
+
+    return Handler
+
+
+def make_server(sidecar: Sidecar, host: str, port: int, token: str | None) -> ThreadingHTTPServer:
+    server_class = _V6Server if ":" in host else ThreadingHTTPServer
+    server = server_class((host, port), make_handler(sidecar, token))
+    server.daemon_threads = True
+    return server
+
+
+class _V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def serve_until(server: ThreadingHTTPServer, sidecar: Sidecar, stop: threading.Event) -> None:
+    """Sample and serve until `stop` is set (by SIGTERM or SIGINT), then shut both down."""
+    sidecar.start()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        sidecar.stop()

@@ -1,0 +1,189 @@
+"""One run's settings: a frozen dataclass, its Locust command-line options, and its checks.
+
+Every field is also a Locust option `--ocr-<field>` (so the master forwards it to the workers and the
+web UI shows it) and a flag of `python -m loadtest run`. Units are in the names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from analysis import parse_levels
+
+SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
+STYLES = ("multipart", "json", "openai")
+
+
+class ConfigError(ValueError):
+    """A setting the user gave is wrong; the message is one line that names the fix."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    host: str = ""
+    endpoint: str = ""  # "" = /ocr for multipart/json, /v1/chat/completions for openai
+    style: str = "multipart"
+    field: str = ""  # multipart field or JSON key; "" = file / image
+    headers: str = ""  # "Authorization: Bearer abc; X-No-Cache: 1"
+    model: str = "hunyuan-ocr"
+    prompt: str = "Extract all text in the image."
+    max_tokens: int = 1024
+    stream: bool = False
+    json_path: str = ""  # where the text sits in the answer; "" = gather all strings
+    scenario: str = "fixed"
+    images: str = ""
+    buckets: str = ""
+    seed: int = 0
+    levels: str = ""  # "" = chosen from the estimate
+    workers: int = 2
+    gpu: str = "none"
+    gpu_token: str = dataclasses.field(default="", repr=False)  # never written to the run folder
+    server_metrics: str = ""
+    server_pid: int = 0
+    idle_s: float = 3.0
+    baseline_rounds: int = 3
+    baseline_round_requests: int = 20
+    warmup_s: float = 2.0
+    step_s: float = 10.0
+    min_step_requests: int = 20
+    cooldown_s: float = 15.0  # the cap; a cooldown ends earlier once GPU memory is back near idle
+    cooldown_min_s: float = 2.0
+    soak_s: float = 600.0
+    headroom: float = 0.7
+    refine: bool = True
+    refine_budget: int = 3
+    request_timeout_s: float = 120.0
+    ready_wait_s: float = 30.0  # how long to wait for a server that answers 503 while it starts
+    retry_max_attempts: int = 4
+    cer_fail_above: float = 0.5
+    abort_after_failures: int = 50  # consecutive failed requests that end the run (server down)
+    slo_p95_s: float = 0.0
+    out: str = "results"
+    run_dir: str = ""  # set by the runner; workers keep their local copy there
+
+    # --- derived -------------------------------------------------------------------------
+    @property
+    def endpoint_path(self) -> str:
+        if self.endpoint:
+            return self.endpoint
+        return "/v1/chat/completions" if self.style == "openai" else "/ocr"
+
+    @property
+    def level_list(self) -> list[int]:
+        return parse_levels(self.levels) if self.levels.strip() else []
+
+    def header_dict(self) -> dict[str, str]:
+        return parse_headers(self.headers)
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings as written to the manifest: secrets left out, header values masked."""
+        data = dataclasses.asdict(self)
+        data.pop("gpu_token")
+        data["headers"] = "; ".join(f"{k}: ***" for k in self.header_dict())
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> RunConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names and v is not None}
+        return cls(**kwargs).checked()
+
+    def checked(self) -> RunConfig:
+        """Raise ConfigError (one line) for a setting that cannot work; return self otherwise."""
+        if self.style not in STYLES:
+            raise ConfigError(f"unknown STYLE={self.style!r}: use one of {', '.join(STYLES)}")
+        if self.scenario not in SCENARIOS:
+            raise ConfigError(f"unknown SCENARIO={self.scenario!r}: use one of {', '.join(SCENARIOS)}")
+        try:
+            self.level_list  # noqa: B018 - parsing is the check
+        except ValueError as exc:
+            raise ConfigError(f"bad LEVELS={self.levels!r}: {exc}") from None
+        if self.host and not self.host.startswith(("http://", "https://")):
+            raise ConfigError(f"bad HOST={self.host!r}: give a base URL such as http://gpu-box:8000")
+        if not 0 < self.headroom <= 1:
+            raise ConfigError(f"bad HEADROOM={self.headroom}: use a fraction in (0, 1], e.g. 0.7")
+        if self.workers < 0:
+            raise ConfigError(f"bad WORKERS={self.workers}: use 0 (run in the master) or more")
+        for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"bad {name.upper()}={getattr(self, name)}: must be >= 0")
+        if self.step_s <= 0:
+            raise ConfigError(f"bad STEP_S={self.step_s}: must be > 0 seconds")
+        if self.baseline_rounds < 1 or self.baseline_round_requests < 1:
+            raise ConfigError("bad baseline: rounds and requests per round must be >= 1")
+        parse_headers(self.headers)
+        return self
+
+
+def parse_headers(text: str) -> dict[str, str]:
+    """'A: 1; B: two' -> {'A': '1', 'B': 'two'}; one clear line for anything else."""
+    out: dict[str, str] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"bad HEADERS entry {part!r}: write 'Name: value; Other: value'")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _parse_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"bad boolean {text!r}: use true or false")
+
+
+def option_name(field_name: str) -> str:
+    return "--ocr-" + field_name.replace("_", "-")
+
+
+def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> None:
+    """Add one option per RunConfig field to an argparse-like parser (Locust's or ours)."""
+    defaults = RunConfig()
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "host" and prefix == "--ocr-":
+            continue  # Locust's own --host
+        default = getattr(defaults, f.name)
+        kind = type(default)
+        flag = prefix + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"default": default, "dest": f"ocr_{f.name}", "help": f"({kind.__name__})"}
+        if kind is bool:
+            kwargs["type"] = _parse_bool
+        else:
+            kwargs["type"] = kind
+        if web_ui:
+            kwargs["include_in_web_ui"] = f.name not in ("run_dir", "gpu_token", "workers", "out")
+            if f.name == "gpu_token":
+                kwargs["is_secret"] = True
+        parser.add_argument(flag, **kwargs)
+
+
+def from_namespace(ns: Any, host: str | None = None) -> RunConfig:
+    data = {f.name: getattr(ns, f"ocr_{f.name}", None) for f in dataclasses.fields(RunConfig)}
+    if host is not None:
+        data["host"] = host
+    return RunConfig.from_mapping(data)
+
+
+def to_argv(cfg: RunConfig, prefix: str = "--ocr-") -> list[str]:
+    """The Locust command-line options that carry this config."""
+    argv: list[str] = []
+    for f in dataclasses.fields(RunConfig):
+        if f.name in ("host", "gpu_token"):
+            continue  # Locust's own --host; the token travels in OCRCAP_GPU_TOKEN, not in argv
+        value = getattr(cfg, f.name)
+        argv += [prefix + f.name.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value)]
+    return argv

@@ -1,0 +1,353 @@
+"""The master's side of a run: the plan, the run folder's writers, the GPU monitor, progress lines.
+
+The shape's `tick()` (about once a second, on the master only) calls `Controller.tick()`, which
+closes a phase when its time and request count are reached, writes its step row, tells the workers
+and the sampler the new step, and returns the user count for Locust.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import analysis
+from gpu_sampler import GpuMonitor
+from loadtest import failures
+from loadtest.config import RunConfig
+from loadtest.plan import LevelChoice, PhaseSpec, plan_phases
+from loadtest.state import STATE, StepTag
+from runfolder import (
+    EVENTS_FILE,
+    GPU_FILE,
+    HOST_FILE,
+    REQUESTS_FILE,
+    SERVER_FILE,
+    STEPS_FILE,
+    CsvAppender,
+    Event,
+    GpuSample,
+    HostSample,
+    JsonlAppender,
+    Phase,
+    RequestRow,
+    ServerSample,
+    StepRow,
+    read_manifest,
+    write_manifest,
+)
+
+log = logging.getLogger(__name__)
+MEASURED = (Phase.BASELINE, Phase.STEP)
+SERVER_DOWN_KINDS = (failures.CONNECTION, failures.TIMEOUT, failures.OOM, failures.HTTP_5XX)
+DOUBLING_LEVELS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def progress(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
+
+
+class Controller:
+    def __init__(self, cfg: RunConfig, run_dir: Path, monitor: GpuMonitor | None,
+                 broadcast: Callable[[StepTag], None], clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.clock = clock
+        self.broadcast = broadcast
+        self.requests = CsvAppender(run_dir / REQUESTS_FILE, RequestRow)
+        self.steps = JsonlAppender(run_dir / STEPS_FILE)
+        self.gpu = CsvAppender(run_dir / GPU_FILE, GpuSample)
+        self.server = CsvAppender(run_dir / SERVER_FILE, ServerSample)
+        self.host = CsvAppender(run_dir / HOST_FILE, HostSample)
+        self.events = JsonlAppender(run_dir / EVENTS_FILE)
+        self.monitor = monitor
+        self.rows_per_step: Counter[int] = Counter()
+        self.failures_in_a_row = 0
+        self.live_latency_ms: list[float] = []
+        self.live_errors = 0
+        self.step_index = -1
+        self.spec: PhaseSpec | None = None
+        self.phase_start = 0.0
+        self.phase_degraded = ""
+        self.aborted = ""
+        self.phases_done = 0
+        self.levels_planned: list[int] = []
+        self.measured_levels: list[int] = []
+        self.idle_mib: float | None = None
+        self.choice: LevelChoice | None = None
+        self.finished = False
+        self._plan = plan_phases(cfg, self._choose_levels, self._knee_reached, self._refine_level)
+        self._last_progress = 0.0
+        # live view (web UI panel): bounded
+        self.estimate: dict[str, Any] | None = None
+        self.last_gpu: GpuSample | None = None
+        self.last_server: ServerSample | None = None
+        self.gpu_peak_per_step: dict[int, float] = {}
+        self.completed: list[dict[str, Any]] = []
+        self.timeline: deque[tuple[float, int, float | None, float | None]] = deque(maxlen=3600)
+        self.report_path: str | None = None
+
+    # --- inputs ------------------------------------------------------------------------
+    def on_rows(self, rows: list[RequestRow]) -> None:
+        self.requests.append(rows)
+        for row in rows:
+            self.rows_per_step[row.step_index] += 1
+            if row.step_index == self.step_index:
+                if row.ok:
+                    self.live_latency_ms.append(row.latency_ms)
+                else:
+                    self.live_errors += 1
+            if row.failure_kind in SERVER_DOWN_KINDS:
+                self.failures_in_a_row += 1
+            elif row.ok:
+                self.failures_in_a_row = 0
+
+    def on_gpu(self, samples: list[GpuSample]) -> None:
+        self.gpu.append(samples)
+        for sample in samples:
+            if sample.mem_used_mib is not None:
+                peak = self.gpu_peak_per_step.get(sample.step_index, 0.0)
+                self.gpu_peak_per_step[sample.step_index] = max(peak, sample.mem_used_mib)
+                self.last_gpu = sample
+
+    def on_host(self, samples: list[HostSample]) -> None:
+        self.host.append(samples)
+
+    def on_event(self, event: Event) -> None:
+        self.events.append([event])
+
+    def on_server(self, samples: list[ServerSample]) -> None:
+        self.server.append(samples)
+        if samples:
+            self.last_server = samples[-1]
+
+    def event(self, kind: str, message: str) -> None:
+        self.events.append([Event(self.clock(), self.step_index, kind, message)])
+        progress(f"[{kind}] {message}")
+
+    # --- the shape's tick ---------------------------------------------------------------
+    def tick(self, user_count: int) -> tuple[int, float] | None:
+        now = self.clock()
+        gpu = self.last_gpu
+        self.timeline.append((now, user_count, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
+        if self.finished:
+            return None
+        if self.spec is None:
+            return self._advance(now)
+        spec = self.spec
+        elapsed = now - self.phase_start
+        if self.failures_in_a_row >= self.cfg.abort_after_failures and not self.aborted:
+            self.aborted = (f"{self.failures_in_a_row} requests in a row failed (connection, timeout, OOM or 5xx):"
+                            " the server looks down; run ended")
+            self.event("abort", self.aborted)
+            self._finish(now)
+            return None
+        if spec.phase in MEASURED and now - self._last_progress >= 5:
+            self._print_live(elapsed)
+        done = elapsed >= spec.min_s and self.rows_per_step[self.step_index] >= spec.min_requests
+        if spec.phase == Phase.COOLDOWN:
+            done = done and user_count == 0 and self._memory_settled()
+        if done or elapsed >= spec.max_s:
+            if elapsed >= spec.max_s and spec.min_requests and self.rows_per_step[self.step_index] < spec.min_requests:
+                self.phase_degraded = (f"only {self.rows_per_step[self.step_index]} of {spec.min_requests}"
+                                       f" requests in {spec.max_s:.0f} s")
+            return self._advance(now)
+        return self._users(spec)
+
+    def _users(self, spec: PhaseSpec) -> tuple[int, float]:
+        return spec.level, float(max(spec.level, 1) * 10)
+
+    def _advance(self, now: float) -> tuple[int, float] | None:
+        self._close_phase(now)
+        try:
+            spec = next(self._plan)
+        except StopIteration:
+            self._finish(now)
+            return None
+        self.spec = spec
+        self.step_index += 1
+        self.phase_start = now
+        self.phase_degraded = ""
+        self.live_latency_ms = []
+        self.live_errors = 0
+        tag = StepTag(self.step_index, str(spec.phase), spec.level)
+        STATE.tag = tag
+        self.broadcast(tag)
+        if self.monitor is not None:
+            self.monitor.mark_step(self.step_index)
+        progress(f"step {self.step_index}: {spec.phase} users={spec.level} ({spec.note})")
+        return self._users(spec)
+
+    def _close_phase(self, now: float) -> None:
+        spec = self.spec
+        if spec is None:
+            return
+        status = "aborted" if self.aborted else ("degraded" if self.phase_degraded else "complete")
+        row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status,
+                      self.phase_degraded or spec.note)
+        self.steps.append([row])
+        if spec.phase in MEASURED:
+            self.measured_levels.append(spec.level)
+            self._print_live(now - self.phase_start, final=True)
+            self.completed.append(self._live_row(row))
+        if spec.phase == Phase.IDLE and self.monitor is not None:
+            self.idle_mib = self.monitor.latest_mem_used_mib()
+        self.spec = None
+
+    def _finish(self, now: float) -> None:
+        self._close_phase(now)
+        self.finished = True
+
+    def mark_degraded(self, why: str) -> None:
+        self.phase_degraded = why
+        self.event("worker_lost", why)
+
+    def _memory_settled(self) -> bool:
+        if self.monitor is None or self.idle_mib is None:
+            return True
+        used = self.monitor.latest_mem_used_mib()
+        if used is None:
+            return True
+        return used <= self.idle_mib + max(256.0, 0.02 * self.idle_mib)
+
+    def _print_live(self, elapsed: float, final: bool = False) -> None:
+        self._last_progress = self.clock()
+        spec = self.spec
+        if spec is None:
+            return
+        lat = self.live_latency_ms
+        p95 = f"{np.percentile(lat, 95):.0f} ms" if lat else "-"
+        label = "done" if final else "running"
+        progress(f"step {self.step_index} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
+                 f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}")
+
+    def _live_row(self, row: StepRow) -> dict[str, Any]:
+        lat = self.live_latency_ms
+        duration = max(row.t_end_unix_s - row.t_start_unix_s, 1e-9)
+        return {
+            "step_index": row.step_index, "phase": row.phase, "level": row.level, "status": row.status,
+            "requests": self.rows_per_step[row.step_index], "errors": self.live_errors,
+            "throughput_rps": round(len(lat) / duration, 2),
+            "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat else None,
+            "p95_ms": round(float(np.percentile(lat, 95)), 1) if lat else None,
+            "gpu_mem_peak_mib": self.gpu_peak_per_step.get(row.step_index),
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the web UI's live panel shows: plain JSON."""
+        spec = self.spec
+        gpu, server = self.last_gpu, self.last_server
+        return {
+            "run_dir": str(self.run_dir),
+            "finished": self.finished,
+            "aborted": self.aborted,
+            "phase": str(spec.phase) if spec else ("done" if self.finished else "starting"),
+            "step_index": self.step_index,
+            "level": spec.level if spec else 0,
+            "note": spec.note if spec else "",
+            "elapsed_s": round(self.clock() - self.phase_start, 1) if spec else 0.0,
+            "levels_planned": self.levels_planned,
+            "measured_levels": self.measured_levels,
+            "estimate": self.estimate,
+            "gpu": {
+                "mem_used_mib": gpu.mem_used_mib if gpu else None,
+                "mem_total_mib": gpu.mem_total_mib if gpu else None,
+                "mem_peak_mib": max(self.gpu_peak_per_step.values(), default=None),
+                "util_pct": gpu.util_pct if gpu else None,
+            },
+            "server": {
+                "running": server.num_requests_running if server else None,
+                "waiting": server.num_requests_waiting if server else None,
+                "kv_cache_usage_frac": server.kv_cache_usage_frac if server else None,
+            },
+            "steps": self.completed,
+            "timeline": [list(p) for p in self.timeline],
+            "report": self.report_path,
+        }
+
+    # --- decisions between phases --------------------------------------------------------
+    def _load(self) -> Any:
+        return analysis.load_run(self.run_dir)
+
+    def _choose_levels(self) -> LevelChoice:
+        cfg = self.cfg
+        estimate = None
+        try:
+            run = self._load()
+            estimate = analysis.estimate_from_baseline(run.requests, run.steps, run.gpu, run.server,
+                                                       headroom=cfg.headroom)
+            self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
+            self.estimate = estimate.to_dict()
+            self._update_manifest(estimate=self.estimate)
+        except Exception as exc:  # the run goes on with explicit or doubling levels
+            self.event("warning", f"could not compute the estimate: {exc}")
+        if cfg.level_list:
+            levels = cfg.level_list
+            choice = LevelChoice(levels, "LEVELS given")
+        elif cfg.scenario == "soak":
+            level = max(1, int(estimate.estimate)) if estimate and estimate.estimate else 1
+            choice = LevelChoice([level], "soak at the estimate")
+        elif estimate is not None and estimate.estimate:
+            choice = LevelChoice(analysis.plan_levels(int(estimate.estimate)),
+                                 f"x0.25..x1.2 of the estimate {estimate.estimate}")
+        else:
+            choice = LevelChoice(DOUBLING_LEVELS, "no estimate: doubling until the knee", climb_until_knee=True)
+        self.choice = choice
+        self.levels_planned = list(choice.levels)
+        self._update_manifest(levels=choice.levels, levels_why=choice.why)
+        progress(f"levels: {', '.join(map(str, choice.levels))} ({choice.why})")
+        return choice
+
+    def _knee(self) -> tuple[Any, Any] | None:
+        try:
+            run = self._load()
+            table = analysis.step_table(run)
+            return table, analysis.find_knee(table)
+        except Exception as exc:
+            self.event("warning", f"could not evaluate the knee: {exc}")
+            return None
+
+    def _knee_reached(self) -> bool:
+        """Stop climbing when going higher only hurts: failures past the knee, or the doubling plan's knee."""
+        found = self._knee()
+        if found is None:
+            return False
+        table, knee = found
+        if not knee.found:
+            return False
+        if self.choice is not None and self.choice.climb_until_knee:
+            return True
+        row = table[table["step_index"] == knee.knee_step_index]
+        return bool(len(row) and float(row["error_rate"].iloc[0]) > 0.2)
+
+    def _refine_level(self) -> int | None:
+        found = self._knee()
+        if found is None:
+            return None
+        table, knee = found
+        level = analysis.next_refine_level(table, knee)
+        if level is not None:
+            self.event("refine", f"knee between {knee.refine_between}: measuring {level}")
+        return level
+
+    def _update_manifest(self, **fields: Any) -> None:
+        try:
+            manifest = read_manifest(self.run_dir)
+        except (OSError, ValueError):
+            manifest = {}
+        manifest.update(fields)
+        write_manifest(self.run_dir, manifest)
+
+    def close(self) -> None:
+        if not self.finished:
+            self._finish(self.clock())
+        if self.monitor is not None:
+            self.monitor.stop()
+        for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
+            sink.close()

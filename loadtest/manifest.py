@@ -1,0 +1,55 @@
+"""What a run folder's manifest.json says about the run: config, target, versions, hosts."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from loadtest.config import RunConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_revision(root: Path = REPO_ROOT) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def build_manifest(cfg: RunConfig, run_dir: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": run_dir.name,
+        "created_unix_s": time.time(),
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "target": {"host": cfg.host, "endpoint": cfg.endpoint_path, "style": cfg.style, "model": cfg.model},
+        "scenario": cfg.scenario,
+        "levels": cfg.level_list,
+        "config": cfg.public_dict(),
+        "versions": {
+            "suite": _version("ocr-capacity"),
+            "python": platform.python_version(),
+            "locust": _version("locust"),
+            "pandas": _version("pandas"),
+            "nvidia-ml-py": _version("nvidia-ml-py"),
+        },
+        "git_revision": git_revision(),
+        "hosts": {"driver": socket.gethostname(), "driver_platform": platform.platform()},
+        "command": sys.argv,
+        **extra,
+    }

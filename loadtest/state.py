@@ -1,0 +1,44 @@
+"""Per-process run state shared by the users, the shape and the event wiring.
+
+One instance per Locust process (`STATE`). The master sets the current step and tells the workers;
+each worker tags a request with the step current when the request starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+from runfolder import RequestRow
+
+
+@dataclass(frozen=True)
+class StepTag:
+    step_index: int
+    phase: str
+    level: int
+
+
+@dataclass
+class ProcessState:
+    tag: StepTag = StepTag(-1, "idle", 0)
+    worker_id: str = "local"
+    _rows: list[RequestRow] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _counter: itertools.count = field(default_factory=itertools.count)
+
+    def next_request_id(self) -> str:
+        return f"{self.worker_id}-{next(self._counter)}"
+
+    def add_row(self, row: RequestRow) -> None:
+        with self._lock:
+            self._rows.append(row)
+
+    def take_rows(self) -> list[RequestRow]:
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+
+STATE = ProcessState()

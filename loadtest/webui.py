@@ -1,0 +1,69 @@
+"""The step and GPU panel in Locust's web UI: its own page (`/ocr`) and JSON route (`/ocr/state`).
+
+Locust's tabs only show tables (LOCUST-FACTS.md), so the panel is a page of its own, linked from the
+run's console line. It starts the plan through Locust's own `/swarm` and stops it through `/stop`;
+when the plan ends, the master renders the same run folder, analysis and report as a headless run
+and the page links to the report (`/ocr/report`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from flask import Response, jsonify, send_file
+from locust.env import Environment
+
+from loadtest.controller import Controller
+from loadtest.manifest import REPO_ROOT
+from loadtest.merge import merge_worker_copies
+
+_current: dict[int, Controller] = {}
+
+
+def track(environment: Environment, ctl: Controller) -> None:
+    """The controller whose state the page shows (the running run, or the last one)."""
+    _current[id(environment)] = ctl
+
+
+def render_after_run(ctl: Controller) -> None:
+    """Merge the workers' copies, then analysis and report in their own process (run in a greenlet)."""
+    merge_worker_copies(ctl.run_dir)
+    out = subprocess.run([sys.executable, "-m", "reports", str(ctl.run_dir)], cwd=REPO_ROOT,
+                         capture_output=True, text=True, check=False)
+    for line in out.stdout.splitlines():
+        if line.startswith("report: "):
+            ctl.report_path = line.split(" ", 1)[1].strip()
+            print(line, flush=True)
+    if ctl.report_path is None:
+        ctl.event("warning", f"the report could not be rendered: {(out.stderr or out.stdout).strip()[-300:]}")
+
+
+def attach(environment: Environment) -> None:
+    app = environment.web_ui.app if environment.web_ui else None
+    if app is None:
+        return
+    page = resources.files("loadtest").joinpath("static/panel.html").read_text(encoding="utf-8")
+
+    @app.route("/ocr")
+    def ocr_panel() -> Response:
+        return Response(page, mimetype="text/html")
+
+    @app.route("/ocr/state")
+    def ocr_state() -> Any:
+        ctl = _current.get(id(environment))
+        runner = environment.runner
+        state = runner.state if runner else "none"
+        if ctl is None:
+            return jsonify({"phase": "not started", "locust_state": state, "host": environment.host})
+        return jsonify({**ctl.snapshot(), "locust_state": state, "host": environment.host})
+
+    @app.route("/ocr/report")
+    def ocr_report() -> Any:
+        ctl = _current.get(id(environment))
+        if ctl is None or not ctl.report_path or not Path(ctl.report_path).is_file():
+            return Response("no report yet: the report is written when the plan ends", status=404)
+        return send_file(Path(ctl.report_path).resolve(), mimetype="text/html")

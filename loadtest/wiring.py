@@ -1,0 +1,203 @@
+"""Event wiring, one function per concern (like locust/stats.py's setup_*_listeners).
+
+- workers: build the payloads when the config arrives, tag requests with the step the master
+  announces, ship exact rows to the master in Locust's report messages, keep a local copy.
+- master: own the Controller (plan, run folder, GPU monitor), append rows as they arrive.
+- local runs (no workers): the same master side, fed from this process's rows every second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import events
+from locust.env import Environment
+from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
+
+from gpu_sampler import GpuMonitor
+from loadtest import users, webui
+from loadtest.config import RunConfig, add_arguments, from_namespace
+from loadtest.controller import Controller
+from loadtest.manifest import build_manifest
+from loadtest.merge import WORKER_COPY_DIR
+from loadtest.state import STATE, StepTag
+from runfolder import CsvAppender, RequestRow, new_run_folder, write_manifest
+
+log = logging.getLogger(__name__)
+STEP_MESSAGE = "ocr_step"
+ROWS_KEY = "ocr_rows"
+
+_controllers: dict[int, Controller] = {}
+_local_copy: CsvAppender | None = None
+_max_workers_seen = 0
+
+
+def config_of(environment: Environment) -> RunConfig:
+    cfg = from_namespace(environment.parsed_options, host=environment.host or "")
+    token = os.environ.get("OCRCAP_GPU_TOKEN", "")
+    return dataclasses.replace(cfg, gpu_token=token) if token and not cfg.gpu_token else cfg
+
+
+# --- master side ---------------------------------------------------------------------------
+def controller_for(environment: Environment) -> Controller:
+    """The run's controller, made at the first tick (the web UI may change options until then)."""
+    key = id(environment)
+    if key in _controllers:
+        return _controllers[key]
+    cfg = config_of(environment)
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_folder(Path(cfg.out))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    options = environment.parsed_options
+    assert options is not None  # Locust sets it before the first tick
+    options.ocr_run_dir = str(run_dir)  # forwarded to workers with each spawn
+    cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
+    if not environment.stop_timeout:
+        # let requests in flight at a step-down finish; above ~60 s workers can drop out (LOCUST-FACTS)
+        environment.stop_timeout = min(cfg.request_timeout_s, 55.0)
+    runner = environment.runner
+    ctl = Controller(cfg, run_dir, None, broadcast=lambda tag: _broadcast(runner, tag))
+    if not (run_dir / "manifest.json").exists():
+        write_manifest(run_dir, build_manifest(cfg, run_dir))
+    monitor = GpuMonitor.from_spec(
+        cfg.gpu,
+        server_metrics_url=cfg.server_metrics or None,
+        step_of=lambda: ctl.step_index,
+        on_gpu=ctl.on_gpu,
+        on_server=ctl.on_server,
+        on_host=ctl.on_host,
+        on_event=ctl.on_event,
+        pid=cfg.server_pid or None,
+        token=cfg.gpu_token or None,
+    )
+    try:
+        monitor.check()
+        monitor.start()
+        ctl.monitor = monitor
+    except ValueError as exc:
+        ctl.event("warning", f"no GPU data: {exc}")
+    info = monitor.info() if ctl.monitor is not None else {"available": False, "why_missing": "see events"}
+    ctl._update_manifest(gpu=info)
+    _controllers[key] = ctl
+    webui.track(environment, ctl)
+    if isinstance(runner, LocalRunner):
+        gevent.spawn(_feed_local_rows, ctl)
+    return ctl
+
+
+def _broadcast(runner: Runner | None, tag: StepTag) -> None:
+    if isinstance(runner, MasterRunner):
+        runner.send_message(STEP_MESSAGE, dataclasses.asdict(tag))
+
+
+def _feed_local_rows(ctl: Controller) -> None:
+    while not ctl.finished:
+        ctl.on_rows(STATE.take_rows())
+        gevent.sleep(1.0)
+    gevent.sleep(0.5)
+    ctl.on_rows(STATE.take_rows())
+
+
+def watch_workers(runner: Runner, ctl: Controller) -> None:
+    """A worker that disappears marks the current step degraded; the run goes on with the rest."""
+    global _max_workers_seen
+    if not isinstance(runner, MasterRunner):
+        return
+    count = runner.worker_count
+    if count < _max_workers_seen:
+        ctl.mark_degraded(f"a worker was lost: {count} of {_max_workers_seen} left")
+    _max_workers_seen = max(_max_workers_seen, count) if count >= _max_workers_seen else count
+
+
+def _on_worker_report(client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
+    rows = data.get(ROWS_KEY)
+    if not rows:
+        return
+    for ctl in _controllers.values():
+        ctl.on_rows([RequestRow(*r) for r in rows])
+
+
+def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
+    if not isinstance(environment.runner, MasterRunner | LocalRunner):
+        return
+    ctl = _controllers.pop(id(environment), None)  # a later start from the web UI is a new run
+    if ctl is not None:
+        gevent.sleep(0.5)
+        ctl.on_rows(STATE.take_rows())
+        ctl.close()
+        if environment.web_ui is not None:  # headless runs are rendered by `python -m loadtest run`
+            vars(environment.parsed_options)["ocr_run_dir"] = ""  # the next start from the page is a new run
+            gevent.spawn_later(1.0, webui.render_after_run, ctl)
+
+
+# --- worker side ---------------------------------------------------------------------------
+def _on_step_message(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    STATE.tag = StepTag(**msg.data)
+
+
+def _ensure_payloads(environment: Environment) -> None:
+    cfg = config_of(environment)
+    users.OcrUser.network_timeout = cfg.request_timeout_s
+    users.set_payloads(users.build_payloads(cfg))
+
+
+def _on_report_to_master(client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
+    rows = STATE.take_rows()
+    if rows:
+        data[ROWS_KEY] = [list(dataclasses.astuple(r)) for r in rows]
+        if _local_copy is not None:
+            _local_copy.append(rows)
+
+
+def _open_local_copy(environment: Environment) -> None:
+    global _local_copy
+    run_dir = getattr(environment.parsed_options, "ocr_run_dir", "")
+    if not run_dir:
+        return
+    folder = Path(run_dir) / WORKER_COPY_DIR
+    if _local_copy is not None and _local_copy.path.parent != folder:
+        _local_copy.close()  # a new run from the web UI
+        _local_copy = None
+    if _local_copy is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        _local_copy = CsvAppender(folder / f"{STATE.worker_id}.csv", RequestRow)
+
+
+def _on_worker_quit(environment: Environment, **_kwargs: Any) -> None:
+    if _local_copy is not None:
+        _local_copy.append(STATE.take_rows())
+        _local_copy.close()
+
+
+def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner | LocalRunner):
+        _ensure_payloads(environment)
+    if isinstance(runner, WorkerRunner):
+        _open_local_copy(environment)
+
+
+def _on_init(environment: Environment, **_kwargs: Any) -> None:
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        STATE.worker_id = f"w{runner.client_id.rsplit('_', 1)[-1][:8]}"
+        runner.register_message(STEP_MESSAGE, _on_step_message)
+        environment.events.report_to_master.add_listener(_on_report_to_master)
+        environment.events.quitting.add_listener(_on_worker_quit)
+    elif isinstance(runner, MasterRunner):
+        STATE.worker_id = "master"
+        environment.events.worker_report.add_listener(_on_worker_report)
+    if not isinstance(runner, WorkerRunner):
+        webui.attach(environment)
+    environment.events.test_start.add_listener(_on_test_start)
+    environment.events.test_stop.add_listener(_on_master_stop)
+
+
+def wire() -> None:
+    """Register every listener; called once from locustfile.py at import."""
+    events.init_command_line_parser.add_listener(lambda parser, **_kw: add_arguments(parser))
+    events.init.add_listener(_on_init)

@@ -1,0 +1,65 @@
+"""CLI: `python -m reports RUN_DIR` and `python -m reports compare A B [--out PATH]`.
+
+Prints `report: <path>` on success. A user error (missing or corrupt folder) prints one line to
+stderr and exits 2; nothing else is caught, so a bug still shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from reports.output import ReportError, write_compare, write_report
+
+USER_ERROR_EXIT = 2
+
+
+def parse_report_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m reports",
+        description="Render report.html for a run folder (or `compare A B` for two runs).",
+    )
+    parser.add_argument("run_dir", help="a results/<run-id> folder")
+    parser.add_argument("--headroom", type=float, default=None, help="fraction of GPU memory to plan for")
+    parser.add_argument("--slo-p95-s", type=float, default=None, help="P95 latency objective, seconds")
+    return parser.parse_args(argv)
+
+
+def parse_compare_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m reports compare", description="Two runs side by side.")
+    parser.add_argument("a", help="first run folder (e.g. before a change)")
+    parser.add_argument("b", help="second run folder (e.g. after it)")
+    parser.add_argument("--out", default=None, help="output HTML path (default: B/compare-<A>.html)")
+    return parser.parse_args(argv)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ReportError]
+    try:
+        from analysis import RunFolderError
+
+        errors.append(RunFolderError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args_in[:1] == ["compare"]:
+            args = parse_compare_args(args_in[1:])
+            path = write_compare(args.a, args.b, args.out)
+        else:
+            args = parse_report_args(args_in)
+            path = write_report(args.run_dir, headroom=args.headroom, slo_p95_s=args.slo_p95_s)
+    except user_errors() as exc:
+        print(f"reports: {exc}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

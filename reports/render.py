@@ -1,0 +1,231 @@
+"""The report page: summary dict + frames (+ charts) -> one self-contained HTML string.
+
+Pure: no files are read or written here (output.py does that). Templates ship in
+`reports/templates/` and are loaded from the package, never from a URL. Autoescaping is on for
+every template: error bodies, event messages and manifest strings are untrusted text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jinja2
+import yaml
+
+from reports.figures import Chart, build_charts
+from reports.points import ReportFrames, error_examples, mapping, num, whole
+
+# Files a run folder may hold, in the order the report links them, with what each is.
+RUN_FILES: tuple[tuple[str, str], ...] = (
+    ("summary.json", "the analysis result this page is drawn from"),
+    ("steps.csv", "the step table"),
+    ("capacity.md", "the estimate, its inputs and assumptions"),
+    ("recommended-config.yaml", "the serving config, with where each value came from"),
+    ("requests.csv", "one row per request"),
+    ("steps.jsonl", "the plan as it ran: every phase and its times"),
+    ("gpu.csv", "GPU samples"),
+    ("server.csv", "server metrics scrapes"),
+    ("host.csv", "host CPU and memory samples"),
+    ("events.jsonl", "notable events"),
+    ("manifest.json", "run metadata"),
+)
+MANIFEST_FIRST = (
+    "run_id",
+    "target",
+    "scenario",
+    "style",
+    "levels",
+    "gpu",
+    "hosts",
+    "versions",
+    "git_revision",
+)
+MAX_EVENTS = 200
+
+
+def defined(value: Any) -> Any:
+    """None for a jinja Undefined (a key a summary section lacks), else the value."""
+    return None if isinstance(value, jinja2.Undefined) else value
+
+
+def fmt_num(value: Any, digits: int = 0, unit: str = "") -> str:
+    x = num(defined(value))
+    if x is None:
+        return "—"
+    text = f"{x:,.{digits}f}"
+    return f"{text} {unit}" if unit else text
+
+
+def fmt_ms(value: Any) -> str:
+    """Latency in ms below 10 s, in s above; '—' when unknown."""
+    x = num(defined(value))
+    if x is None:
+        return "—"
+    if x >= 10_000:
+        return f"{x / 1000:,.1f} s"
+    return f"{x:,.0f} ms" if x >= 100 else f"{x:,.1f} ms"
+
+
+def fmt_pct(value: Any, digits: int = 0) -> str:
+    """A fraction 0..1 as a percentage."""
+    x = num(defined(value))
+    return "—" if x is None else f"{x * 100:.{digits}f}%"
+
+
+def fmt_value(value: Any) -> str:
+    """Manifest and evidence values: scalars as text, containers as compact JSON."""
+    value = defined(value)
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, ensure_ascii=False, default=str, sort_keys=False)
+    if isinstance(value, float):
+        return fmt_num(value, 3 if abs(value) < 10 else 1)
+    return "—" if value is None else str(value)
+
+
+def fmt_sentence(value: Any) -> str:
+    """Untrusted reason text ending in a full stop, so the next sentence reads on."""
+    text = str(defined(value) or "").strip()
+    return text if not text or text[-1] in ".!?" else text + "."
+
+
+def is_rows(value: Any) -> bool:
+    """A non-empty list of mappings: drawn as a table rather than as JSON text."""
+    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
+def make_environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("reports", "templates"),
+        autoescape=True,
+        undefined=jinja2.ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.tests["rows"] = is_rows
+    env.filters.update(num=fmt_num, ms=fmt_ms, pct=fmt_pct, value=fmt_value, sentence=fmt_sentence)
+    return env
+
+
+def config_yaml_of(summary: Mapping[str, Any]) -> str:
+    config = mapping(summary.get("config"))
+    return yaml.safe_dump(dict(config), sort_keys=False, default_flow_style=False).strip() if config else ""
+
+
+def step_at(steps: Sequence[Mapping[str, Any]], level: int | None) -> Mapping[str, Any] | None:
+    """The last measured step run at `level` (a refined rerun wins over the first pass)."""
+    if level is None:
+        return None
+    rows = [s for s in steps if s.get("phase") == "step" and whole(s.get("level")) == level]
+    return rows[-1] if rows else None
+
+
+OPTIONAL_COLUMNS = (
+    "p95_ci_low_ms",
+    "gpu_mem_peak_mib",
+    "gpu_util_mean_pct",
+    "gpu_host_cpu_mean_pct",
+    "server_waiting_max",
+    "kv_cache_peak_frac",
+)
+
+
+def shown_columns(steps: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The optional step-table columns that hold a value in at least one step (keeps the table narrow)."""
+    return [c for c in OPTIONAL_COLUMNS if any(num(s.get(c)) is not None for s in steps)]
+
+
+def estimate_formula(estimate: Mapping[str, Any]) -> str:
+    """The estimate's arithmetic written out with its numbers."""
+    est = whole(estimate.get("estimate"))
+    if est is None:
+        return ""
+    if estimate.get("dimension") == "gpu_memory":
+        total, headroom = num(estimate.get("total_mib")), num(estimate.get("headroom"))
+        idle, inc = num(estimate.get("idle_mib")), num(estimate.get("increment_mib"))
+        if None not in (total, headroom, idle, inc):
+            return f"floor(({total:,.0f} MiB × {headroom:g} − {idle:,.0f} MiB) / {inc:,.0f} MiB) = {est}"
+    if estimate.get("dimension") == "kv_cache":
+        tokens, per = num(estimate.get("kv_cache_size_tokens")), num(estimate.get("tokens_per_request"))
+        headroom = num(estimate.get("headroom"))
+        if None not in (tokens, per, headroom):
+            return f"floor({tokens:,.0f} tokens × {headroom:g} / {per:,.0f} tokens per request) = {est}"
+    return ""
+
+
+def predicted_mem_mib(estimate: Mapping[str, Any], level: int | None) -> float | None:
+    idle, inc = num(estimate.get("idle_mib")), num(estimate.get("increment_mib"))
+    if level is None or idle is None or inc is None or estimate.get("dimension") != "gpu_memory":
+        return None
+    return idle + inc * level
+
+
+def manifest_rows(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    keys = [k for k in MANIFEST_FIRST if k in manifest] + [k for k in manifest if k not in MANIFEST_FIRST]
+    return [(str(k), fmt_value(manifest[k])) for k in keys]
+
+
+def build_context(
+    summary: Mapping[str, Any],
+    frames: ReportFrames,
+    charts: Sequence[Chart],
+    config_annotated: str | None,
+    files: Sequence[str] | None,
+) -> dict[str, Any]:
+    manifest = mapping(summary.get("manifest"))
+    steps = [s for s in summary.get("steps") or [] if isinstance(s, Mapping)]
+    estimate = mapping(summary.get("estimate"))
+    knee = mapping(summary.get("knee"))
+    recommended = whole(summary.get("recommended_level"))
+    at_rec = step_at(steps, recommended)
+    knee_step = whole(knee.get("knee_step_index")) if knee.get("found") else None
+    gpu = mapping(summary.get("gpu"))
+    present = set(files) if files is not None else {name for name, _ in RUN_FILES}
+    return {
+        "summary": summary,
+        "run_id": summary.get("run_id") or manifest.get("run_id") or "unnamed run",
+        "manifest": manifest,
+        "manifest_rows": manifest_rows(manifest),
+        "target": manifest.get("target") or manifest.get("host") or "",
+        "scenario": manifest.get("scenario") or "",
+        "style": manifest.get("style") or "",
+        "complete": bool(summary.get("complete", True)),
+        "missing": [str(m) for m in summary.get("missing") or []],
+        "gpu": gpu,
+        "recommended": recommended,
+        "knee": knee,
+        "knee_step": knee_step,
+        "estimate": estimate,
+        "estimate_formula": estimate_formula(estimate),
+        "at_rec": at_rec,
+        "predicted_mem_at_rec": predicted_mem_mib(estimate, recommended),
+        "config_yaml": config_yaml_of(summary),
+        "config_annotated": config_annotated or "",
+        "charts": list(charts),
+        "steps": steps,
+        "step_columns": shown_columns(steps),
+        "diagnosis": mapping(summary.get("diagnosis")),
+        "baseline": summary.get("baseline"),
+        "slo": summary.get("slo"),
+        "soak": summary.get("soak"),
+        "events": list(summary.get("events") or [])[:MAX_EVENTS],
+        "events_total": len(summary.get("events") or []),
+        "error_examples": error_examples(frames.requests),
+        "files": [(name, what) for name, what in RUN_FILES if name in present],
+    }
+
+
+def render_report(
+    summary: Mapping[str, Any],
+    frames: ReportFrames,
+    charts: Sequence[Chart] | None = None,
+    config_annotated: str | None = None,
+    files: Sequence[str] | None = None,
+) -> str:
+    """The report as HTML text. `charts` default to `build_charts(summary, frames)`. The copy block is the
+    summary's config as YAML; `config_annotated` (recommended-config.yaml's text, with its comments on where
+    each value came from) is shown further down. `files` (names beside the report) default to all known."""
+    charts = build_charts(summary, frames) if charts is None else charts
+    context = build_context(summary, frames, charts, config_annotated, files)
+    return make_environment().get_template("report.html.j2").render(context)

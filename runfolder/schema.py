@@ -1,0 +1,126 @@
+"""Records written during a run, one frozen dataclass per file, units in the field names.
+
+A run folder (`results/<run-id>/`) holds, appended while the run goes:
+- `manifest.json`  run metadata (schema_version, config, target, scenario, levels, versions, hosts, gpu)
+- `requests.csv`   one `RequestRow` per request (exact latency, tagged with its step at request start)
+- `steps.jsonl`    one `StepRow` per phase of the plan (idle, warmup, baseline, step, cooldown)
+- `gpu.csv`        one `GpuSample` per GPU per sample
+- `server.csv`     one `ServerSample` per scrape of the server's Prometheus /metrics
+- `host.csv`       one `HostSample` per sample of a host's CPU and memory (driver and GPU machine)
+- `events.jsonl`   one `Event` per notable thing (worker lost, sampler gap, refinement, abort)
+Analysis outputs land beside them: summary.json, steps.csv (the measured step table),
+capacity.md, recommended-config.yaml, report.html.
+
+A field that is unknown is None and written as an empty CSV cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+
+SCHEMA_VERSION = 1
+
+MANIFEST_FILE = "manifest.json"
+REQUESTS_FILE = "requests.csv"
+STEPS_FILE = "steps.jsonl"
+GPU_FILE = "gpu.csv"
+SERVER_FILE = "server.csv"
+HOST_FILE = "host.csv"
+EVENTS_FILE = "events.jsonl"
+
+
+class Phase(StrEnum):
+    """What the plan is doing during a step. Each phase of the plan is its own step row."""
+
+    IDLE = "idle"  # 0 users: idle resident GPU memory
+    WARMUP = "warmup"  # users running, not measured (before the baseline and before each step)
+    BASELINE = "baseline"  # 1 user, measured: single-request latency and peak memory
+    STEP = "step"  # N users, measured window
+    COOLDOWN = "cooldown"  # 0 users until GPU memory settles
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRow:
+    request_id: str  # unique in the run: "<worker_id>-<counter>"
+    t_start_unix_s: float
+    step_index: int  # the step current when the request started
+    phase: str
+    level: int  # users the plan asked for in that step
+    scenario: str
+    bucket: str  # image size bucket, e.g. "1000x700"
+    latency_ms: float  # wall time from request start to the end of the answer
+    ttft_ms: float | None  # time to first streamed byte of the answer, when streamed
+    status_code: int  # 0 when no HTTP answer came (connection error, timeout)
+    ok: bool
+    failure_kind: str  # "" when ok; see loadtest.failures for the kinds
+    bytes_sent: int
+    bytes_received: int
+    cer: float | None  # character error rate against the expected text, when known
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    attempt: int  # 1 for the first try; retries count up
+    final_attempt: bool  # the last attempt of this logical request
+    worker_id: str
+    error_text: str  # first 200 characters of the error or answer body; untrusted text
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    step_index: int
+    phase: str
+    level: int
+    t_start_unix_s: float
+    t_end_unix_s: float
+    status: str  # "complete" | "degraded" | "aborted"
+    note: str  # why this step exists ("estimate x0.25", "refine between 6 and 8") or what went wrong
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    t_unix_s: float
+    step_index: int
+    source: str  # "nvml" | "dcgm" | "sidecar"
+    gpu_index: int
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    mem_reserved_mib: float | None
+    util_pct: float | None
+    proc_mem_mib: float | None  # memory of the server's process, when its PID is known
+    temp_c: float | None
+    power_w: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSample:
+    t_unix_s: float
+    step_index: int
+    num_requests_running: float | None
+    num_requests_waiting: float | None
+    kv_cache_usage_frac: float | None  # 0..1 (vLLM's *_perc metrics are fractions)
+    num_preemptions_total: float | None
+    kv_cache_size_tokens: float | None  # from vllm:cache_config_info
+    max_num_seqs: float | None  # where the server exports it
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    t_unix_s: float
+    step_index: int
+    host_role: str  # "driver" | "gpu"
+    cpu_pct: float | None  # whole machine, 0..100
+    mem_used_mib: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    t_unix_s: float
+    step_index: int
+    kind: str  # e.g. "worker_lost", "sampler_gap", "sampler_back", "refine", "abort", "warning"
+    message: str
+
+
+def columns_of(record_type: type) -> list[str]:
+    """The CSV header of a record type, in declaration order."""
+    return [f.name for f in dataclasses.fields(record_type)]

@@ -1,0 +1,122 @@
+"""`python -m simulator`: parse flags, start the server, print its URLs, stop cleanly on SIGTERM/SIGINT.
+
+Prints exactly (flushed; tools parse them):
+    simulator: http://<host>:<port>
+    dcgm: http://<host>:<dcgm_port>/metrics        (absent with --dcgm-port -1)
+A user error (unknown profile, bad flag, port in use) is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import NoReturn
+
+from simulator.faults import FaultError, Faults, updated_faults
+from simulator.profiles import DEFAULT_PROFILE, PROFILES, ProfileError, get_profile, make_options
+from simulator.server import ServerConfig, SimServer
+
+
+class UserError(Exception):
+    """A mistake in the command line: printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (see python -m simulator --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simulator", description="Simulated GPU OCR server (see simulator/README.md).")
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(sorted(PROFILES))}")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--dcgm-port", type=int, default=9400, help="DCGM exporter port; 0 picks one, -1 disables")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiplies every duration")
+    p.add_argument("--max-body-mib", type=float, default=64.0)
+    p.add_argument("--max-pixels", type=int, default=50_000_000, help="decompression-bomb limit (pixels)")
+    p.add_argument("--gateway-slots", type=int, default=0, help="gateway semaphore size (0: no gateway)")
+    p.add_argument("--gateway-queue", type=int, default=0, help="gateway bounded queue (requests)")
+    p.add_argument("--gateway-wait-s", type=float, default=30.0, help="longest gateway queue wait (s)")
+    p.add_argument("--cpu-workers", type=int, default=0, help="CPU preprocessing pool size (0: none)")
+    p.add_argument("--cpu-ms-per-mpix", type=float, default=150.0, help="CPU ms per megapixel in that pool")
+    p.add_argument("--max-side", type=int, default=0, help="resize so the longest side is at most this (px)")
+    d = Faults()
+    p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction answered 500")
+    p.add_argument("--spike-rate", type=float, default=d.spike_rate, help="fraction delayed by --spike-ms")
+    p.add_argument("--spike-ms", type=float, default=d.spike_ms)
+    p.add_argument("--reset-rate", type=float, default=d.reset_rate, help="fraction of connections reset")
+    p.add_argument("--slow-start-s", type=float, default=d.slow_start_s, help="503 for this long after start")
+    p.add_argument("--leak-mib-per-request", type=float, default=d.leak_mib_per_request)
+    p.add_argument("--force-oom", type=int, default=d.force_oom, help="the next N requests fail with OOM")
+    p.add_argument("--restart-on-oom", action="store_true", help="an OOM takes the server down --restart-s")
+    p.add_argument("--restart-s", type=float, default=d.restart_s)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    profile = get_profile(args.profile)
+    if args.time_scale <= 0:
+        raise UserError("--time-scale must be > 0")
+    for name in ("gateway_slots", "gateway_queue", "cpu_workers", "max_side", "max_pixels"):
+        if getattr(args, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0")
+    if args.max_body_mib <= 0 or args.gateway_wait_s <= 0 or args.cpu_ms_per_mpix < 0:
+        raise UserError("--max-body-mib and --gateway-wait-s must be > 0, --cpu-ms-per-mpix >= 0")
+    options = make_options(
+        gateway_slots=args.gateway_slots,
+        gateway_queue=args.gateway_queue,
+        gateway_wait_s=args.gateway_wait_s,
+        cpu_workers=args.cpu_workers,
+        cpu_ms_per_mpix=args.cpu_ms_per_mpix,
+        max_side=args.max_side,
+        time_scale=args.time_scale,
+    )
+    names = Faults.__dataclass_fields__
+    try:
+        faults = updated_faults(Faults(), {k: getattr(args, k) for k in names})
+    except FaultError as exc:
+        raise UserError(f"--{str(exc).replace('_', '-')}") from None
+    return ServerConfig(
+        profile=profile,
+        options=options,
+        faults=faults,
+        seed=args.seed,
+        max_body_mib=args.max_body_mib,
+        max_pixels=args.max_pixels,
+    )
+
+
+async def serve(config: ServerConfig, host: str, port: int, dcgm_port: int | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before the URLs are printed: a caller may signal at once
+        loop.add_signal_handler(sig, stop.set)
+    server = SimServer(config)
+    try:
+        bound, dcgm_bound = await server.start(host, port, dcgm_port)
+    except OSError as exc:
+        await server.stop()
+        raise UserError(f"cannot listen on {host}: {exc.strerror or exc}; pick another port (0 picks a free one)") from None
+    print(f"simulator: http://{host}:{bound}", flush=True)
+    if dcgm_bound is not None:
+        print(f"dcgm: http://{host}:{dcgm_bound}/metrics", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        config = config_from_args(args)
+        dcgm_port = None if args.dcgm_port < 0 else args.dcgm_port
+        asyncio.run(serve(config, args.host, args.port, dcgm_port))
+    except (UserError, ProfileError) as exc:
+        print(f"simulator: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0

@@ -1,0 +1,400 @@
+"""The simulated server as a discrete-event model: gateway -> CPU pool -> engine, in virtual milliseconds.
+
+Pure: no clock, no I/O. The HTTP layer feeds it arrivals stamped with the wall clock and calls
+`advance(now_ms)`, which processes every due event in time order and returns what happened (tokens,
+answers, failures). `truth` drives the same model in virtual time with a closed-loop client, so the
+ground truth and the server cannot disagree. Late wake-ups do not drift: events keep their virtual times.
+
+Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
+1. Arrival. While the server restarts after an OOM: 503. With a gateway: enter if fewer than
+   gateway_slots are inside, else wait in its queue (at most gateway_queue, else 503 + Retry-After;
+   a wait over gateway_wait_s is a 503 too). A request leaves the gateway when it ends.
+2. CPU pool (cpu_workers > 0): FIFO over cpu_workers workers, each job takes cpu_ms.
+3. Engine entry. pytorch: the request takes increment_mib now; if that exceeds total - reserved, it fails
+   like an OOM (500), and with restart_on_oom every request inside fails and the server is down for
+   restart_s. vllm: memory is flat; the request joins the waiting queue.
+4. Engine steps (continuous batching). At each step start, admit from the waiting queue (FIFO) while the
+   batch has fewer than max_batch sequences and, for vllm, free KV blocks cover the prompt plus one token.
+   vllm: a running sequence whose next token crosses a block boundary takes a block; with none free the
+   most recently admitted sequence is preempted (recompute: blocks freed, progress lost, back to the
+   front of the queue). The step lasts a + b x batch + the prefill of the sequences that joined; at its
+   end every running sequence has one more token; those with output_tokens tokens are answered.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from simulator.profiles import Options, Profile, Work
+
+ARRIVE, GW_TIMEOUT, CPU_DONE, STEP_END, RESTART_DONE = range(5)
+UTIL_WINDOW_MS = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    job_id: int
+    t_ms: float
+    first_index: int  # index of the first new token (0-based)
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    job_id: int
+    t_ms: float
+    prompt_tokens: int
+    output_tokens: int
+    e2e_ms: float
+    ttft_ms: float
+    queue_ms: float
+    preemptions: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    job_id: int
+    t_ms: float
+    status: int  # HTTP status the server answers
+    kind: str  # "oom" | "restarting" | "gateway_full" | "gateway_timeout"
+    message: str
+    retry_after_s: int | None
+
+
+Outcome = Tokens | Finished | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    running: int
+    waiting: int  # engine queue + gateway queue + CPU queue
+    kv_usage: float  # 0..1 (vllm); 0 for pytorch
+    mem_used_mib: float
+    gpu_util_pct: float
+    down: bool
+    preemptions_total: int
+
+
+@dataclass(slots=True)
+class _Job:
+    job_id: int
+    work: Work
+    arrival_ms: float
+    stream: bool
+    force_oom: bool
+    stage: str = "new"  # new | gateway | cpu | engine | done
+    in_gateway: bool = False
+    engine_in_ms: float = 0.0
+    admitted_ms: float | None = None
+    first_token_ms: float | None = None
+    tokens: int = 0
+    emitted: int = 0
+    blocks: int = 0
+    holds_mib: float = 0.0
+    preemptions: int = 0
+
+
+@dataclass(slots=True)
+class _Counters:
+    preemptions: int = 0
+    busy: deque[tuple[float, float]] = field(default_factory=deque)
+
+
+class Pipeline:
+    def __init__(self, profile: Profile, options: Options, restart_on_oom: bool = False, restart_s: float = 5.0):
+        self.profile = profile
+        self.options = options
+        self.restart_on_oom = restart_on_oom
+        self.restart_s = restart_s
+        self._scale = options.time_scale
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._seq = 0
+        self._jobs: dict[int, _Job] = {}
+        self._gw_inside = 0
+        self._gw_queue: deque[int] = deque()
+        self._cpu_busy = 0
+        self._cpu_queue: deque[int] = deque()
+        self._waiting: deque[int] = deque()
+        self._running: list[int] = []
+        self._step_serial = 0
+        self._stepping = False
+        self._free_blocks = profile.num_gpu_blocks
+        self._held_mib = 0.0
+        self._leak_mib = 0.0
+        self._down_until_ms: float | None = None
+        self._counters = _Counters()
+        self._out: list[Outcome] = []
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def submit(self, job_id: int, work: Work, now_ms: float, stream: bool = False, force_oom: bool = False) -> None:
+        self._jobs[job_id] = _Job(job_id, work, now_ms, stream, force_oom)
+        self._push(now_ms, ARRIVE, job_id)
+
+    def add_leak(self, mib: float) -> None:
+        self._leak_mib += mib
+
+    def next_due_ms(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def advance(self, now_ms: float) -> list[Outcome]:
+        while self._heap and self._heap[0][0] <= now_ms:
+            t, _, kind, ref = heapq.heappop(self._heap)
+            self._handle(t, kind, ref)
+        out, self._out = self._out, []
+        return out
+
+    def snapshot(self, now_ms: float) -> Snapshot:
+        p = self.profile
+        down = self.is_down(now_ms)
+        if down:
+            mem = 0.0
+        elif p.kind == "vllm":
+            mem = p.idle_mib + self._leak_mib
+        else:
+            mem = p.idle_mib + self._leak_mib + self._held_mib
+        used_blocks = p.num_gpu_blocks - self._free_blocks
+        return Snapshot(
+            running=len(self._running),
+            waiting=len(self._waiting) + len(self._gw_queue) + len(self._cpu_queue),
+            kv_usage=used_blocks / p.num_gpu_blocks if p.kind == "vllm" else 0.0,
+            mem_used_mib=mem,
+            gpu_util_pct=self._util_pct(now_ms),
+            down=down,
+            preemptions_total=self._counters.preemptions,
+        )
+
+    def is_down(self, now_ms: float) -> bool:
+        return self._down_until_ms is not None and now_ms < self._down_until_ms
+
+    # ---- events -------------------------------------------------------------------------------
+    def _push(self, t_ms: float, kind: int, ref: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t_ms, self._seq, kind, ref))
+
+    def _handle(self, t: float, kind: int, ref: int) -> None:
+        if kind == STEP_END:
+            if ref == self._step_serial and self._stepping:
+                self._end_step(t)
+            return
+        if kind == RESTART_DONE:
+            self._down_until_ms = None
+            return
+        job = self._jobs.get(ref)
+        if job is None:
+            return
+        if kind == ARRIVE:
+            self._arrive(job, t)
+        elif kind == GW_TIMEOUT and job.stage == "gateway":
+            self._gw_queue.remove(job.job_id)
+            self._fail(job, t, 503, "gateway_timeout", "gateway queue wait timed out", 1)
+        elif kind == CPU_DONE and job.stage == "cpu":
+            self._cpu_busy -= 1
+            self._start_next_cpu(t)
+            self._enter_engine(job, t)
+
+    def _arrive(self, job: _Job, t: float) -> None:
+        if self.is_down(t):
+            self._fail(job, t, 503, "restarting", "server is restarting after an out-of-memory crash", 1)
+            return
+        o = self.options
+        if o.gateway_slots <= 0:
+            self._enter_cpu(job, t)
+        elif self._gw_inside < o.gateway_slots:
+            self._gw_inside += 1
+            job.in_gateway = True
+            self._enter_cpu(job, t)
+        elif len(self._gw_queue) < o.gateway_queue:
+            job.stage = "gateway"
+            self._gw_queue.append(job.job_id)
+            self._push(t + o.gateway_wait_s * 1000.0 * self._scale, GW_TIMEOUT, job.job_id)
+        else:
+            self._fail(job, t, 503, "gateway_full", "gateway queue is full", 1)
+
+    def _release_gateway(self, job: _Job, t: float) -> None:
+        if not job.in_gateway:
+            return
+        job.in_gateway = False
+        self._gw_inside -= 1
+        if self._gw_queue:
+            nxt = self._jobs[self._gw_queue.popleft()]
+            self._gw_inside += 1
+            nxt.in_gateway = True
+            self._enter_cpu(nxt, t)
+
+    def _enter_cpu(self, job: _Job, t: float) -> None:
+        if self.options.cpu_workers <= 0:
+            self._enter_engine(job, t)
+            return
+        job.stage = "cpu"
+        if self._cpu_busy < self.options.cpu_workers:
+            self._cpu_busy += 1
+            self._push(t + job.work.cpu_ms * self._scale, CPU_DONE, job.job_id)
+        else:
+            job.stage = "cpu_queue"
+            self._cpu_queue.append(job.job_id)
+
+    def _start_next_cpu(self, t: float) -> None:
+        if self._cpu_queue:
+            job = self._jobs[self._cpu_queue.popleft()]
+            job.stage = "cpu"
+            self._cpu_busy += 1
+            self._push(t + job.work.cpu_ms * self._scale, CPU_DONE, job.job_id)
+
+    def _enter_engine(self, job: _Job, t: float) -> None:
+        p = self.profile
+        if p.kind == "pytorch" or job.force_oom:
+            used = p.idle_mib + self._leak_mib + self._held_mib
+            need = job.work.increment_mib
+            if job.force_oom or used + need > p.total_mib - p.reserved_mib:
+                free = max(0.0, p.total_mib - p.reserved_mib - used)
+                msg = (
+                    f"CUDA out of memory. Tried to allocate {need:.0f} MiB "
+                    f"(GPU 0; {p.total_mib:.0f} MiB total capacity; {free:.0f} MiB free)"
+                )
+                self._fail(job, t, 500, "oom", msg, None)
+                if self.restart_on_oom:
+                    self._crash(t)
+                return
+            job.holds_mib = need
+            self._held_mib += need
+        job.stage = "engine"
+        job.engine_in_ms = t
+        self._waiting.append(job.job_id)
+        if not self._stepping:
+            self._start_step(t)
+
+    def _crash(self, t: float) -> None:
+        victims = [job for job in self._jobs.values() if job.stage != "new"]
+        for job in victims:
+            job.in_gateway = False  # the gateway empties with the server: no hand-over
+            self._fail(job, t, 503, "restarting", "server crashed after an out-of-memory error", 1)
+        self._gw_queue.clear()
+        self._cpu_queue.clear()
+        self._waiting.clear()
+        self._running.clear()
+        self._cpu_busy = 0
+        self._gw_inside = 0
+        self._stepping = False
+        self._step_serial += 1
+        self._free_blocks = self.profile.num_gpu_blocks
+        self._held_mib = 0.0
+        self._leak_mib = 0.0
+        self._down_until_ms = t + self.restart_s * 1000.0 * self._scale
+        self._push(self._down_until_ms, RESTART_DONE, 0)
+
+    # ---- engine -------------------------------------------------------------------------------
+    def _blocks_for(self, job: _Job, tokens: int) -> int:
+        return math.ceil((job.work.prompt_tokens + tokens) / self.profile.kv_block_size_tokens)
+
+    def _start_step(self, t: float) -> None:
+        p = self.profile
+        vllm = p.kind == "vllm"
+        joined: list[_Job] = []
+        if vllm:
+            self._grow_running_blocks()
+        while self._waiting and len(self._running) < p.max_batch:
+            job = self._jobs[self._waiting[0]]
+            if vllm:
+                need = self._blocks_for(job, 1)
+                if need > self._free_blocks:
+                    break
+                self._free_blocks -= need
+                job.blocks = need
+            self._waiting.popleft()
+            self._running.append(job.job_id)
+            if job.admitted_ms is None:
+                job.admitted_ms = t
+            joined.append(job)
+        if not self._running:
+            self._stepping = False
+            return
+        ms = p.step_base_ms + p.step_per_seq_ms * len(self._running) + sum(j.work.prefill_ms for j in joined)
+        end = t + ms * self._scale
+        self._stepping = True
+        self._step_serial += 1
+        self._push(end, STEP_END, self._step_serial)
+        self._note_busy(t, end)
+
+    def _grow_running_blocks(self) -> None:
+        """Each running sequence takes the blocks its next token needs; preempt the newest when short."""
+        i = 0
+        while i < len(self._running):
+            job = self._jobs[self._running[i]]
+            need = self._blocks_for(job, job.tokens + 1) - job.blocks
+            while need > self._free_blocks and len(self._running) > i + 1:
+                self._preempt(self._jobs[self._running.pop()])
+            if need > self._free_blocks:  # it is the newest itself
+                self._running.pop(i)
+                self._preempt(job)
+                continue
+            self._free_blocks -= need
+            job.blocks += need
+            i += 1
+
+    def _preempt(self, job: _Job) -> None:
+        self._free_blocks += job.blocks
+        job.blocks = 0
+        job.tokens = 0
+        job.preemptions += 1
+        self._counters.preemptions += 1
+        self._waiting.appendleft(job.job_id)
+
+    def _end_step(self, t: float) -> None:
+        still: list[int] = []
+        for job_id in self._running:
+            job = self._jobs[job_id]
+            job.tokens += 1
+            if job.first_token_ms is None:
+                job.first_token_ms = t
+            if job.tokens > job.emitted:
+                if job.stream:
+                    self._out.append(Tokens(job_id, t, job.emitted, job.tokens - job.emitted))
+                job.emitted = job.tokens
+            if job.tokens >= job.work.output_tokens:
+                self._finish(job, t)
+            else:
+                still.append(job_id)
+        self._running = still
+        self._start_step(t)
+
+    def _finish(self, job: _Job, t: float) -> None:
+        self._free_blocks += job.blocks
+        self._held_mib -= job.holds_mib
+        job.stage = "done"
+        first = job.first_token_ms if job.first_token_ms is not None else t
+        admitted = job.admitted_ms if job.admitted_ms is not None else t
+        self._out.append(
+            Finished(
+                job_id=job.job_id,
+                t_ms=t,
+                prompt_tokens=job.work.prompt_tokens,
+                output_tokens=job.work.output_tokens,
+                e2e_ms=t - job.arrival_ms,
+                ttft_ms=first - job.arrival_ms,
+                queue_ms=admitted - job.engine_in_ms,
+                preemptions=job.preemptions,
+            )
+        )
+        del self._jobs[job.job_id]
+        self._release_gateway(job, t)
+
+    def _fail(self, job: _Job, t: float, status: int, kind: str, message: str, retry_after_s: int | None) -> None:
+        job.stage = "done"
+        self._out.append(Failed(job.job_id, t, status, kind, message, retry_after_s))
+        self._jobs.pop(job.job_id, None)
+        self._release_gateway(job, t)
+
+    # ---- utilisation --------------------------------------------------------------------------
+    def _note_busy(self, start: float, end: float) -> None:
+        busy = self._counters.busy
+        busy.append((start, end))
+        while busy and busy[0][1] < start - UTIL_WINDOW_MS * 4:
+            busy.popleft()
+
+    def _util_pct(self, now_ms: float) -> float:
+        lo = now_ms - UTIL_WINDOW_MS
+        total = sum(max(0.0, min(e, now_ms) - max(s, lo)) for s, e in self._counters.busy)
+        return min(100.0, 100.0 * total / UTIL_WINDOW_MS)

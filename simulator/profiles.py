@@ -1,0 +1,173 @@
+"""The simulated OCR model: its parameters (each with its unit) and the work one image costs.
+
+Parameters of a `Profile` (a simulated server on one GPU):
+    total_mib                 MiB    memory of the card (24576 for a 24 GB card)
+    reserved_mib              MiB    memory the driver reserves (DCGM_FI_DEV_FB_RESERVED)
+    idle_mib                  MiB    resident memory with no request in flight (weights, CUDA context);
+                                     for vllm it is gpu_memory_utilization x total_mib (KV cache preallocated)
+    step_base_ms              ms     fixed cost of one engine step (one decode iteration), `a`
+    step_per_seq_ms           ms     extra cost per sequence in the batch, `b`: a step costs a + b x batch
+    prefill_ms_per_1k_tokens  ms     cost added to the step in which a request joins, per 1000 visual tokens
+    px_per_visual_token       px     pixels per visual token (28 x 28 patches = 784)
+    px_per_output_token       px     pixels of page per generated token: the decode length grows with area
+    prompt_text_tokens        tokens text tokens of the prompt, added to the visual tokens
+    default_max_tokens        tokens output-token budget when the request names none
+    chars_per_token           chars  characters of answer text per generated token
+    max_batch                 seqs   batch slots of the engine (vllm: max_num_seqs): the hard concurrency limit
+    base_mib_per_request      MiB    pytorch: fixed memory per request in the engine
+    act_mib_per_mpix          MiB    pytorch: activation memory per megapixel of the (resized) image
+    mib_per_token             MiB    pytorch: memory per prompt+output token (a static generation cache)
+    gpu_memory_utilization    1      vllm: fraction of total_mib taken at start (flat FB_USED)
+    kv_block_size_tokens      tokens vllm: tokens per KV block
+    num_gpu_blocks            blocks vllm: KV blocks in the cache; kv_cache_size_tokens = blocks x block size
+
+Options usable with any profile (`Options`, CLI flags of the same names):
+    gateway_slots             reqs   a gateway semaphore in front of the server (0: no gateway)
+    gateway_queue             reqs   bounded queue of the gateway; beyond it: 503 with Retry-After
+    gateway_wait_s            s      longest wait in the gateway queue before a 503
+    cpu_workers               procs  a CPU preprocessing pool (decode/resize) of this size (0: none)
+    cpu_ms_per_mpix           ms     CPU time per megapixel of the original image in that pool
+    max_side                  px     images are resized so their longest side is at most this (0: never)
+    time_scale                1      every duration is multiplied by it (0.5 runs twice as fast)
+
+The work of one image of w x h pixels (after resize to max_side):
+    visual_tokens = ceil(w x h / px_per_visual_token); prompt_tokens = visual_tokens + prompt_text_tokens
+    output_tokens = min(max_tokens, ceil(w x h / px_per_output_token))
+    pytorch memory held from entering the engine to the answer (a static cache sized up front):
+        increment_mib = base_mib_per_request + act_mib_per_mpix x Mpix + mib_per_token x (prompt + output)
+    vllm KV blocks: ceil((prompt_tokens + generated) / kv_block_size_tokens), growing while decoding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Kind = Literal["pytorch", "vllm"]
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    kind: Kind
+    model_name: str
+    total_mib: float = 24576.0
+    reserved_mib: float = 0.0
+    idle_mib: float = 5800.0
+    step_base_ms: float = 3.0
+    step_per_seq_ms: float = 0.15
+    prefill_ms_per_1k_tokens: float = 22.0
+    px_per_visual_token: int = 784
+    px_per_output_token: int = 7000
+    prompt_text_tokens: int = 16
+    default_max_tokens: int = 512
+    chars_per_token: float = 4.0
+    max_batch: int = 8
+    base_mib_per_request: float = 50.0
+    act_mib_per_mpix: float = 800.0
+    mib_per_token: float = 0.5
+    gpu_memory_utilization: float = 0.9
+    kv_block_size_tokens: int = 16
+    num_gpu_blocks: int = 640
+
+    @property
+    def kv_cache_size_tokens(self) -> int:
+        return self.num_gpu_blocks * self.kv_block_size_tokens
+
+
+PROFILES: dict[str, Profile] = {
+    "pytorch-24g": Profile(name="pytorch-24g", kind="pytorch", model_name="sim-ocr-1b"),
+    "vllm-24g": Profile(
+        name="vllm-24g",
+        kind="vllm",
+        model_name="sim-ocr-1b",
+        idle_mib=math.floor(0.9 * 24576.0),
+        max_batch=8,
+        num_gpu_blocks=640,
+    ),
+}
+DEFAULT_PROFILE = "pytorch-24g"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    gateway_slots: int = 0
+    gateway_queue: int = 0
+    gateway_wait_s: float = 30.0
+    cpu_workers: int = 0
+    cpu_ms_per_mpix: float = 150.0
+    max_side: int = 0
+    time_scale: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What one image costs the model; pure function of the profile, options and size."""
+
+    width_px: int  # after resize
+    height_px: int
+    original_mpix: float
+    prompt_tokens: int
+    visual_tokens: int
+    output_tokens: int
+    prefill_ms: float  # unscaled
+    cpu_ms: float  # unscaled; 0 without a CPU pool
+    increment_mib: float  # pytorch memory held in the engine; 0 for vllm
+
+
+class ProfileError(ValueError):
+    """A user asked for a profile or option that does not exist."""
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise ProfileError(f"unknown profile {name!r}: use one of {known}") from None
+
+
+def make_options(**options: object) -> Options:
+    """Options from keyword arguments; an unknown name is a user error."""
+    known = set(Options.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ProfileError(f"unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(known))}")
+    return replace(Options(), **options)  # type: ignore[arg-type]
+
+
+def resize_to(width_px: int, height_px: int, max_side: int) -> tuple[int, int]:
+    longest = max(width_px, height_px)
+    if max_side <= 0 or longest <= max_side:
+        return width_px, height_px
+    ratio = max_side / longest
+    return max(1, round(width_px * ratio)), max(1, round(height_px * ratio))
+
+
+def work_of(profile: Profile, options: Options, width_px: int, height_px: int, max_tokens: int | None) -> Work:
+    w, h = resize_to(width_px, height_px, options.max_side)
+    pixels = w * h
+    visual = math.ceil(pixels / profile.px_per_visual_token)
+    prompt = visual + profile.prompt_text_tokens
+    budget = profile.default_max_tokens if max_tokens is None else max_tokens
+    output = max(1, min(budget, math.ceil(pixels / profile.px_per_output_token)))
+    increment = 0.0
+    if profile.kind == "pytorch":
+        increment = (
+            profile.base_mib_per_request
+            + profile.act_mib_per_mpix * pixels / 1e6
+            + profile.mib_per_token * (prompt + output)
+        )
+    cpu_ms = options.cpu_ms_per_mpix * width_px * height_px / 1e6 if options.cpu_workers > 0 else 0.0
+    return Work(
+        width_px=w,
+        height_px=h,
+        original_mpix=width_px * height_px / 1e6,
+        prompt_tokens=prompt,
+        visual_tokens=visual,
+        output_tokens=output,
+        prefill_ms=profile.prefill_ms_per_1k_tokens * visual / 1000.0,
+        cpu_ms=cpu_ms,
+        increment_mib=increment,
+    )

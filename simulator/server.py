@@ -1,0 +1,423 @@
+"""The HTTP layer: aiohttp apps for the OCR endpoints and the DCGM exporter, driving a `Pipeline` in wall time.
+
+The pipeline's virtual milliseconds are the event loop's clock since start (`loop.time()`); a timer is
+armed at the next due event, so engine steps land within about a millisecond of their model time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from simulator.faults import Decision, FaultError, FaultPlan, Faults, updated_faults
+from simulator.images import (
+    BadInput,
+    ImageInput,
+    chat_request_from_json,
+    image_from_json,
+    inspect_image,
+    placeholder_text,
+)
+from simulator.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
+from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
+from simulator.profiles import Options, Profile, Work, work_of
+from simulator.truth import truth
+
+MIB = 1024 * 1024
+LOOPBACK = {"127.0.0.1", "::1"}
+log = logging.getLogger("simulator")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    profile: Profile
+    options: Options = field(default_factory=Options)
+    faults: Faults = field(default_factory=Faults)
+    seed: int = 0
+    max_body_mib: float = 64.0
+    max_pixels: int = 50_000_000
+    hostname: str = "simulator"
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[Finished | Failed]
+    tokens: asyncio.Queue[Outcome] | None
+    work: Work
+    text: str  # the answer: ground truth cut to the output-token budget
+    truncated: bool
+
+
+class SimServer:
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.profile = config.profile
+        self.pipeline = Pipeline(
+            config.profile, config.options, config.faults.restart_on_oom, config.faults.restart_s
+        )
+        self.plan = FaultPlan(config.faults, config.seed)
+        self.stats = ServerStats()
+        self._waiters: dict[int, _Waiter] = {}
+        self._next_id = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._t0 = 0.0
+        self._unavailable_until_ms = config.faults.slow_start_s * 1000.0 * config.options.time_scale
+        self._runners: list[web.AppRunner] = []
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    async def start(self, host: str, port: int, dcgm_port: int | None) -> tuple[int, int | None]:
+        """Listen; returns the bound (port, dcgm_port). dcgm_port None: no DCGM exporter."""
+        self._loop = asyncio.get_running_loop()
+        self._t0 = self._loop.time()
+        bound = await self._listen(self.ocr_app(), host, port)
+        dcgm_bound = None if dcgm_port is None else await self._listen(self.dcgm_app(), host, dcgm_port)
+        return bound, dcgm_bound
+
+    async def _listen(self, app: web.Application, host: str, port: int) -> int:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runners.append(runner)
+        await web.TCPSite(runner, host, port).start()
+        return int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+
+    def now_ms(self) -> float:
+        assert self._loop is not None, "start() the server first"
+        return (self._loop.time() - self._t0) * 1000.0
+
+    # ---- the pipeline in wall time ------------------------------------------------------------
+    def _tick(self) -> None:
+        self._timer = None
+        for outcome in self.pipeline.advance(self.now_ms()):
+            self._deliver(outcome)
+        due = self.pipeline.next_due_ms()
+        if due is not None and self._loop is not None:
+            self._timer = self._loop.call_at(self._t0 + due / 1000.0, self._tick)
+
+    def _submit(self, image: ImageInput, max_tokens: int | None, stream: bool, decision: Decision) -> _Waiter:
+        assert self._loop is not None
+        work = work_of(self.profile, self.config.options, image.width_px, image.height_px, max_tokens)
+        cpt = self.profile.chars_per_token
+        # Compute follows the image area; the text is the truth, cut only by the request's token budget.
+        text = image.text if image.has_truth else placeholder_text(image.width_px, image.height_px, int(work.output_tokens * cpt))
+        n_chars = int((max_tokens or self.profile.default_max_tokens) * cpt)
+        waiter = _Waiter(
+            future=self._loop.create_future(),
+            tokens=asyncio.Queue() if stream else None,
+            work=work,
+            text=text[:n_chars],
+            truncated=len(text) > n_chars,
+        )
+        job_id = self._next_id
+        self._next_id += 1
+        self._waiters[job_id] = waiter
+        self.pipeline.submit(job_id, work, self.now_ms(), stream=stream, force_oom=decision.force_oom)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._tick()
+        return waiter
+
+    def _deliver(self, outcome: Outcome) -> None:
+        waiter = self._waiters.get(outcome.job_id)
+        if waiter is None:
+            return
+        if waiter.tokens is not None:
+            waiter.tokens.put_nowait(outcome)
+        if isinstance(outcome, Tokens):
+            return
+        del self._waiters[outcome.job_id]
+        if isinstance(outcome, Finished):
+            s = self.stats
+            s.success["length" if waiter.truncated else "stop"] += 1
+            s.prompt_tokens += outcome.prompt_tokens
+            s.generation_tokens += outcome.output_tokens
+            s.e2e.observe(outcome.e2e_ms / 1000.0)
+            s.ttft.observe(outcome.ttft_ms / 1000.0)
+            s.queue.observe(outcome.queue_ms / 1000.0)
+            self.pipeline.add_leak(self.plan.faults.leak_mib_per_request)
+        if not waiter.future.done():
+            waiter.future.set_result(outcome)
+
+    # ---- apps ---------------------------------------------------------------------------------
+    def ocr_app(self) -> web.Application:
+        app = web.Application(middlewares=[json_errors], client_max_size=int(self.config.max_body_mib * MIB))
+        app.router.add_post("/ocr", self._ocr)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/truth", self._truth)
+        app.router.add_get("/admin/faults", self._faults)
+        app.router.add_post("/admin/faults", self._faults)
+        return app
+
+    def dcgm_app(self) -> web.Application:
+        app = web.Application(middlewares=[json_errors])
+        app.router.add_get("/metrics", self._dcgm)
+        return app
+
+    # ---- handlers -----------------------------------------------------------------------------
+    def _unavailable(self) -> bool:
+        now = self.now_ms()
+        return now < self._unavailable_until_ms or self.pipeline.is_down(now)
+
+    def _gate(self, request: web.Request) -> Decision:
+        """Slow start, then this request's draw of the faults; raises what the fault answers."""
+        if self._unavailable():
+            raise _error(503, "server is starting or restarting", retry_after_s=1)
+        decision = self.plan.draw()
+        if decision.reset:
+            _reset_connection(request)
+            raise _Reset()
+        if decision.error:
+            raise _error(500, "injected server error")
+        return decision
+
+    async def _ocr(self, request: web.Request) -> web.StreamResponse:
+        decision = self._gate(request)
+        data, max_tokens = await _read_ocr_body(request)
+        waiter = self._submit(inspect_image(data, self.config.max_pixels), max_tokens, False, decision)
+        outcome = await waiter.future
+        await self._spike(decision)
+        if isinstance(outcome, Failed):
+            return _failed_response(outcome)
+        return web.json_response(
+            {
+                "text": waiter.text,
+                "model": self.profile.model_name,
+                "finish_reason": "length" if waiter.truncated else "stop",
+                "usage": _usage(outcome),
+            }
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        decision = self._gate(request)
+        chat = chat_request_from_json(await _read_json(request))
+        waiter = self._submit(inspect_image(chat.image, self.config.max_pixels), chat.max_tokens, chat.stream, decision)
+        created = int(time.time())
+        base = {"id": f"chatcmpl-sim-{id(waiter):x}", "created": created, "model": self.profile.model_name}
+        reason = "length" if waiter.truncated else "stop"
+        if not chat.stream:
+            outcome = await waiter.future
+            await self._spike(decision)
+            if isinstance(outcome, Failed):
+                return _failed_response(outcome)
+            message = {"role": "assistant", "content": waiter.text}
+            choice = {"index": 0, "message": message, "finish_reason": reason}
+            return web.json_response({**base, "object": "chat.completion", "choices": [choice], "usage": _usage(outcome)})
+        return await self._stream(request, waiter, decision, base, reason)
+
+    async def _stream(
+        self, request: web.Request, waiter: _Waiter, decision: Decision, base: dict[str, Any], reason: str
+    ) -> web.StreamResponse:
+        assert waiter.tokens is not None
+        resp: web.StreamResponse | None = None
+        chunk_base = {**base, "object": "chat.completion.chunk"}
+        while True:
+            item = await waiter.tokens.get()
+            if isinstance(item, Failed) and resp is None:
+                return _failed_response(item)
+            if resp is None:  # headers go out with the first token, so TTFT is the first byte
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+                await resp.prepare(request)
+            if isinstance(item, Tokens):  # the text spread evenly over the decode steps
+                per_token = len(waiter.text) / waiter.work.output_tokens
+                lo, hi = round(item.first_index * per_token), round((item.first_index + item.count) * per_token)
+                text = waiter.text[lo:hi]
+                delta = {"role": "assistant", "content": text} if item.first_index == 0 else {"content": text}
+                choice = {"index": 0, "delta": delta, "finish_reason": None}
+                await _send_event(resp, {**chunk_base, "choices": [choice]})
+                continue
+            if isinstance(item, Finished):
+                await self._spike(decision)
+                choice = {"index": 0, "delta": {}, "finish_reason": reason}
+                await _send_event(resp, {**chunk_base, "choices": [choice], "usage": _usage(item)})
+            else:
+                await _send_event(resp, {"error": {"message": item.message, "type": item.kind, "code": item.status}})
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+
+    async def _spike(self, decision: Decision) -> None:
+        if decision.spike_ms > 0:
+            await asyncio.sleep(decision.spike_ms * self.config.options.time_scale / 1000.0)
+
+    async def _health(self, request: web.Request) -> web.StreamResponse:
+        if self._unavailable():
+            return web.json_response({"status": "unavailable"}, status=503, headers={"Retry-After": "1"})
+        return web.json_response({"status": "ok", "profile": self.profile.name, "model": self.profile.model_name})
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        text = render_vllm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.stats)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _dcgm(self, request: web.Request) -> web.StreamResponse:
+        text = render_dcgm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.config.hostname)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _truth(self, request: web.Request) -> web.StreamResponse:
+        try:
+            width = int(request.query["width"])
+            height = int(request.query["height"])
+            max_tokens = int(request.query["max_tokens"]) if "max_tokens" in request.query else None
+        except (KeyError, ValueError):
+            raise BadInput(400, "use /truth?width=<px>&height=<px>[&max_tokens=<n>]") from None
+        if width < 1 or height < 1:
+            raise BadInput(400, "width and height must be positive")
+        options = asdict(self.config.options)
+        assert self._loop is not None
+        result = await self._loop.run_in_executor(
+            None, lambda: truth(self.profile.name, width, height, max_tokens=max_tokens, **options)
+        )
+        return web.json_response(asdict(result))
+
+    async def _faults(self, request: web.Request) -> web.StreamResponse:
+        if request.remote not in LOOPBACK:
+            raise _error(403, "the admin route answers loopback clients only")
+        if request.method == "POST":
+            changes = await _read_json(request)
+            try:
+                faults = updated_faults(self.plan.faults, changes)
+            except FaultError as exc:
+                raise BadInput(400, str(exc)) from None
+            self.plan.set(faults)
+            self.pipeline.restart_on_oom = faults.restart_on_oom
+            self.pipeline.restart_s = faults.restart_s
+            if "slow_start_s" in changes:
+                self._unavailable_until_ms = self.now_ms() + faults.slow_start_s * 1000.0 * self.config.options.time_scale
+        return web.json_response(self.plan.faults.to_json())
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, retry_after_s: int | None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class _Reset(Exception):
+    """The connection was reset on purpose; nothing is left to answer."""
+
+
+def _error(status: int, message: str, retry_after_s: int | None = None) -> _HTTPError:
+    return _HTTPError(status, message, retry_after_s)
+
+
+def _json_error(status: int, message: str, retry_after_s: int | None = None, kind: str = "") -> web.Response:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    body: dict[str, Any] = {"error": message}
+    if kind:
+        body["kind"] = kind
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _failed_response(outcome: Failed) -> web.Response:
+    return _json_error(outcome.status, outcome.message, outcome.retry_after_s, outcome.kind)
+
+
+def _usage(outcome: Finished) -> dict[str, int]:
+    total = outcome.prompt_tokens + outcome.output_tokens
+    return {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.output_tokens, "total_tokens": total}
+
+
+async def _send_event(resp: web.StreamResponse, payload: dict[str, Any]) -> None:
+    await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+
+def _reset_connection(request: web.Request) -> None:
+    """Close with RST (SO_LINGER 0), as a crashed worker or a proxy reset looks to the client."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+async def _read_json(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        raise BadInput(400, "empty body: send a JSON object")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadInput(400, "body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadInput(400, "body must be a JSON object")
+    return body
+
+
+def _max_tokens_of(value: object) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise BadInput(400, "max_tokens must be a positive integer") from None
+    if n < 1:
+        raise BadInput(400, "max_tokens must be a positive integer")
+    return n
+
+
+async def _read_ocr_body(request: web.Request) -> tuple[bytes, int | None]:
+    """Multipart (any file field), JSON (any base64 string key) or a raw image body."""
+    query_max = request.query.get("max_tokens")
+    if request.content_type.startswith("multipart/") or request.content_type == "application/x-www-form-urlencoded":
+        form = await request.post()
+        files = [v for v in form.values() if isinstance(v, web.FileField)]
+        max_tokens = _max_tokens_of(form.get("max_tokens", query_max))
+        if files:
+            return files[0].file.read(), max_tokens
+        strings = {k: v for k, v in form.items() if isinstance(v, str) and k != "max_tokens"}
+        if not strings:
+            raise BadInput(400, "no image: send the image as a multipart file field (e.g. `file`)")
+        return image_from_json(strings), max_tokens
+    raw = await request.read()
+    if not raw:
+        raise BadInput(400, "no image: the body is empty")
+    if request.content_type == "application/json" or raw.lstrip()[:1] == b"{":
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise BadInput(400, "body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise BadInput(400, 'body must be a JSON object like {"image": "<base64>"}')
+        return image_from_json(body), _max_tokens_of(body.get("max_tokens", query_max))
+    return raw, _max_tokens_of(query_max)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error is JSON `{"error": ...}`; an unexpected exception is a 500, never a dead server."""
+    try:
+        return await handler(request)
+    except BadInput as exc:
+        return _json_error(exc.status, exc.message)
+    except _HTTPError as exc:
+        return _json_error(exc.status, exc.message, exc.retry_after_s)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _json_error(exc.status, exc.text or exc.reason)
+    except _Reset:
+        return web.Response(status=500)  # written to a closed transport: the client saw the reset
+    except Exception as exc:
+        log.exception("internal error")
+        return _json_error(500, f"internal error: {type(exc).__name__}: {exc}")

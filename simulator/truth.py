@@ -1,0 +1,186 @@
+"""Ground truth of a profile for one image size: what the suite must find.
+
+`truth` runs the server's own model (`Pipeline`) in virtual time under a closed-loop client with
+C = 1 .. c_max users (each sends its next request the moment its answer arrives, no think time), for
+`warmup = 2C` answers and then `measured = max(100, 10C)` answers:
+    throughput(C) = measured answers / virtual time they took; p95(C) from their latencies.
+    knee_concurrency = the smallest C with throughput(C) >= KNEE_FRACTION x max throughput: the last
+        level before P95 only grows (queueing) while throughput does not; the level the suite must recommend.
+    plateau_rps = mean throughput(C) over C >= knee_concurrency.
+    c_max = 2 x slots + 4, capped below the OOM concurrency and the gateway's capacity (slots + queue).
+Memory (seed 000's method, headroom 0.7):
+    pytorch: increment_mib = the request's memory; estimate = floor((total x 0.7 - idle) / increment);
+             oom_concurrency = floor((total - reserved - idle) / increment) + 1 requests in the engine at
+             once (None when a gateway keeps fewer than that inside).
+    vllm:    memory is flat (increment 0); estimate = floor(kv_cache_size_tokens / tokens per request);
+             oom_concurrency = None.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from simulator.pipeline import Failed, Finished, Pipeline
+from simulator.profiles import Options, Profile, get_profile, make_options, work_of
+
+HEADROOM = 0.7
+KNEE_FRACTION = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    concurrency: int
+    throughput_rps: float
+    p50_ms: float
+    p95_ms: float
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class Truth:
+    profile: str
+    width_px: int
+    height_px: int
+    idle_mib: float
+    increment_mib: float  # single-request peak minus idle (0 for vllm: memory is flat)
+    total_mib: float
+    estimate: int  # seed 000's estimate (vllm: from the KV cache)
+    slots: int  # hard concurrency limit: batch slots / max_num_seqs / gateway semaphore
+    plateau_rps: float
+    knee_concurrency: int
+    oom_concurrency: int | None
+    single_latency_ms: float
+    prompt_tokens: int
+    output_tokens: int
+    kv_cache_size_tokens: int | None
+    curve: tuple[CurvePoint, ...]
+
+
+def truth(profile: str, width_px: int, height_px: int, **options: object) -> Truth:
+    """Ground truth for `profile` and an image of width_px x height_px.
+
+    options: the `Options` fields (gateway_slots, cpu_workers, max_side, time_scale, ...) and max_tokens.
+    """
+    max_tokens = options.pop("max_tokens", None)
+    if max_tokens is not None and not isinstance(max_tokens, int):
+        raise TypeError("max_tokens must be an int")
+    return _truth(get_profile(profile), make_options(**options), width_px, height_px, max_tokens)
+
+
+@lru_cache(maxsize=128)
+def _truth(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None) -> Truth:
+    work = work_of(p, o, width_px, height_px, max_tokens)
+    slots = min(p.max_batch, o.gateway_slots) if o.gateway_slots > 0 else p.max_batch
+    c_max = 2 * slots + 4
+    if o.gateway_slots > 0:
+        c_max = min(c_max, o.gateway_slots + o.gateway_queue)
+    oom: int | None = None
+    if p.kind == "pytorch":
+        increment = work.increment_mib
+        estimate = math.floor((p.total_mib * HEADROOM - p.idle_mib) / increment)
+        fit = math.floor((p.total_mib - p.reserved_mib - p.idle_mib) / increment)
+        if not (o.gateway_slots > 0 and o.gateway_slots <= fit):
+            oom = _find_oom(p, o, width_px, height_px, max_tokens, fit + 1)
+        if oom is not None:
+            c_max = min(c_max, oom - 1)
+        kv_tokens = None
+    else:
+        increment = 0.0
+        estimate = math.floor(p.kv_cache_size_tokens / (work.prompt_tokens + work.output_tokens))
+        kv_tokens = p.kv_cache_size_tokens
+    curve = tuple(simulate_closed_loop(p, o, c, width_px, height_px, max_tokens) for c in range(1, c_max + 1))
+    ok = [pt for pt in curve if pt.failures == 0] or list(curve)
+    peak = max(pt.throughput_rps for pt in ok)
+    knee = min(pt.concurrency for pt in ok if pt.throughput_rps >= KNEE_FRACTION * peak)
+    beyond = [pt.throughput_rps for pt in ok if pt.concurrency >= knee]
+    plateau = sum(beyond) / len(beyond)
+    return Truth(
+        profile=p.name,
+        width_px=width_px,
+        height_px=height_px,
+        idle_mib=p.idle_mib,
+        increment_mib=increment,
+        total_mib=p.total_mib,
+        estimate=estimate,
+        slots=slots,
+        plateau_rps=plateau,
+        knee_concurrency=knee,
+        oom_concurrency=oom,
+        single_latency_ms=curve[0].p50_ms,
+        prompt_tokens=work.prompt_tokens,
+        output_tokens=work.output_tokens,
+        kv_cache_size_tokens=kv_tokens,
+        curve=curve,
+    )
+
+
+def _find_oom(p: Profile, o: Options, w: int, h: int, max_tokens: int | None, first: int) -> int | None:
+    """Without a CPU pool every user's request sits in the engine, so `first` OOMs; with one, search."""
+    if o.cpu_workers <= 0:
+        return first
+    for c in range(first, first + o.cpu_workers + 3):
+        if simulate_closed_loop(p, o, c, w, h, max_tokens, measured=max(40, 2 * c)).failures:
+            return c
+    return None
+
+
+def simulate_closed_loop(
+    p: Profile,
+    o: Options,
+    concurrency: int,
+    width_px: int,
+    height_px: int,
+    max_tokens: int | None = None,
+    measured: int | None = None,
+) -> CurvePoint:
+    """Run `concurrency` closed-loop users against the model in virtual time; failures retry after 10 ms."""
+    work = work_of(p, o, width_px, height_px, max_tokens)
+    pipe = Pipeline(p, o)
+    warmup = 2 * concurrency
+    measured = measured if measured is not None else max(100, 10 * concurrency)
+    for job_id in range(concurrency):
+        pipe.submit(job_id, work, 0.0)
+    next_id = concurrency
+    answers = 0
+    failures = 0
+    t_first = 0.0
+    t_last = 0.0
+    latencies: list[float] = []
+    while answers < warmup + measured:
+        due = pipe.next_due_ms()
+        if due is None:
+            break
+        for outcome in pipe.advance(due):
+            if isinstance(outcome, Finished):
+                answers += 1
+                if answers == warmup:
+                    t_first = outcome.t_ms
+                elif answers > warmup:
+                    latencies.append(outcome.e2e_ms)
+                    t_last = outcome.t_ms
+                pipe.submit(next_id, work, outcome.t_ms)
+            elif isinstance(outcome, Failed):
+                failures += 1
+                if failures > 10 * (warmup + measured):
+                    answers = warmup + measured  # nothing but failures: stop
+                pipe.submit(next_id, work, outcome.t_ms + 10.0)
+            else:
+                continue
+            next_id += 1
+    latencies.sort()
+    span_ms = t_last - t_first
+    return CurvePoint(
+        concurrency=concurrency,
+        throughput_rps=1000.0 * len(latencies) / span_ms if span_ms > 0 else 0.0,
+        p50_ms=_quantile(latencies, 0.5),
+        p95_ms=_quantile(latencies, 0.95),
+        failures=failures,
+    )
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return math.nan
+    return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]

@@ -1,0 +1,61 @@
+"""The serving config: seed 000's shape, values from the knee level's P95 and throughput, comments kept."""
+
+from __future__ import annotations
+
+import pandas as pd
+import yaml
+
+from analysis import Knee, build_config, config_yaml, estimate_capacity, recommend_config
+
+EST = estimate_capacity(4000, 4500, 24000)
+TABLE = pd.DataFrame([
+    {"step_index": 2, "phase": "baseline", "level": 1, "p95_ms": 900.0, "throughput_rps": 1.2},
+    {"step_index": 5, "phase": "step", "level": 4, "p95_ms": 2300.0, "throughput_rps": 1.9},
+    {"step_index": 8, "phase": "step", "level": 8, "p95_ms": 5000.0, "throughput_rps": 2.0},
+])  # fmt: skip
+KNEE = Knee(True, 8, 8, 4, "knee at level 8", refine_between=(4, 8), criterion="latency")
+
+
+def test_values_follow_the_recommended_level() -> None:
+    config = recommend_config(TABLE, KNEE, EST, "pytorch")
+    server = config["server"]
+    assert server["max_concurrency"] == 4
+    assert server["request_timeout_s"] == 7  # ceil(3 x 2.3 s)
+    assert server["queue"]["wait_timeout_s"] == 5  # ceil(2 x 2.3 s)
+    assert server["queue"]["max_size"] == 10  # ceil(1.9 rps x 5 s)
+    assert server["reject_status"] == 503 and server["retry_after_s"] == 3  # ceil(2.3 s)
+    assert "vllm_args" not in config
+
+
+def test_vllm_gets_max_num_seqs() -> None:
+    config = recommend_config(TABLE, KNEE, EST, "vllm")
+    assert config["vllm_args"] == ["--max-num-seqs", 4]
+
+
+def test_yaml_text_parses_back_to_the_content_and_comments_every_value() -> None:
+    config, comments = build_config(TABLE, KNEE, EST, "vllm")
+    text = config_yaml(config, comments, header="run x\nsecond line")
+    assert yaml.safe_load(text) == config
+    lines = text.splitlines()
+    assert lines[:2] == ["# run x", "# second line"]
+    valued = [
+        line for line in lines if ":" in line and not line.rstrip().endswith(":") and not line.startswith("#")
+    ]
+    assert len(valued) == 7 and all("#" in line for line in valued)
+    assert "the step before the knee at level 8" in text and "3 x P95 2300 ms at level 4" in text
+
+
+def test_no_knee_and_no_safe_level() -> None:
+    open_top = Knee(False, None, None, 8, "no knee")
+    config, comments = build_config(TABLE, open_top, EST, "pytorch")
+    assert config["server"]["max_concurrency"] == 8 and "test above 8" in comments["server.max_concurrency"]
+    assert config["server"]["request_timeout_s"] == 15
+    broken = Knee(True, 5, 4, None, "knee at level 4; saturated at one user")
+    config, comments = build_config(TABLE, broken, EST, "pytorch")
+    assert config["server"]["max_concurrency"] == 1 and "no safe level" in comments["server.max_concurrency"]
+    assert config["server"]["request_timeout_s"] == 3  # from the baseline's 900 ms
+
+
+def test_empty_table_still_gives_a_config() -> None:
+    config = recommend_config(pd.DataFrame(), Knee(False, None, None, None, "no steps"), EST, "unknown")
+    assert config["server"]["max_concurrency"] == 1 and config["server"]["request_timeout_s"] == 30

@@ -1,0 +1,131 @@
+"""Unit tests of loadtest's pure parts: config checks, failure kinds, retry timing, the plan."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from loadtest import failures
+from loadtest.config import ConfigError, RunConfig, parse_headers, to_argv
+from loadtest.plan import LevelChoice, plan_phases
+from loadtest.users import retry_delay_s
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"levels": "abc"}, "LEVELS"),
+        ({"levels": "0"}, "LEVELS"),
+        ({"levels": "2,,4"}, "LEVELS"),
+        ({"style": "grpc"}, "STYLE"),
+        ({"scenario": "burst"}, "SCENARIO"),
+        ({"host": "gpu-box:8000"}, "HOST"),
+        ({"headroom": 1.5}, "HEADROOM"),
+        ({"step_s": 0}, "STEP_S"),
+        ({"headers": "no colon here"}, "HEADERS"),
+    ],
+)
+def test_bad_settings_give_one_line_naming_the_setting(fields, needle):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_mapping(fields)
+    message = str(err.value)
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_good_settings_parse():
+    cfg = RunConfig.from_mapping({"levels": "1, 2,4", "host": "http://127.0.0.1:8000", "style": "openai"})
+    assert cfg.level_list == [1, 2, 4]
+    assert cfg.endpoint_path == "/v1/chat/completions"
+    assert RunConfig(style="json").endpoint_path == "/ocr"
+
+
+def test_headers_parse_and_are_masked_in_the_manifest():
+    cfg = RunConfig(headers="Authorization: Bearer abc; X-No-Cache: 1", gpu_token="secret")
+    assert parse_headers(cfg.headers) == {"Authorization": "Bearer abc", "X-No-Cache": "1"}
+    public = cfg.public_dict()
+    assert "abc" not in str(public) and "secret" not in str(public)
+    assert "gpu_token" not in public
+
+
+def test_argv_carries_every_field_but_host_and_token():
+    argv = to_argv(RunConfig(levels="1,2", gpu_token="secret", refine=False))
+    assert "secret" not in argv
+    assert argv[argv.index("--ocr-levels") + 1] == "1,2"
+    assert argv[argv.index("--ocr-refine") + 1] == "false"
+    assert "--ocr-host" not in argv
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error", "kind"),
+    [
+        (200, b"{}", "", failures.OK),
+        (0, b"", "ConnectionRefusedError: refused", failures.CONNECTION),
+        (0, b"", "timeout: timed out", failures.TIMEOUT),
+        (503, b"busy", "", failures.REJECTED),
+        (429, b"", "", failures.REJECTED),
+        (500, b'{"error": "CUDA out of memory"}', "", failures.OOM),
+        (500, b"boom", "", failures.HTTP_5XX),
+        (404, b"", "", failures.HTTP_4XX),
+    ],
+)
+def test_http_failures_are_classified(status, body, error, kind):
+    assert failures.classify_http(status, body, error) == kind
+
+
+def test_answer_failures_are_their_own_kinds():
+    assert failures.classify_answer(None, None, 0.5) == failures.BAD_ANSWER
+    assert failures.classify_answer("  ", None, 0.5) == failures.EMPTY_ANSWER
+    assert failures.classify_answer("abc", 0.9, 0.5) == failures.WRONG_ANSWER
+    assert failures.classify_answer("abc", 0.1, 0.5) == failures.OK
+
+
+def test_retry_honours_retry_after_then_backs_off():
+    assert retry_delay_s(1, "3") == 3.0
+    assert retry_delay_s(1, "999") == 30.0  # capped
+    assert retry_delay_s(1, None) == 0.5
+    assert retry_delay_s(3, None) == 2.0
+    assert retry_delay_s(2, "Wed, 21 Oct 2015 07:28:00 GMT") == 1.0  # a date falls back to backoff
+
+
+def _phases(cfg, choice, knee_after=None, refine=()):
+    done = {"steps": 0}
+    refine_iter = iter(refine)
+
+    def knee_reached():
+        done["steps"] += 1
+        return knee_after is not None and done["steps"] >= knee_after
+
+    return list(plan_phases(cfg, lambda: choice, knee_reached, lambda: next(refine_iter, None)))
+
+
+def test_plan_runs_idle_baseline_then_each_level_with_cooldowns():
+    cfg = RunConfig(refine=False)
+    phases = _phases(cfg, LevelChoice([2, 5, 8], "test"))
+    kinds = [(p.phase, p.level) for p in phases]
+    assert kinds[:4] == [("idle", 0), ("warmup", 1), ("baseline", 1), ("cooldown", 0)]
+    assert kinds[4:] == [("warmup", 2), ("step", 2), ("cooldown", 0), ("warmup", 5), ("step", 5), ("cooldown", 0),
+                         ("warmup", 8), ("step", 8), ("cooldown", 0)]
+    baseline = phases[2]
+    assert baseline.min_requests == cfg.baseline_rounds * cfg.baseline_round_requests >= 60
+
+
+def test_plan_stops_climbing_at_the_knee_and_refines_within_budget():
+    cfg = RunConfig(refine=True, refine_budget=2, warmup_s=0)
+    phases = _phases(cfg, LevelChoice([1, 2, 4, 8, 16], "doubling", True), knee_after=4, refine=[6, 7, 5])
+    steps = [p.level for p in phases if p.phase == "step"]
+    assert steps == [1, 2, 4, 8, 6, 7]
+
+
+def test_plan_refinement_ends_when_no_level_is_left():
+    cfg = RunConfig(refine=True, refine_budget=5)
+    phases = _phases(cfg, LevelChoice([2, 4], "x"), refine=[3])
+    assert [p.level for p in phases if p.phase == "step"] == [2, 4, 3]
+
+
+def test_soak_holds_one_level_for_soak_s():
+    cfg = RunConfig(scenario="soak", soak_s=42.0)
+    phases = _phases(cfg, LevelChoice([6], "soak"), refine=itertools.repeat(3))
+    steps = [p for p in phases if p.phase == "step"]
+    assert [(s.level, s.min_s, s.max_s) for s in steps] == [(6, 42.0, 42.0)]

@@ -1,0 +1,100 @@
+"""The report in a real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright):
+no console errors, no network, every chart drawn, the verdict on the first screen, untrusted
+text inert. Saves test-artifacts/report-first-screen.png for a person to look at."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from rep_fixtures import build_run
+
+from reports import build_charts, render_report
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+EVIL = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
+
+
+def _wait_for_chromium(timeout_s: float = 180.0) -> None:
+    """Chromium may still be installing on a fresh machine: wait for it, then give up with a skip."""
+    deadline = time.monotonic() + timeout_s
+    while not CHROMIUM.exists():
+        if time.monotonic() > deadline:
+            pytest.skip(f"{CHROMIUM} did not appear within {timeout_s:.0f} s: install Debian's chromium")
+        time.sleep(2)
+
+
+def _open(page: object, path: Path, html: str) -> str:
+    path.write_text(html, encoding="utf-8")
+    page.goto(path.as_uri(), wait_until="load", timeout=30_000)  # type: ignore[attr-defined]
+    return path.as_uri()
+
+
+@pytest.mark.browser
+def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path) -> None:
+    _wait_for_chromium()
+    from playwright.sync_api import sync_playwright
+
+    clean = build_run(scenario="mixed")
+    charts = build_charts(clean.summary, clean.frames())
+    assert all(c.image_uri for c in charts)  # this fixture has data for every chart
+    evil = build_run(evil=EVIL)
+
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            html = render_report(clean.summary, clean.frames(), charts=charts)
+            urls = [_open(page, tmp_path / "report.html", html)]
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "report-first-screen.png"))
+
+            verdict = page.locator("#recommended-level")
+            assert verdict.inner_text().strip() == "6" and verdict.is_visible()
+            assert verdict.bounding_box()["y"] < 800  # type: ignore[index]
+            assert page.locator("#config-yaml").bounding_box()["y"] < 800  # type: ignore[index]
+            assert "max_concurrency: 6" in page.locator("#config-yaml").inner_text()
+
+            figures = page.locator("figure.chart")
+            assert figures.count() == len(charts) == 7
+            for i in range(figures.count()):
+                size = figures.nth(i).evaluate(
+                    """f => { const img = f.querySelector('img'); const svg = f.querySelector('svg');
+                       if (img) return img.complete ? img.naturalWidth * img.naturalHeight : 0;
+                       return svg ? svg.childElementCount : 0; }"""
+                )
+                assert size > 10_000, f"chart {i} is empty"
+
+            page.locator("button.copy").click()
+            page.wait_for_function(
+                "document.querySelector('button.copy').textContent !== 'Copy'", timeout=5_000
+            )
+
+            # Untrusted text (error bodies, event messages, manifest strings) stays inert text.
+            urls.append(_open(page, tmp_path / "evil.html", render_report(evil.summary, evil.frames())))
+            assert page.evaluate("typeof window.__pwned") == "undefined"
+            assert "window.__pwned = 1" in page.locator("#run").inner_text()
+            assert "window.__pwned = 1" in page.locator("table.errors").inner_text()
+        finally:
+            browser.close()
+
+    assert errors == []
+    others = [u for u in requests if u not in urls and not u.startswith("data:")]
+    assert others == [], f"the page made network requests: {others}"
+    assert all(u in requests for u in urls)

@@ -1,0 +1,70 @@
+"""`python -m reports`: exit codes and the one-line answer, run as a real process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rep_fixtures import build_run, write_run_folder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "reports", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_missing_folder_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    line = _one_line_error(_run(str(tmp_path / "nope")))
+    assert line.startswith("reports: no run folder at ")
+
+
+def test_compare_with_a_missing_folder_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    line = _one_line_error(_run("compare", str(tmp_path), str(tmp_path / "nope")))
+    assert "no run folder" in line
+
+
+def _analysis_ready() -> bool:
+    try:
+        import analysis
+    except ImportError:
+        return False
+    return hasattr(analysis, "write_outputs") and hasattr(analysis, "RunFolderError")
+
+
+needs_analysis = pytest.mark.skipif(not _analysis_ready(), reason="analysis package not built yet")
+
+
+@needs_analysis
+def test_corrupt_folder_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{not json", encoding="utf-8")
+    line = _one_line_error(_run(str(tmp_path)))
+    assert line.startswith("reports: ") and "manifest.json" in line
+
+
+@needs_analysis
+def test_report_and_compare_print_their_paths(tmp_path: Path) -> None:
+    a = write_run_folder(tmp_path / "a", build_run())
+    b = write_run_folder(tmp_path / "b", build_run(complete=False))
+    proc = _run(str(a))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"report: {a / 'report.html'}"
+    assert (a / "report.html").stat().st_size > 10_000
+    out = tmp_path / "cmp.html"
+    proc = _run("compare", str(a), str(b), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"report: {out}"
+    html = out.read_text(encoding="utf-8")
+    assert html.count('<table class="steps">') == 2 and 'href="a/report.html"' in html

@@ -1,0 +1,112 @@
+"""render_report on synthetic runs: the verdict, the charts, the banners, and escaping."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+from rep_fixtures import build_run
+
+from reports import ReportFrames, build_charts, render_report
+
+EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def _imgs(html: str) -> list[str]:
+    return re.findall(r'<img src="(data:image/png;base64,[A-Za-z0-9+/=]+)"', html)
+
+
+def test_full_run_puts_the_verdict_config_and_every_chart_in_the_page() -> None:
+    run = build_run()
+    html = render_report(run.summary, run.frames())
+    assert re.search(r'id="recommended-level">6<', html)
+    assert "max_concurrency: 6" in html and "retry_after_s: 2" in html
+    assert "the knee is at 8, so 6 is the recommended level" in html
+    assert "floor((24,576 MiB × 0.7 − 9,000 MiB) / 1,000 MiB) = 8" in html
+    assert "estimate predicted 15,000 MiB" in html
+    keys = re.findall(r'id="chart-(\w+)"', html)
+    assert keys == ["latency", "throughput", "memory", "utilisation", "errors", "timeline"]
+    assert len(_imgs(html)) == len(keys)
+    assert "chart-note" not in html
+    assert 'id="banner-partial"' not in html and 'id="banner-nogpu"' not in html
+    assert '<tr class="knee">' in html and '<tr class="rec">' in html
+
+
+def test_page_is_self_contained() -> None:
+    run = build_run(scenario="mixed")
+    html = render_report(run.summary, run.frames())
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert "@import" not in html and "url(" not in html
+    assert "<link" not in html
+    # Only our own copy-button script; every src is a data: URI.
+    assert html.count("<script") == 1
+    assert all(s.startswith("data:") for s in re.findall(r'src="([^"]*)"', html))
+    hrefs = re.findall(r'href="([^"]*)"', html)
+    assert "summary.json" in hrefs and "steps.csv" in hrefs
+    assert all(h.startswith("#") or "/" not in h for h in hrefs)
+
+
+def test_no_gpu_partial_run_renders_banners_and_notes() -> None:
+    run = build_run(gpu=False, complete=False)
+    html = render_report(run.summary, run.frames())
+    assert 'id="banner-partial"' in html
+    assert "steps after 6 (run stopped): levels 8, 10" in html
+    assert 'id="banner-nogpu"' in html
+    assert "the sampler sidecar at http://gpu-box:9400 was unreachable." in html
+    memory = html.split('id="chart-memory"')[1].split("</figure>")[0]
+    assert "chart-note" in memory and "No GPU data in this run" in memory
+    timeline = html.split('id="chart-timeline"')[1].split("</figure>")[0]
+    assert "chart-note" in timeline
+    assert "not reached" in html  # no knee among 2, 4, 6
+
+
+def test_untrusted_strings_are_escaped_everywhere() -> None:
+    run = build_run(evil=EVIL)
+    html = render_report(run.summary, run.frames())
+    assert EVIL not in html
+    assert html.count("<script") == 1
+    assert "onerror=alert(1)>" not in html
+    escaped = "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"
+    assert escaped in html.split('id="run"')[1]  # manifest strings and event messages
+    failures = html.split("What the failures said")[1].split("</table>")[0]
+    assert escaped in failures  # error_text of failed requests
+
+
+def test_mixed_and_soak_add_their_charts() -> None:
+    mixed = build_run(scenario="mixed")
+    keys = re.findall(r'id="chart-(\w+)"', render_report(mixed.summary, mixed.frames()))
+    assert "buckets" in keys and "soak" not in keys
+    soak = build_run(scenario="soak")
+    charts = build_charts(soak.summary, soak.frames())
+    by_key = {c.key: c for c in charts}
+    assert by_key["soak"].image_uri and "creeping" in by_key["soak"].caption
+    assert "buckets" not in by_key
+
+
+def test_empty_summary_and_frames_render_with_notes() -> None:
+    html = render_report({}, ReportFrames())
+    assert "no recommendation" in html
+    assert len(_imgs(html)) == 0
+    assert html.count("chart-note") == 6
+    assert "No measured steps." in html
+
+
+def test_nan_and_missing_values_do_not_crash() -> None:
+    run = build_run()
+    summary = dict(run.summary)
+    steps = [dict(s) for s in summary["steps"]]
+    for s in steps:
+        s["p99_ms"] = math.nan
+        s["gpu_util_peak_pct"] = None
+        s.pop("kv_cache_peak_frac")
+    steps[-1]["level"] = math.nan
+    summary["steps"] = steps
+    summary["knee"] = None
+    summary["estimate"] = {"dimension": "none", "estimate": None, "reason": "single request too small"}
+    frames = ReportFrames(plan=run.frames().plan, gpu=pd.DataFrame({"t_unix_s": ["bad", None]}))
+    html = render_report(summary, frames)
+    assert re.search(r'id="recommended-level">6<', html)
+    assert "single request too small" in html
+    text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)

@@ -1,0 +1,138 @@
+"""Shared helpers of the simulator tests: test images, a subprocess server, a closed-loop client."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from PIL import Image, ImageDraw, PngImagePlugin
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def png_with_text(width: int, height: int, text: str | None) -> bytes:
+    im = Image.new("RGB", (width, height), "white")
+    ImageDraw.Draw(im).text((10, 10), (text or "")[:40], fill="black")
+    info = PngImagePlugin.PngInfo()
+    if text is not None:
+        info.add_text("ocr_text", text)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG", pnginfo=info)
+    return buf.getvalue()
+
+
+def jpeg_with_text(width: int, height: int, text: str) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), "white").save(buf, format="JPEG", comment=f"ocr_text:{text}".encode())
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class RunningSim:
+    url: str
+    dcgm_url: str | None
+    proc: subprocess.Popen[str]
+
+
+@contextmanager
+def sim_process(*flags: str, timeout_s: float = 15.0) -> Iterator[RunningSim]:
+    """Start `python -m simulator` on free ports; always kill it (by PID) on the way out."""
+    cmd = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", "0", "--dcgm-port", "0", *flags]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url, dcgm = _read_urls(proc, timeout_s)
+        yield RunningSim(url=url, dcgm_url=dcgm, proc=proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _read_urls(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str | None]:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    url = dcgm = None
+    while time.monotonic() < deadline and (url is None or dcgm is None):
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"simulator exited early (rc={proc.wait()})")
+        if line.startswith("simulator: "):
+            url = line.split(" ", 1)[1].strip()
+        elif line.startswith("dcgm: "):
+            dcgm = line.split(" ", 1)[1].strip()
+    if url is None:
+        raise RuntimeError("simulator did not print its URL")
+    return url, dcgm
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    concurrency: int
+    latencies_ms: tuple[float, ...]
+    statuses: tuple[int, ...]
+    errors: tuple[str, ...]
+    window_s: float
+
+    @property
+    def ok_count(self) -> int:
+        return sum(1 for s in self.statuses if s == 200)
+
+    @property
+    def throughput_rps(self) -> float:
+        return self.ok_count / self.window_s
+
+    @property
+    def p95_ms(self) -> float:
+        values = sorted(self.latencies_ms)
+        return values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)] if values else math.nan
+
+
+async def closed_loop(url: str, body: bytes, concurrency: int, warmup_s: float, measure_s: float) -> LoopResult:
+    """`concurrency` users, each posting its next multipart request when its answer arrives.
+
+    Answers that arrive inside the measured window count (steady-state throughput); the others not."""
+    latencies: list[float] = []
+    statuses: list[int] = []
+    errors: list[str] = []
+    connector = aiohttp.TCPConnector(limit=concurrency + 4)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        t0 = time.perf_counter()
+        start, end = t0 + warmup_s, t0 + warmup_s + measure_s
+
+        async def user() -> None:
+            while time.perf_counter() < end:
+                form = aiohttp.FormData()
+                form.add_field("file", body, filename="page.png", content_type="image/png")
+                sent = time.perf_counter()
+                async with session.post(f"{url}/ocr", data=form) as resp:
+                    payload = await resp.read()
+                done = time.perf_counter()
+                if start <= done <= end:
+                    statuses.append(resp.status)
+                    if resp.status == 200:
+                        latencies.append((done - sent) * 1000.0)
+                    else:
+                        errors.append(payload.decode(errors="replace")[:200])
+
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+    return LoopResult(concurrency, tuple(latencies), tuple(statuses), tuple(errors), measure_s)
