@@ -7,6 +7,7 @@ Points whose value is None are skipped; an empty series draws nothing rather tha
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from matplotlib.axes import Axes
 
@@ -29,7 +30,7 @@ def latency_scale(points: Sequence[LevelPoint]) -> tuple[float, str]:
     return (0.001, "s") if values and max(values) > 3000 else (1.0, "ms")
 
 
-def legend(ax: Axes, loc: str = "best") -> None:
+def legend(ax: Axes, loc: Literal["best", "lower right"] = "best") -> None:
     """A legend only when something is labelled (matplotlib warns on an empty one)."""
     handles, _labels = ax.get_legend_handles_labels()
     if handles:

@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from reports.charts import BLUE, ORANGE, latency_scale, legend
 from reports.figures import Chart, make_chart, one_axis
 from reports.points import LevelPoint, level_points, mapping, whole
+from reports.render import headline as headline_of
 from reports.render import make_environment, shown_columns, step_at
 
 
@@ -77,8 +78,8 @@ def headline(side: CompareSide) -> dict[str, Any]:
         "label": side.label,
         "href": side.report_href,
         "run_id": summary.get("run_id") or "",
-        "target": manifest.get("target") or "",
-        "scenario": manifest.get("scenario") or "",
+        "target": headline_of(manifest)["target"],
+        "scenario": headline_of(manifest)["scenario"],
         "complete": bool(summary.get("complete", True)),
         "recommended": recommended,
         "knee_level": knee.get("knee_level") if knee.get("found") else None,

@@ -161,9 +161,34 @@ def predicted_mem_mib(estimate: Mapping[str, Any], level: int | None) -> float |
     return idle + inc * level
 
 
-def manifest_rows(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+def manifest_rows(manifest: Mapping[str, Any]) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(key, text, sub-rows): a nested mapping is listed one key per line instead of as JSON."""
     keys = [k for k in MANIFEST_FIRST if k in manifest] + [k for k in manifest if k not in MANIFEST_FIRST]
-    return [(str(k), fmt_value(manifest[k])) for k in keys]
+    rows = []
+    for key in keys:
+        value = manifest[key]
+        if isinstance(value, Mapping) and value:
+            rows.append((str(key), "", [(str(k), fmt_value(v)) for k, v in value.items()]))
+        else:
+            rows.append((str(key), fmt_value(value), []))
+    return rows
+
+
+def headline(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Target, scenario, style and model for the page header, whether `target` is a URL or a mapping."""
+    target = manifest.get("target")
+    config = mapping(manifest.get("config"))
+    if isinstance(target, Mapping):
+        url = f"{target.get('host') or ''}{target.get('endpoint') or ''}"
+        style, model = target.get("style"), target.get("model")
+    else:
+        url, style, model = str(target or manifest.get("host") or ""), None, None
+    return {
+        "target": url,
+        "scenario": fmt_value(manifest.get("scenario") or config.get("scenario") or ""),
+        "style": str(manifest.get("style") or style or config.get("style") or ""),
+        "model": str(manifest.get("model") or model or config.get("model") or ""),
+    }
 
 
 def build_context(
@@ -187,9 +212,7 @@ def build_context(
         "run_id": summary.get("run_id") or manifest.get("run_id") or "unnamed run",
         "manifest": manifest,
         "manifest_rows": manifest_rows(manifest),
-        "target": manifest.get("target") or manifest.get("host") or "",
-        "scenario": manifest.get("scenario") or "",
-        "style": manifest.get("style") or "",
+        "head": headline(manifest),
         "complete": bool(summary.get("complete", True)),
         "missing": [str(m) for m in summary.get("missing") or []],
         "gpu": gpu,
@@ -205,6 +228,7 @@ def build_context(
         "charts": list(charts),
         "steps": steps,
         "step_columns": shown_columns(steps),
+        "measured_count": sum(1 for s in steps if s.get("phase") == "step"),
         "diagnosis": mapping(summary.get("diagnosis")),
         "baseline": summary.get("baseline"),
         "slo": summary.get("slo"),

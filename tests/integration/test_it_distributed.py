@@ -14,7 +14,7 @@ def _served(url: str) -> float:
     text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
     total = 0.0
     for fam in text_string_to_metric_families(text):
-        if fam.name == "simulator_http_requests":  # every OCR request the server answered or dropped
+        if fam.name == "vllm:request_success":  # every request the engine finished, by finished_reason
             total += sum(s.value for s in fam.samples if s.name.endswith("_total"))
     return total
 

@@ -110,3 +110,24 @@ def test_nan_and_missing_values_do_not_crash() -> None:
     assert "single request too small" in html
     text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)
     assert not re.search(r"\bnan\b", text, re.IGNORECASE)
+
+
+def test_vllm_run_shows_the_kv_cache_dimension() -> None:
+    run = build_run()
+    summary = dict(run.summary)
+    summary["server_kind"] = "vllm"
+    summary["estimate"] = {
+        "dimension": "kv_cache",
+        "estimate": 9,
+        "headroom": 0.7,
+        "kv_cache_size_tokens": 20_000,
+        "tokens_per_request": 1_500,
+        "reason": "NVML memory is flat (preallocated): KV cache used instead",
+    }
+    summary["steps"] = [{**s, "kv_cache_peak_frac": s["level"] / 12} for s in summary["steps"]]
+    summary["config"] = {"vllm": {"max_num_seqs": 6}}
+    html = render_report(summary, run.frames())
+    assert "<code>--max-num-seqs</code>" in html
+    assert "floor(20,000 tokens × 0.7 / 1,500 tokens per request) = 9" in html
+    assert 'id="chart-kv_cache"' in html and "max_num_seqs: 6" in html
+    assert "<th>KV peak</th>" in html and "83%" in html  # level 10 of 12

@@ -6,9 +6,11 @@ import asyncio
 import io
 import math
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,14 +48,15 @@ class RunningSim:
 
 
 @contextmanager
-def sim_process(*flags: str, timeout_s: float = 15.0) -> Iterator[RunningSim]:
-    """Start `python -m simulator` on free ports; always kill it (by PID) on the way out."""
-    cmd = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", "0", "--dcgm-port", "0", *flags]
+def sim_process(*flags: str, dcgm: bool = True, timeout_s: float = 20.0) -> Iterator[RunningSim]:
+    """Start `python -m simulator` on free ports; always stop it (by PID) on the way out."""
+    dcgm_port = "0" if dcgm else "-1"
+    cmd = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", "0", "--dcgm-port", dcgm_port, *flags]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        url, dcgm = _read_urls(proc, timeout_s)
-        yield RunningSim(url=url, dcgm_url=dcgm, proc=proc)
+        url, dcgm_url = _read_urls(proc, 2 if dcgm else 1, timeout_s)
+        yield RunningSim(url=url, dcgm_url=dcgm_url, proc=proc)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -67,12 +70,19 @@ def sim_process(*flags: str, timeout_s: float = 15.0) -> Iterator[RunningSim]:
                 stream.close()
 
 
-def _read_urls(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str | None]:
+def _read_urls(proc: subprocess.Popen[str], n_lines: int, timeout_s: float) -> tuple[str, str | None]:
+    """The first n_lines of stdout, read in a thread so a silent process cannot hang the test."""
     assert proc.stdout is not None
-    deadline = time.monotonic() + timeout_s
+    stdout = proc.stdout
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(stdout.readline()) for _ in range(n_lines)], daemon=True).start()
     url = dcgm = None
-    while time.monotonic() < deadline and (url is None or dcgm is None):
-        line = proc.stdout.readline()
+    deadline = time.monotonic() + timeout_s
+    for _ in range(n_lines):
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise RuntimeError("simulator did not print its URLs in time") from None
         if not line:
             raise RuntimeError(f"simulator exited early (rc={proc.wait()})")
         if line.startswith("simulator: "):

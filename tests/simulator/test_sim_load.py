@@ -23,7 +23,7 @@ PNG = png_with_text(1000, 700, "Invoice 2024-001 total 42.00 EUR " * 8)
 
 @pytest.fixture(scope="module")
 def pytorch_sim() -> Iterator[RunningSim]:
-    with sim_process("--profile", "pytorch-24g", "--time-scale", SCALE, "--dcgm-port", "-1") as sim:
+    with sim_process("--profile", "pytorch-24g", "--time-scale", SCALE, dcgm=False) as sim:
         yield sim
 
 

@@ -1,0 +1,247 @@
+"""Real processes for the fault tests: the CLI run watched line by line, the sidecar, a scripted server.
+
+Every process is started in its own session and stopped by its process group (never by name).
+All traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from it_procs import REPO, Simulator, start_simulator, stop  # noqa: E402
+
+__all__ = ["REPO", "Simulator", "start_simulator", "stop"]
+
+# Short phases for fault runs: the behaviour under test, not the measurement, is what counts.
+QUICK = ["--idle-s", "1", "--warmup-s", "0", "--cooldown-s", "1", "--baseline-rounds", "1",
+         "--baseline-round-requests", "5", "--min-step-requests", "5", "--refine", "false"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
+    """Signal a process started with start_new_session=True and everything in its group."""
+    if proc.poll() is None or _group_alive(proc.pid):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+@dataclass
+class LiveRun:
+    """`python -m loadtest ARGS` in its own process group; stdout is read as it comes."""
+
+    proc: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, args: list[str], env: dict[str, str] | None = None) -> LiveRun:
+        proc = subprocess.Popen([sys.executable, "-m", "loadtest", *args], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        run = cls(proc)
+        for stream, sink in ((proc.stdout, run.lines), (proc.stderr, run.err)):
+            t = threading.Thread(target=_pump, args=(stream, sink), daemon=True)
+            t.start()
+            run._threads.append(t)
+        return run
+
+    def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:
+        """The first stdout line matching `pattern` (a regex), waiting for it."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while time.monotonic() < deadline:
+            for line in self.lines[seen:]:
+                m = rx.search(line)
+                if m:
+                    return m
+            seen = max(0, len(self.lines) - 1)
+            if self.proc.poll() is not None and not any(rx.search(x) for x in self.lines):
+                time.sleep(0.2)  # let the pumps drain
+                if any(rx.search(x) for x in self.lines):
+                    continue
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} in {timeout_s} s\n{self.output()}")
+
+    def finish(self, timeout_s: float) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc)
+            raise AssertionError(f"the run did not end in {timeout_s} s\n{self.output()}") from None
+        for t in self._threads:
+            t.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        kill_group(self.proc)
+
+    def run_dir(self) -> Path:
+        m = self.wait_for(r"^run folder: (.+)$", 60)
+        return Path(m.group(1).strip())
+
+    def output(self) -> str:
+        return "stdout:\n" + "\n".join(self.lines[-60:]) + "\nstderr:\n" + "\n".join(self.err[-40:])
+
+    def children(self, needle: str) -> list[psutil.Process]:
+        """Descendant processes whose command line contains `needle` (e.g. "--worker")."""
+        try:
+            kids = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        out = []
+        for kid in kids:
+            try:
+                if needle in " ".join(kid.cmdline()):
+                    out.append(kid)
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+
+def _pump(stream: Any, sink: list[str]) -> None:
+    for line in iter(stream.readline, ""):
+        sink.append(line.rstrip("\n"))
+    stream.close()
+
+
+def set_faults(sim: Simulator, **faults: Any) -> dict[str, Any]:
+    """The simulator's loopback admin route: change fault switches while it runs."""
+    req = urllib.request.Request(sim.url + "/admin/faults", data=json.dumps(faults).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        data: dict[str, Any] = json.loads(resp.read())
+        return data
+
+
+@dataclass
+class Sidecar:
+    proc: subprocess.Popen[str]
+    url: str
+    port: int
+
+
+def start_sidecar(*args: str, port: int = 0) -> Sidecar:
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_sampler", "serve", "--host", "127.0.0.1", "--port",
+                             str(port), *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("sampler: http"):
+            url = line.split(" ", 1)[1].strip()
+            return Sidecar(proc, url, int(url.rsplit(":", 1)[1]))
+    kill_group(proc)
+    raise RuntimeError("the sidecar did not start")
+
+
+# --- a scripted OCR server: answers as a function of the request number -------------------------
+Answer = tuple[int, dict[str, str], bytes]
+
+
+class ScriptedServer:
+    """A tiny threaded HTTP server on 127.0.0.1 whose answer to request n is `script(n)`."""
+
+    def __init__(self, script: Callable[[int], Answer]) -> None:
+        self.script = script
+        self.count = 0
+        self.seen_headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                with outer._lock:
+                    n = outer.count
+                    outer.count += 1
+                    outer.seen_headers.append(dict(self.headers))
+                status, headers, body = outer.script(n)
+                self.send_response(status)
+                for k, v in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=5)
+
+
+def ok_answer(text: str = "hello world") -> Answer:
+    return 200, {}, json.dumps({"text": text}).encode()
+
+
+# --- reading a run folder -----------------------------------------------------------------------
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    return lines[0]
