@@ -99,8 +99,8 @@ def diagnose(table: pd.DataFrame, estimate: Estimate, knee: Knee) -> Diagnosis:
     if excess > max(ABOVE_TOL * (worst["predicted"] - base), floor):
         evidence.update(level=worst["level"], predicted=worst["predicted"], measured=worst["measured"])
         return Diagnosis("memory_above", (
-            f"At level {worst['level']} memory measured {worst['measured']:.4g} {unit}, above the predicted"
-            f" {worst['predicted']:.4g} {unit} ({excess:+.4g}). Suspects in order: caches not released between"
+            f"At level {worst['level']} memory measured {_num(worst['measured'], unit)}, above the predicted"
+            f" {_num(worst['predicted'], unit)} ({_num(excess, unit, '+,.0f')}). Suspects in order: caches not released between"
             " requests, allocator fragmentation, extra intermediate buffers; check for request-level objects"
             " that are never freed, then rerun a soak to see whether memory creeps."
         ), evidence)  # fmt: skip
@@ -118,9 +118,9 @@ def diagnose(table: pd.DataFrame, estimate: Estimate, knee: Knee) -> Diagnosis:
         not math.isnan(latency_ratio) and latency_ratio > LATENCY_UP_RATIO
     )
     numbers = (
-        f"at level {at['level']} memory {at['measured']:.4g} {unit} vs predicted {at['predicted']:.4g},"
+        f"at level {at['level']} memory {_num(at['measured'], unit)} vs predicted {_num(at['predicted'], unit)},"
         f" P95 {at['p95_ms']:.0f} ms ({latency_ratio:.2f}x level {first['level']}), GPU utilisation"
-        f" {util:.0f}%, GPU-host CPU {host:.0f}%, driver CPU {driver:.0f}%"
+        f" {_num(util, '%', '.0f')}, GPU-host CPU {_num(host, '%', '.0f')}, driver CPU {_num(driver, '%', '.0f')}"
     )
     if climbs and used_part < BELOW_FRAC:
         return Diagnosis("memory_below_latency_up", (
@@ -138,6 +138,16 @@ def diagnose(table: pd.DataFrame, estimate: Estimate, knee: Knee) -> Diagnosis:
         f"Memory grows as predicted and latency stays flat ({numbers}): the estimate's assumptions hold; pick a"
         " level near the estimate."
     ), evidence)  # fmt: skip
+
+
+def _num(value: float, unit: str, spec: str = ",.0f") -> str:
+    """A number for a sentence: MiB as whole numbers, fractions as percentages, NaN as "n/a"."""
+    if math.isnan(value):
+        return "n/a"
+    if unit == "KV-cache fraction":
+        sign = "+" if spec.startswith("+") else ""
+        return f"{100 * value:{sign}.1f}% of the KV cache"
+    return f"{value:{spec}}{unit}" if unit == "%" else f"{value:{spec}} {unit}"
 
 
 def _focus(compared: list[dict[str, Any]], knee: Knee) -> dict[str, Any]:

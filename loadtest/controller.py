@@ -81,6 +81,7 @@ class Controller:
         self.measured_levels: list[int] = []
         self.idle_mib: float | None = None
         self.choice: LevelChoice | None = None
+        self._first_level_step = 0
         self.finished = False
         self._plan = plan_phases(cfg, self._choose_levels, self._knee_reached, self._refine_level)
         self._last_progress = 0.0
@@ -181,8 +182,15 @@ class Controller:
         self.broadcast(tag)
         if self.monitor is not None:
             self.monitor.mark_step(self.step_index)
-        progress(f"step {self.step_index}: {spec.phase} users={spec.level} ({spec.note})")
+        progress(f"step {self.step_index}/{self._steps_planned()}: {spec.phase} users={spec.level} ({spec.note})")
         return self._users(spec)
+
+    def _steps_planned(self) -> str:
+        """The last step index the plan knows of so far ("?" until the estimate chose the levels)."""
+        if self.choice is None:
+            return "?"
+        per_level = 2 + (1 if self.cfg.warmup_s > 0 else 0)
+        return str(self._first_level_step + per_level * len(self.choice.levels) - 1)
 
     def _close_phase(self, now: float) -> None:
         spec = self.spec
@@ -224,7 +232,7 @@ class Controller:
         lat = self.live_latency_ms
         p95 = f"{np.percentile(lat, 95):.0f} ms" if lat else "-"
         label = "done" if final else "running"
-        progress(f"step {self.step_index} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
+        progress(f"step {self.step_index}/{self._steps_planned()} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
                  f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}")
 
     def _live_row(self, row: StepRow) -> dict[str, Any]:
@@ -299,6 +307,7 @@ class Controller:
         else:
             choice = LevelChoice(DOUBLING_LEVELS, "no estimate: doubling until the knee", climb_until_knee=True)
         self.choice = choice
+        self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         progress(f"levels: {', '.join(map(str, choice.levels))} ({choice.why})")

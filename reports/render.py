@@ -84,6 +84,13 @@ def fmt_value(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def plain_value(value: Any) -> str:
+    """Metadata as recorded: numbers unformatted (a timestamp is not a quantity), containers as JSON."""
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return "—" if value is None or value == "" else str(value)
+
+
 def fmt_sentence(value: Any) -> str:
     """Untrusted reason text ending in a full stop, so the next sentence reads on."""
     text = str(defined(value) or "").strip()
@@ -168,9 +175,9 @@ def manifest_rows(manifest: Mapping[str, Any]) -> list[tuple[str, str, list[tupl
     for key in keys:
         value = manifest[key]
         if isinstance(value, Mapping) and value:
-            rows.append((str(key), "", [(str(k), fmt_value(v)) for k, v in value.items()]))
+            rows.append((str(key), "", [(str(k), plain_value(v)) for k, v in value.items()]))
         else:
-            rows.append((str(key), fmt_value(value), []))
+            rows.append((str(key), plain_value(value), []))
     return rows
 
 

@@ -100,7 +100,9 @@ async def serve(config: ServerConfig, host: str, port: int, dcgm_port: int | Non
         bound, dcgm_bound = await server.start(host, port, dcgm_port)
     except OSError as exc:
         await server.stop()
-        raise UserError(f"cannot listen on {host}: {exc.strerror or exc}; pick another port (0 picks a free one)") from None
+        raise UserError(
+            f"cannot listen on {host}: {exc.strerror or exc}; pick another port (0 picks a free one)"
+        ) from None
     print(f"simulator: http://{host}:{bound}", flush=True)
     if dcgm_bound is not None:
         print(f"dcgm: http://{host}:{dcgm_bound}/metrics", flush=True)

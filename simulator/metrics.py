@@ -53,7 +53,9 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _metric(lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[str, dict[str, str], float]]) -> None:
+def _metric(
+    lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[str, dict[str, str], float]]
+) -> None:
     lines.append(f"# HELP {name} {help_text}")
     lines.append(f"# TYPE {name} {kind}")
     for sample_name, labels, value in samples:
@@ -74,27 +76,77 @@ def _histogram(lines: list[str], name: str, help_text: str, h: Histogram, base: 
 def render_vllm_metrics(profile: Profile, snap: Snapshot, stats: ServerStats) -> str:
     base = {"engine": "0", "model_name": profile.model_name}
     lines: list[str] = []
-    _metric(lines, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-            [("vllm:num_requests_running", base, snap.running)])
-    _metric(lines, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-            [("vllm:num_requests_waiting", base, snap.waiting)])
+    _metric(
+        lines,
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        [("vllm:num_requests_running", base, snap.running)],
+    )
+    _metric(
+        lines,
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Number of requests waiting to be processed.",
+        [("vllm:num_requests_waiting", base, snap.waiting)],
+    )
     if profile.kind == "vllm":
-        _metric(lines, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-                [("vllm:kv_cache_usage_perc", base, snap.kv_usage)])
-        _metric(lines, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
-                [("vllm:num_preemptions_total", base, snap.preemptions_total)])
-    _metric(lines, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-            [("vllm:prompt_tokens_total", base, stats.prompt_tokens)])
-    _metric(lines, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-            [("vllm:generation_tokens_total", base, stats.generation_tokens)])
-    _metric(lines, "vllm:request_success_total", "counter", "Count of successfully processed requests.",
-            [("vllm:request_success_total", {**base, "finished_reason": r}, n) for r, n in stats.success.items()])
-    _histogram(lines, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-               stats.e2e, base)
-    _histogram(lines, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-               stats.ttft, base)
-    _histogram(lines, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-               stats.queue, base)
+        _metric(
+            lines,
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            [("vllm:kv_cache_usage_perc", base, snap.kv_usage)],
+        )
+        _metric(
+            lines,
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemption from the engine.",
+            [("vllm:num_preemptions_total", base, snap.preemptions_total)],
+        )
+    _metric(
+        lines,
+        "vllm:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        [("vllm:prompt_tokens_total", base, stats.prompt_tokens)],
+    )
+    _metric(
+        lines,
+        "vllm:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        [("vllm:generation_tokens_total", base, stats.generation_tokens)],
+    )
+    _metric(
+        lines,
+        "vllm:request_success_total",
+        "counter",
+        "Count of successfully processed requests.",
+        [("vllm:request_success_total", {**base, "finished_reason": r}, n) for r, n in stats.success.items()],
+    )
+    _histogram(
+        lines,
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        stats.e2e,
+        base,
+    )
+    _histogram(
+        lines,
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        stats.ttft,
+        base,
+    )
+    _histogram(
+        lines,
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        stats.queue,
+        base,
+    )
     if profile.kind == "vllm":
         info = {
             "block_size": str(profile.kv_block_size_tokens),
@@ -105,8 +157,13 @@ def render_vllm_metrics(profile: Profile, snap: Snapshot, stats: ServerStats) ->
             "num_gpu_blocks": str(profile.num_gpu_blocks),
             "max_num_seqs": str(profile.max_batch),
         }
-        _metric(lines, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
-                [("vllm:cache_config_info", info, 1.0)])
+        _metric(
+            lines,
+            "vllm:cache_config_info",
+            "gauge",
+            "Information of the LLMEngine CacheConfig",
+            [("vllm:cache_config_info", info, 1.0)],
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -59,7 +59,7 @@ class Failed:
     job_id: int
     t_ms: float
     status: int  # HTTP status the server answers
-    kind: str  # "oom" | "restarting" | "gateway_full" | "gateway_timeout"
+    kind: str  # "oom" | "too_long" | "restarting" | "gateway_full" | "gateway_timeout"
     message: str
     retry_after_s: int | None
 
@@ -104,7 +104,9 @@ class _Counters:
 
 
 class Pipeline:
-    def __init__(self, profile: Profile, options: Options, restart_on_oom: bool = False, restart_s: float = 5.0):
+    def __init__(
+        self, profile: Profile, options: Options, restart_on_oom: bool = False, restart_s: float = 5.0
+    ):
         self.profile = profile
         self.options = options
         self.restart_on_oom = restart_on_oom
@@ -129,7 +131,9 @@ class Pipeline:
         self._out: list[Outcome] = []
 
     # ---- inputs -------------------------------------------------------------------------------
-    def submit(self, job_id: int, work: Work, now_ms: float, stream: bool = False, force_oom: bool = False) -> None:
+    def submit(
+        self, job_id: int, work: Work, now_ms: float, stream: bool = False, force_oom: bool = False
+    ) -> None:
         self._jobs[job_id] = _Job(job_id, work, now_ms, stream, force_oom)
         self._push(now_ms, ARRIVE, job_id)
 
@@ -260,6 +264,11 @@ class Pipeline:
                 return
             job.holds_mib = need
             self._held_mib += need
+        elif self._blocks_for(job, job.work.output_tokens) > p.num_gpu_blocks:
+            n = job.work.prompt_tokens + job.work.output_tokens
+            msg = f"request needs {n} tokens, more than the KV cache holds ({p.kv_cache_size_tokens}): resize the image"
+            self._fail(job, t, 400, "too_long", msg, None)
+            return
         job.stage = "engine"
         job.engine_in_ms = t
         self._waiting.append(job.job_id)
@@ -381,7 +390,9 @@ class Pipeline:
         del self._jobs[job.job_id]
         self._release_gateway(job, t)
 
-    def _fail(self, job: _Job, t: float, status: int, kind: str, message: str, retry_after_s: int | None) -> None:
+    def _fail(
+        self, job: _Job, t: float, status: int, kind: str, message: str, retry_after_s: int | None
+    ) -> None:
         job.stage = "done"
         self._out.append(Failed(job.job_id, t, status, kind, message, retry_after_s))
         self._jobs.pop(job.job_id, None)

@@ -12,7 +12,7 @@ Parameters of a `Profile` (a simulated server on one GPU):
     px_per_output_token       px     pixels of page per generated token: the decode length grows with area
     prompt_text_tokens        tokens text tokens of the prompt, added to the visual tokens
     default_max_tokens        tokens output-token budget when the request names none
-    chars_per_token           chars  characters of answer text per generated token
+    chars_per_token           chars  characters of answer text per token: max_tokens cuts the text there
     max_batch                 seqs   batch slots of the engine (vllm: max_num_seqs): the hard concurrency limit
     base_mib_per_request      MiB    pytorch: fixed memory per request in the engine
     act_mib_per_mpix          MiB    pytorch: activation memory per megapixel of the (resized) image
@@ -145,7 +145,9 @@ def resize_to(width_px: int, height_px: int, max_side: int) -> tuple[int, int]:
     return max(1, round(width_px * ratio)), max(1, round(height_px * ratio))
 
 
-def work_of(profile: Profile, options: Options, width_px: int, height_px: int, max_tokens: int | None) -> Work:
+def work_of(
+    profile: Profile, options: Options, width_px: int, height_px: int, max_tokens: int | None
+) -> Work:
     w, h = resize_to(width_px, height_px, options.max_side)
     pixels = w * h
     visual = math.ceil(pixels / profile.px_per_visual_token)

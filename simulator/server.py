@@ -17,12 +17,12 @@ from typing import Any
 
 from aiohttp import web
 
+from simulator.bodies import read_json, read_ocr_body
 from simulator.faults import Decision, FaultError, FaultPlan, Faults, updated_faults
 from simulator.images import (
     BadInput,
     ImageInput,
     chat_request_from_json,
-    image_from_json,
     inspect_image,
     placeholder_text,
 )
@@ -114,7 +114,11 @@ class SimServer:
         work = work_of(self.profile, self.config.options, image.width_px, image.height_px, max_tokens)
         cpt = self.profile.chars_per_token
         # Compute follows the image area; the text is the truth, cut only by the request's token budget.
-        text = image.text if image.has_truth else placeholder_text(image.width_px, image.height_px, int(work.output_tokens * cpt))
+        text = (
+            image.text
+            if image.has_truth
+            else placeholder_text(image.width_px, image.height_px, int(work.output_tokens * cpt))
+        )
         n_chars = int((max_tokens or self.profile.default_max_tokens) * cpt)
         waiter = _Waiter(
             future=self._loop.create_future(),
@@ -189,7 +193,7 @@ class SimServer:
 
     async def _ocr(self, request: web.Request) -> web.StreamResponse:
         decision = self._gate(request)
-        data, max_tokens = await _read_ocr_body(request)
+        data, max_tokens = await read_ocr_body(request)
         waiter = self._submit(inspect_image(data, self.config.max_pixels), max_tokens, False, decision)
         outcome = await waiter.future
         await self._spike(decision)
@@ -206,8 +210,10 @@ class SimServer:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         decision = self._gate(request)
-        chat = chat_request_from_json(await _read_json(request))
-        waiter = self._submit(inspect_image(chat.image, self.config.max_pixels), chat.max_tokens, chat.stream, decision)
+        chat = chat_request_from_json(await read_json(request))
+        waiter = self._submit(
+            inspect_image(chat.image, self.config.max_pixels), chat.max_tokens, chat.stream, decision
+        )
         created = int(time.time())
         base = {"id": f"chatcmpl-sim-{id(waiter):x}", "created": created, "model": self.profile.model_name}
         reason = "length" if waiter.truncated else "stop"
@@ -218,8 +224,13 @@ class SimServer:
                 return _failed_response(outcome)
             message = {"role": "assistant", "content": waiter.text}
             choice = {"index": 0, "message": message, "finish_reason": reason}
-            return web.json_response({**base, "object": "chat.completion", "choices": [choice], "usage": _usage(outcome)})
-        return await self._stream(request, waiter, decision, base, reason)
+            return web.json_response(
+                {**base, "object": "chat.completion", "choices": [choice], "usage": _usage(outcome)}
+            )
+        try:
+            return await self._stream(request, waiter, decision, base, reason)
+        except ConnectionResetError:  # the client left mid-stream; the engine already did the work
+            return web.Response(status=499)
 
     async def _stream(
         self, request: web.Request, waiter: _Waiter, decision: Decision, base: dict[str, Any], reason: str
@@ -232,11 +243,16 @@ class SimServer:
             if isinstance(item, Failed) and resp is None:
                 return _failed_response(item)
             if resp is None:  # headers go out with the first token, so TTFT is the first byte
-                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+                resp = web.StreamResponse(
+                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+                )
                 await resp.prepare(request)
             if isinstance(item, Tokens):  # the text spread evenly over the decode steps
                 per_token = len(waiter.text) / waiter.work.output_tokens
-                lo, hi = round(item.first_index * per_token), round((item.first_index + item.count) * per_token)
+                lo, hi = (
+                    round(item.first_index * per_token),
+                    round((item.first_index + item.count) * per_token),
+                )
                 text = waiter.text[lo:hi]
                 delta = {"role": "assistant", "content": text} if item.first_index == 0 else {"content": text}
                 choice = {"index": 0, "delta": delta, "finish_reason": None}
@@ -247,7 +263,9 @@ class SimServer:
                 choice = {"index": 0, "delta": {}, "finish_reason": reason}
                 await _send_event(resp, {**chunk_base, "choices": [choice], "usage": _usage(item)})
             else:
-                await _send_event(resp, {"error": {"message": item.message, "type": item.kind, "code": item.status}})
+                await _send_event(
+                    resp, {"error": {"message": item.message, "type": item.kind, "code": item.status}}
+                )
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp
@@ -259,7 +277,9 @@ class SimServer:
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self._unavailable():
             return web.json_response({"status": "unavailable"}, status=503, headers={"Retry-After": "1"})
-        return web.json_response({"status": "ok", "profile": self.profile.name, "model": self.profile.model_name})
+        return web.json_response(
+            {"status": "ok", "profile": self.profile.name, "model": self.profile.model_name}
+        )
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         text = render_vllm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.stats)
@@ -280,16 +300,19 @@ class SimServer:
             raise BadInput(400, "width and height must be positive")
         options = asdict(self.config.options)
         assert self._loop is not None
-        result = await self._loop.run_in_executor(
-            None, lambda: truth(self.profile.name, width, height, max_tokens=max_tokens, **options)
-        )
+        try:
+            result = await self._loop.run_in_executor(
+                None, lambda: truth(self.profile.name, width, height, max_tokens=max_tokens, **options)
+            )
+        except ValueError as exc:
+            raise BadInput(400, str(exc)) from None
         return web.json_response(asdict(result))
 
     async def _faults(self, request: web.Request) -> web.StreamResponse:
         if request.remote not in LOOPBACK:
             raise _error(403, "the admin route answers loopback clients only")
         if request.method == "POST":
-            changes = await _read_json(request)
+            changes = await read_json(request)
             try:
                 faults = updated_faults(self.plan.faults, changes)
             except FaultError as exc:
@@ -298,7 +321,9 @@ class SimServer:
             self.pipeline.restart_on_oom = faults.restart_on_oom
             self.pipeline.restart_s = faults.restart_s
             if "slow_start_s" in changes:
-                self._unavailable_until_ms = self.now_ms() + faults.slow_start_s * 1000.0 * self.config.options.time_scale
+                self._unavailable_until_ms = (
+                    self.now_ms() + faults.slow_start_s * 1000.0 * self.config.options.time_scale
+                )
         return web.json_response(self.plan.faults.to_json())
 
 
@@ -333,7 +358,11 @@ def _failed_response(outcome: Failed) -> web.Response:
 
 def _usage(outcome: Finished) -> dict[str, int]:
     total = outcome.prompt_tokens + outcome.output_tokens
-    return {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.output_tokens, "total_tokens": total}
+    return {
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.output_tokens,
+        "total_tokens": total,
+    }
 
 
 async def _send_event(resp: web.StreamResponse, payload: dict[str, Any]) -> None:
@@ -349,58 +378,6 @@ def _reset_connection(request: web.Request) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
-
-
-async def _read_json(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
-    if not raw:
-        raise BadInput(400, "empty body: send a JSON object")
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadInput(400, "body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadInput(400, "body must be a JSON object")
-    return body
-
-
-def _max_tokens_of(value: object) -> int | None:
-    if value is None:
-        return None
-    try:
-        n = int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise BadInput(400, "max_tokens must be a positive integer") from None
-    if n < 1:
-        raise BadInput(400, "max_tokens must be a positive integer")
-    return n
-
-
-async def _read_ocr_body(request: web.Request) -> tuple[bytes, int | None]:
-    """Multipart (any file field), JSON (any base64 string key) or a raw image body."""
-    query_max = request.query.get("max_tokens")
-    if request.content_type.startswith("multipart/") or request.content_type == "application/x-www-form-urlencoded":
-        form = await request.post()
-        files = [v for v in form.values() if isinstance(v, web.FileField)]
-        max_tokens = _max_tokens_of(form.get("max_tokens", query_max))
-        if files:
-            return files[0].file.read(), max_tokens
-        strings = {k: v for k, v in form.items() if isinstance(v, str) and k != "max_tokens"}
-        if not strings:
-            raise BadInput(400, "no image: send the image as a multipart file field (e.g. `file`)")
-        return image_from_json(strings), max_tokens
-    raw = await request.read()
-    if not raw:
-        raise BadInput(400, "no image: the body is empty")
-    if request.content_type == "application/json" or raw.lstrip()[:1] == b"{":
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise BadInput(400, "body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise BadInput(400, 'body must be a JSON object like {"image": "<base64>"}')
-        return image_from_json(body), _max_tokens_of(body.get("max_tokens", query_max))
-    return raw, _max_tokens_of(query_max)
 
 
 @web.middleware

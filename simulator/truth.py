@@ -90,6 +90,10 @@ def _truth(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: in
         increment = 0.0
         estimate = math.floor(p.kv_cache_size_tokens / (work.prompt_tokens + work.output_tokens))
         kv_tokens = p.kv_cache_size_tokens
+    if c_max < 1 or (p.kind == "vllm" and work.prompt_tokens + work.output_tokens > p.kv_cache_size_tokens):
+        raise ValueError(
+            f"a {width_px}x{height_px} image does not fit {p.name} even alone: pass max_side to resize it"
+        )
     curve = tuple(simulate_closed_loop(p, o, c, width_px, height_px, max_tokens) for c in range(1, c_max + 1))
     ok = [pt for pt in curve if pt.failures == 0] or list(curve)
     peak = max(pt.throughput_rps for pt in ok)

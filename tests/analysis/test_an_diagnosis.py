@@ -68,7 +68,7 @@ def test_kv_dimension_compares_cache_fractions() -> None:
     est = estimate_from_kv_cache(100_000, 1000)  # one request = 0.01 of the cache
     table = _table([(1, 20000, 200, 5), (4, 20000, 205, 19.5), (8, 20000, 210, 39)], kv=[0.01, 0.04, 0.2])
     diag = diagnose(table, est, NO_KNEE)
-    assert diag.case == "memory_above" and "KV-cache fraction" in diag.text
+    assert diag.case == "memory_above" and "20.0% of the KV cache" in diag.text
 
 
 def test_no_estimate_is_unknown() -> None:

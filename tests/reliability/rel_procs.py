@@ -34,6 +34,11 @@ QUICK = ["--idle-s", "1", "--warmup-s", "0", "--cooldown-s", "1", "--baseline-ro
          "--baseline-round-requests", "5", "--min-step-requests", "5", "--refine", "false"]
 
 
+def step_line(phase: str, users: int) -> str:
+    """A regex for the progress line that opens a phase: `step 3/7: step users=4 (...)`."""
+    return rf"^step [0-9/?]+: {phase} users={users}\b"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -87,17 +92,15 @@ class LiveRun:
         """The first stdout line matching `pattern` (a regex), waiting for it."""
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout_s
-        seen = 0
-        while time.monotonic() < deadline:
-            for line in self.lines[seen:]:
+        while True:
+            ended = self.proc.poll() is not None
+            if ended:
+                time.sleep(0.3)  # let the pumps drain
+            for line in list(self.lines):
                 m = rx.search(line)
                 if m:
                     return m
-            seen = max(0, len(self.lines) - 1)
-            if self.proc.poll() is not None and not any(rx.search(x) for x in self.lines):
-                time.sleep(0.2)  # let the pumps drain
-                if any(rx.search(x) for x in self.lines):
-                    continue
+            if ended or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         raise AssertionError(f"no line matching {pattern!r} in {timeout_s} s\n{self.output()}")

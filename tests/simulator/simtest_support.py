@@ -51,7 +51,18 @@ class RunningSim:
 def sim_process(*flags: str, dcgm: bool = True, timeout_s: float = 20.0) -> Iterator[RunningSim]:
     """Start `python -m simulator` on free ports; always stop it (by PID) on the way out."""
     dcgm_port = "0" if dcgm else "-1"
-    cmd = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", "0", "--dcgm-port", dcgm_port, *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "simulator",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--dcgm-port",
+        dcgm_port,
+        *flags,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -75,7 +86,9 @@ def _read_urls(proc: subprocess.Popen[str], n_lines: int, timeout_s: float) -> t
     assert proc.stdout is not None
     stdout = proc.stdout
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(stdout.readline()) for _ in range(n_lines)], daemon=True).start()
+    threading.Thread(
+        target=lambda: [lines.put(stdout.readline()) for _ in range(n_lines)], daemon=True
+    ).start()
     url = dcgm = None
     deadline = time.monotonic() + timeout_s
     for _ in range(n_lines):
@@ -101,6 +114,7 @@ class LoopResult:
     statuses: tuple[int, ...]
     errors: tuple[str, ...]
     window_s: float
+    cycles_ms: tuple[float, ...]  # per user: from one answer to the next (latency + client overhead)
 
     @property
     def ok_count(self) -> int:
@@ -108,7 +122,10 @@ class LoopResult:
 
     @property
     def throughput_rps(self) -> float:
-        return self.ok_count / self.window_s
+        """Little's law, C / mean cycle: robust to answers arriving in batch-sized bursts."""
+        if not self.cycles_ms:
+            return 0.0
+        return self.concurrency * 1000.0 * len(self.cycles_ms) / sum(self.cycles_ms)
 
     @property
     def p95_ms(self) -> float:
@@ -116,11 +133,14 @@ class LoopResult:
         return values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)] if values else math.nan
 
 
-async def closed_loop(url: str, body: bytes, concurrency: int, warmup_s: float, measure_s: float) -> LoopResult:
+async def closed_loop(
+    url: str, body: bytes, concurrency: int, warmup_s: float, measure_s: float
+) -> LoopResult:
     """`concurrency` users, each posting its next multipart request when its answer arrives.
 
-    Answers that arrive inside the measured window count (steady-state throughput); the others not."""
+    Answers that arrive inside the measured window count; the others (warm-up, tail) do not."""
     latencies: list[float] = []
+    cycles: list[float] = []
     statuses: list[int] = []
     errors: list[str] = []
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
@@ -130,6 +150,7 @@ async def closed_loop(url: str, body: bytes, concurrency: int, warmup_s: float, 
         start, end = t0 + warmup_s, t0 + warmup_s + measure_s
 
         async def user() -> None:
+            last_done: float | None = None
             while time.perf_counter() < end:
                 form = aiohttp.FormData()
                 form.add_field("file", body, filename="page.png", content_type="image/png")
@@ -138,11 +159,14 @@ async def closed_loop(url: str, body: bytes, concurrency: int, warmup_s: float, 
                     payload = await resp.read()
                 done = time.perf_counter()
                 if start <= done <= end:
+                    if last_done is not None:
+                        cycles.append((done - last_done) * 1000.0)
                     statuses.append(resp.status)
                     if resp.status == 200:
                         latencies.append((done - sent) * 1000.0)
                     else:
                         errors.append(payload.decode(errors="replace")[:200])
+                last_done = done
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
-    return LoopResult(concurrency, tuple(latencies), tuple(statuses), tuple(errors), measure_s)
+    return LoopResult(concurrency, tuple(latencies), tuple(statuses), tuple(errors), measure_s, tuple(cycles))

@@ -17,7 +17,12 @@ from simtest_support import REPO, sim_process
 def run_cli(*flags: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "simulator", *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "simulator", *flags],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
 
 

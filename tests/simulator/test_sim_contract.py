@@ -47,7 +47,11 @@ def b64(data: bytes) -> str:
 
 def chat_body(image: bytes, **extra: Any) -> dict[str, Any]:
     part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(image)}}
-    return {"model": "any", "messages": [{"role": "user", "content": [{"type": "text", "text": "OCR"}, part]}], **extra}
+    return {
+        "model": "any",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "OCR"}, part]}],
+        **extra,
+    }
 
 
 def session_of(server: SimServer) -> aiohttp.ClientSession:
@@ -76,7 +80,10 @@ def test_ocr_accepts_every_request_style_and_any_field_name() -> None:
             for status, answer in answers:
                 assert status == 200
                 assert answer["text"] == TEXT and answer["model"] == "sim-ocr-1b"
-                assert answer["usage"]["total_tokens"] == answer["usage"]["prompt_tokens"] + answer["usage"]["completion_tokens"]
+                assert (
+                    answer["usage"]["total_tokens"]
+                    == answer["usage"]["prompt_tokens"] + answer["usage"]["completion_tokens"]
+                )
 
     run(body)
 
@@ -87,7 +94,9 @@ def test_output_token_budget_cuts_the_text_and_placeholder_is_deterministic() ->
     async def body() -> None:
         async with served() as (url, _, server):
             s = session_of(server)
-            async with s.post(f"{url}/ocr", json={"image": b64(png_with_text(1000, 700, long_text)), "max_tokens": 10}) as r:
+            async with s.post(
+                f"{url}/ocr", json={"image": b64(png_with_text(1000, 700, long_text)), "max_tokens": 10}
+            ) as r:
                 answer = await r.json()
             assert answer["text"] == long_text[:40] and answer["finish_reason"] == "length"
             assert answer["usage"]["completion_tokens"] == 10
@@ -113,7 +122,9 @@ def test_openai_chat_plain_and_streamed() -> None:
             assert answer["choices"][0]["message"]["content"] == TEXT
             assert answer["choices"][0]["finish_reason"] == "stop"
             assert answer["usage"]["completion_tokens"] >= 1
-            async with s.post(f"{url}/v1/chat/completions", json=chat_body(png, stream=True, max_tokens=3)) as r:
+            async with s.post(
+                f"{url}/v1/chat/completions", json=chat_body(png, stream=True, max_tokens=3)
+            ) as r:
                 assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
                 raw = (await r.read()).decode()
             events = [line[len("data: ") :] for line in raw.split("\n") if line.startswith("data: ")]
@@ -148,8 +159,13 @@ def test_metrics_parse_with_vllm_names_and_dcgm_fields() -> None:
             ok = {x.labels["finished_reason"]: x.value for x in families["vllm:request_success"].samples}
             assert ok["stop"] == 1.0
             e2e = families["vllm:e2e_request_latency_seconds"]
-            assert e2e.type == "histogram" and any(x.name.endswith("_count") and x.value == 1 for x in e2e.samples)
-            assert "vllm:time_to_first_token_seconds" in families and "vllm:request_queue_time_seconds" in families
+            assert e2e.type == "histogram" and any(
+                x.name.endswith("_count") and x.value == 1 for x in e2e.samples
+            )
+            assert (
+                "vllm:time_to_first_token_seconds" in families
+                and "vllm:request_queue_time_seconds" in families
+            )
             fb_used = gpu["DCGM_FI_DEV_FB_USED"]
             assert set(fb_used.labels) >= {"gpu", "UUID", "device", "modelName", "Hostname"}
             total = fb_used.value + gpu["DCGM_FI_DEV_FB_FREE"].value + gpu["DCGM_FI_DEV_FB_RESERVED"].value
@@ -185,7 +201,12 @@ def png_claiming(width: int, height: int) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0"))
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_bad_input_gets_4xx_json_and_the_server_lives_on() -> None:
@@ -209,8 +230,11 @@ def test_bad_input_gets_4xx_json_and_the_server_lives_on() -> None:
                 async with s.post(f"{url}/ocr", **kwargs) as r:
                     assert r.status == status, name
                     assert isinstance((await r.json())["error"], str), name
-            for bad in ({"messages": []}, {"messages": [{"role": "user", "content": "no image"}]},
-                        chat_body(b"")):
+            for bad in (
+                {"messages": []},
+                {"messages": [{"role": "user", "content": "no image"}]},
+                chat_body(b""),
+            ):
                 async with s.post(f"{url}/v1/chat/completions", json=bad) as r:
                     assert r.status == 400 and "error" in await r.json()
             remote = chat_body(b"")
@@ -265,7 +289,9 @@ def test_admin_faults_error_oom_slow_start_leak_spike_reset() -> None:
                 gpu = {f.name: f.samples[0].value for f in text_string_to_metric_families(await r.text())}
             assert gpu["DCGM_FI_DEV_FB_USED"] == PROFILES["pytorch-24g"].idle_mib + 300
             _, _, normal_ms = await post(s, url)
-            async with s.post(admin, json={"leak_mib_per_request": 0.0, "spike_rate": 1.0, "spike_ms": 1500.0}) as r:
+            async with s.post(
+                admin, json={"leak_mib_per_request": 0.0, "spike_rate": 1.0, "spike_ms": 1500.0}
+            ) as r:
                 assert r.status == 200
             _, _, spiked_ms = await post(s, url)
             assert spiked_ms > normal_ms + 200  # 1500 ms x 0.2
@@ -279,6 +305,18 @@ def test_admin_faults_error_oom_slow_start_leak_spike_reset() -> None:
                 raise AssertionError("expected the connection to be reset")
             async with s.post(admin, json={"reset_rate": 0.0}) as r:
                 assert (await r.json())["reset_rate"] == 0.0
+            assert (await post(s, url))[0] == 200
+            async with s.post(admin, json={"restart_on_oom": True, "restart_s": 2.0, "force_oom": 1}) as r:
+                assert r.status == 200
+            status, answer, _ = await post(s, url)
+            assert status == 500 and "out of memory" in answer["error"]
+            async with s.get(f"{url}/health") as r:
+                assert r.status == 503  # down for 2 s x 0.2
+            async with s.get(dcgm) as r:
+                assert "DCGM_FI_DEV_FB_USED" in await r.text()
+            await asyncio.sleep(0.6)
+            async with s.get(f"{url}/health") as r:
+                assert r.status == 200
             assert (await post(s, url))[0] == 200
 
     run(body)
@@ -299,5 +337,24 @@ def test_faults_are_deterministic_under_a_seed() -> None:
     async def body() -> None:
         a, b, c = await statuses(7), await statuses(7), await statuses(8)
         assert a == b and a != c and 200 in a and 500 in a
+
+    run(body)
+
+
+def test_gateway_answers_503_with_retry_after_when_full() -> None:
+    png = png_with_text(1000, 700, TEXT)
+
+    async def one(s: aiohttp.ClientSession, url: str) -> tuple[int, str | None, dict[str, Any]]:
+        async with s.post(f"{url}/ocr", json={"image": b64(png)}) as r:
+            return r.status, r.headers.get("Retry-After"), await r.json()
+
+    async def body() -> None:
+        options = Options(time_scale=0.2, gateway_slots=1, gateway_queue=1)
+        async with served(options=options) as (url, _, server):
+            answers = await asyncio.gather(*(one(session_of(server), url) for _ in range(4)))
+        assert sorted(a[0] for a in answers) == [200, 200, 503, 503]
+        for status, retry_after, answer in answers:
+            if status == 503:
+                assert retry_after == "1" and answer["kind"] == "gateway_full" and "error" in answer
 
     run(body)

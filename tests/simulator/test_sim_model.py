@@ -112,7 +112,12 @@ def test_restart_on_oom_fails_everyone_and_comes_back() -> None:
         pipe.submit(i, work, 0.0)
     pipe.submit(99, work, 5.0, force_oom=True)
     outcomes = pipe.advance(5.0)
-    assert sorted((o.job_id, o.status) for o in outcomes if isinstance(o, Failed)) == [(0, 503), (1, 503), (2, 503), (99, 500)]
+    assert sorted((o.job_id, o.status) for o in outcomes if isinstance(o, Failed)) == [
+        (0, 503),
+        (1, 503),
+        (2, 503),
+        (99, 500),
+    ]
     assert pipe.is_down(6.0) and pipe.snapshot(6.0).mem_used_mib == 0.0
     pipe.submit(100, work, 10.0)
     assert [o.status for o in pipe.advance(10.0) if isinstance(o, Failed)] == [503]
@@ -160,7 +165,10 @@ def test_gateway_queues_then_answers_503_with_retry_after() -> None:
     for i in range(5):
         pipe.submit(i, work, 0.0)
     first = pipe.advance(0.0)
-    assert sorted((o.job_id, o.kind) for o in first if isinstance(o, Failed)) == [(3, "gateway_full"), (4, "gateway_full")]
+    assert sorted((o.job_id, o.kind) for o in first if isinstance(o, Failed)) == [
+        (3, "gateway_full"),
+        (4, "gateway_full"),
+    ]
     assert all(o.status == 503 and o.retry_after_s == 1 for o in first if isinstance(o, Failed))
     later = run_until_idle(pipe)
     assert [(o.job_id, o.kind) for o in later if isinstance(o, Failed)] == [(2, "gateway_timeout")]
@@ -171,3 +179,15 @@ def test_closed_loop_simulation_is_deterministic() -> None:
     a = simulate_closed_loop(PT, Options(), 6, 1000, 700)
     b = simulate_closed_loop(PT, Options(), 6, 1000, 700)
     assert a == b and a.failures == 0
+
+
+def test_an_image_that_cannot_fit_is_refused_not_hung() -> None:
+    work = work_of(VL, Options(), 2480, 3508, None)  # an A4 page at 300 dpi: more tokens than the KV cache
+    pipe = Pipeline(VL, Options())
+    pipe.submit(1, work, 0.0)
+    (failed,) = pipe.advance(0.0)
+    assert isinstance(failed, Failed) and failed.status == 400 and failed.kind == "too_long"
+    for profile in ("vllm-24g", "pytorch-24g"):
+        with pytest.raises(ValueError, match="max_side"):
+            truth(profile, 2480 * 2, 3508 * 2)
+    assert truth("vllm-24g", 2480, 3508, max_side=1024).knee_concurrency >= 1
