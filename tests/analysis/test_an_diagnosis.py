@@ -30,8 +30,8 @@ def test_memory_above_the_estimate() -> None:
     assert diag.case == "memory_above"
     assert (
         "level 4" in diag.text
-        and "7500" in diag.text
-        and "6000" in diag.text
+        and "7,500 MiB" in diag.text
+        and "6,000 MiB" in diag.text
         and "fragmentation" in diag.text
     )
     assert diag.evidence["predicted"] == 6000 and diag.evidence["measured"] == 7500
