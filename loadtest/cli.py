@@ -56,10 +56,11 @@ def preflight(cfg: RunConfig) -> None:
     first = image_set.items[0]
     enc = encode_request(first, cfg.style, endpoint=cfg.endpoint_path, field=cfg.field or None,
                          model=cfg.model, prompt=cfg.prompt, max_tokens=cfg.max_tokens, stream=cfg.stream)
-    check_first_answer(cfg, enc)
+    # a malformed GPU spec is refused at once, before waiting on the server
     monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None, step_of=lambda: -1,
                                    on_gpu=lambda _s: None, on_server=lambda _s: None, on_host=lambda _s: None,
                                    on_event=lambda _e: None, token=cfg.gpu_token or None)
+    check_first_answer(cfg, enc)
     monitor.check()
 
 

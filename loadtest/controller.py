@@ -122,6 +122,7 @@ class Controller:
 
     def on_event(self, event: Event) -> None:
         self.events.append([event])
+        progress(f"[{event.kind}] {event.message}")
 
     def on_server(self, samples: list[ServerSample]) -> None:
         self.server.append(samples)

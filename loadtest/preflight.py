@@ -45,6 +45,9 @@ def check_first_answer(cfg: RunConfig, enc: EncodedRequest, sleep: Callable[[flo
             status, body, ctype = _post(url, enc, cfg.header_dict(), timeout_s)
         except (urllib.error.URLError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError):  # it listens but is slow: waiting longer will not help
+                raise PreflightError(f"HOST={cfg.host} gave no answer within REQUEST_TIMEOUT_S={timeout_s:g} s:"
+                                     " raise REQUEST_TIMEOUT_S or check the server") from None
             if clock() < refused_deadline:
                 sleep(0.5)
                 continue
@@ -71,7 +74,8 @@ def check_first_answer(cfg: RunConfig, enc: EncodedRequest, sleep: Callable[[flo
         text = extract_text(cfg.style, body, cfg.json_path or None)
     except AnswerError as exc:
         looks = guess_style(body, ctype)
-        hint = f"it looks like STYLE={looks}" if looks and looks != cfg.style else "set JSON_PATH to the text"
+        hint = (f"it looks like STYLE={looks}" if looks and looks != cfg.style
+                else "check that HOST and ENDPOINT point at the OCR API, or set JSON_PATH to the text")
         raise PreflightError(f"the first answer is not a {cfg.style} answer ({exc}): {hint}") from None
     if not text.strip():
         looks = guess_style(body, ctype)
