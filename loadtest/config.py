@@ -166,7 +166,7 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
             kwargs["type"] = kind
         if web_ui:
             kwargs["include_in_web_ui"] = f.name not in ("run_dir", "gpu_token", "workers", "out")
-            if f.name == "gpu_token":
+            if f.name in ("gpu_token", "headers"):  # headers may carry an Authorization value
                 kwargs["is_secret"] = True
         parser.add_argument(flag, **kwargs)
 

@@ -82,6 +82,7 @@ class Controller:
         self.idle_mib: float | None = None
         self.choice: LevelChoice | None = None
         self._first_level_step = 0
+        self._refined = 0  # levels added by refinement
         self.finished = False
         self._plan = plan_phases(cfg, self._choose_levels, self._knee_reached, self._refine_level)
         self._last_progress = 0.0
@@ -191,7 +192,7 @@ class Controller:
         if self.choice is None:
             return "?"
         per_level = 2 + (1 if self.cfg.warmup_s > 0 else 0)
-        return str(self._first_level_step + per_level * len(self.choice.levels) - 1)
+        return str(self._first_level_step + per_level * (len(self.choice.levels) + self._refined) - 1)
 
     def _close_phase(self, now: float) -> None:
         spec = self.spec
@@ -216,6 +217,12 @@ class Controller:
     def mark_degraded(self, why: str) -> None:
         self.phase_degraded = why
         self.event("worker_lost", why)
+
+    def stop_early(self, why: str) -> None:
+        """Locust stopped before the plan ended (last worker lost, Ctrl-C, Stop): say why, mark the step aborted."""
+        if not self.finished and not self.aborted:
+            self.aborted = why
+            self.event("abort", why)
 
     def _memory_settled(self) -> bool:
         if self.monitor is None or self.idle_mib is None:
@@ -343,6 +350,7 @@ class Controller:
         table, knee = found
         level = analysis.next_refine_level(table, knee)
         if level is not None:
+            self._refined += 1
             self.event("refine", f"knee between {knee.refine_between}: measuring {level}")
         return level
 

@@ -32,6 +32,49 @@ def git_revision(root: Path = REPO_ROOT) -> str | None:
     return out.stdout.strip() or None
 
 
+SECRET_FLAGS = ("--gpu-token", "--headers", "--ocr-gpu-token", "--ocr-headers")
+NOT_SECRET = ("--gpu",)  # a prefix of --gpu-token, but its own flag
+
+
+def public_argv(argv: list[str]) -> list[str]:
+    """The command line with the values of secret flags masked (argparse also takes their prefixes)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag, eq, _value = arg.partition("=")
+        if len(flag) > 2 and flag not in NOT_SECRET and any(s.startswith(flag) for s in SECRET_FLAGS):
+            out.append(f"{flag}=***" if eq else arg)
+            hide_next = not eq
+            continue
+        out.append(arg)
+    return out
+
+
+SECRET_FLAGS = ("--headers", "--gpu-token", "--ocr-headers", "--ocr-gpu-token")
+
+
+def safe_argv(argv: list[str]) -> list[str]:
+    """The command line with the values of secret-bearing flags masked."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append("***")
+            mask_next = False
+            continue
+        name, eq, _value = arg.partition("=")
+        if name in SECRET_FLAGS:
+            out.append(f"{name}=***" if eq else name)
+            mask_next = not eq
+            continue
+        out.append(arg)
+    return out
+
+
 def build_manifest(cfg: RunConfig, run_dir: Path, **extra: Any) -> dict[str, Any]:
     return {
         "run_id": run_dir.name,
@@ -50,6 +93,6 @@ def build_manifest(cfg: RunConfig, run_dir: Path, **extra: Any) -> dict[str, Any
         },
         "git_revision": git_revision(),
         "hosts": {"driver": socket.gethostname(), "driver_platform": platform.platform()},
-        "command": sys.argv,
+        "command": public_argv(sys.argv),
         **extra,
     }

@@ -129,3 +129,23 @@ def test_soak_holds_one_level_for_soak_s():
     phases = _phases(cfg, LevelChoice([6], "soak"), refine=itertools.repeat(3))
     steps = [p for p in phases if p.phase == "step"]
     assert [(s.level, s.min_s, s.max_s) for s in steps] == [(6, 42.0, 42.0)]
+
+
+def test_manifest_command_line_masks_secrets():
+    from loadtest.manifest import safe_argv
+
+    argv = ["run", "--headers", "Authorization: Bearer abc", "--gpu-token=tok", "--levels", "2"]
+    assert safe_argv(argv) == ["run", "--headers", "***", "--gpu-token=***", "--levels", "2"]
+
+
+def test_locust_default_args_are_computed_once_and_stay_equal():
+    from locust import argument_parser
+
+    from loadtest import wiring
+
+    original = argument_parser.default_args_dict()
+    wiring._memoize_default_args()
+    first, second = argument_parser.default_args_dict(), argument_parser.default_args_dict()
+    assert first == second == original
+    assert first is not second  # each caller gets its own copy
+    assert getattr(argument_parser.default_args_dict, "__ocr_memoized__", False)
