@@ -41,10 +41,11 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
 .PHONY: venv test test-slow lint demo loadtest master worker sampler ui report compare bench clean
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing the project and its dependencies into $(VENV) (once)"
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
 
 venv: $(STAMP)
 
@@ -60,28 +61,29 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 demo: $(STAMP)
-	$(PY) -m loadtest demo --profile $(PROFILE) $(RUN_FLAGS)
+	@$(PY) -m loadtest demo --profile $(PROFILE) $(RUN_FLAGS)
 
 loadtest: $(STAMP)
-	$(PY) -m loadtest run $(RUN_FLAGS)
+	@$(PY) -m loadtest run $(RUN_FLAGS)
 
 master: $(STAMP)
-	$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host 0.0.0.0 --master-port 5557 $(RUN_FLAGS)
+	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host 0.0.0.0 --master-port 5557 $(RUN_FLAGS)
 
 worker: $(STAMP)
-	$(PY) -m loadtest worker --master '$(MASTER)'
+	@$(PY) -m loadtest worker --master '$(MASTER)'
 
 sampler: $(STAMP)
-	$(PY) -m gpu_sampler serve $(if $(SOURCE),--source '$(SOURCE)')
+	@$(PY) -m gpu_sampler serve $(if $(SOURCE),--source '$(SOURCE)')
 
 ui: $(STAMP)
-	$(PY) -m loadtest ui $(RUN_FLAGS)
+	@$(PY) -m loadtest ui $(RUN_FLAGS)
 
 report: $(STAMP)
-	$(PY) -m reports '$(RUN)'
+	@test -n '$(RUN)' || { echo "error: give the run folder: make report RUN=results/<id>" >&2; exit 2; }
+	@$(PY) -m reports '$(RUN)'
 
 compare: $(STAMP)
-	$(PY) -m reports compare '$(A)' '$(B)'
+	@$(PY) -m reports compare '$(A)' '$(B)'
 
 bench: $(STAMP)
 	for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -1,7 +1,7 @@
 """Entry point Locust loads: the OCR user and the stepped plan, wired from loadtest/.
 
-    locust -f locustfile.py --headless --host http://gpu-box:8000 --ocr-style multipart ...
-    python -m loadtest run --host ...   (the same, plus pre-flight checks, workers, analysis and report)
+locust -f locustfile.py --headless --host http://gpu-box:8000 --ocr-style multipart ...
+python -m loadtest run --host ...   (the same, plus pre-flight checks, workers, analysis and report)
 """
 
 from loadtest.shape import SteppedPlanShape

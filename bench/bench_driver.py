@@ -169,7 +169,9 @@ def measure(kind: str, url: str, args: argparse.Namespace, cpu: int, server_pid:
                 server0, wall0 = cpu_s(server_pid), time.perf_counter()
             elif msg["event"] == "result":
                 result = msg
-                result["server_cpu_pct"] = 100.0 * (cpu_s(server_pid) - server0) / (time.perf_counter() - wall0)
+                result["server_cpu_pct"] = (
+                    100.0 * (cpu_s(server_pid) - server0) / (time.perf_counter() - wall0)
+                )
         proc.wait(timeout=30)
     finally:
         stop(proc)  # type: ignore[arg-type]
@@ -208,28 +210,43 @@ def main() -> int:
                 order = ("bare", "ours") if r % 2 == 0 else ("ours", "bare")
                 got = {kind: measure(kind, url, args, client_cpu, stub.pid) for kind in order}
                 runs.append((got["ours"], got["bare"]))
-                print(f"round {r + 1}: bare {got['bare']['rps']:.0f} req/s, ours {got['ours']['rps']:.0f} req/s",
-                      flush=True)
+                print(
+                    f"round {r + 1}: bare {got['bare']['rps']:.0f} req/s, ours {got['ours']['rps']:.0f} req/s",
+                    flush=True,
+                )
         finally:
             stop(stub)
 
-    print(f"\nupload {len(item.data) / 1000:.0f} KB image, {args.users} users, answer={args.answer}, "
-          f"client on core {client_cpu}, server on core {server_cpu}, {args.run_s:.0f} s windows")
-    print(f"{'round':>5} {'bare req/s':>11} {'ours req/s':>11} {'ratio':>6} {'bare CPU ms/req':>16} "
-          f"{'ours CPU ms/req':>16} {'client CPU %':>13} {'server CPU %':>13} {'failures':>9}")
+    print(
+        f"\nupload {len(item.data) / 1000:.0f} KB image, {args.users} users, answer={args.answer}, "
+        f"client on core {client_cpu}, server on core {server_cpu}, {args.run_s:.0f} s windows"
+    )
+    print(
+        f"{'round':>5} {'bare req/s':>11} {'ours req/s':>11} {'ratio':>6} {'bare CPU ms/req':>16} "
+        f"{'ours CPU ms/req':>16} {'CPU ratio':>9} {'client CPU %':>13} {'server CPU %':>13} {'failures':>9}"
+    )
     ratios = []
     for i, (o, b) in enumerate(runs, 1):
         ratios.append(o["rps"] / b["rps"])
-        print(f"{i:>5} {b['rps']:>11.0f} {o['rps']:>11.0f} {ratios[-1]:>6.3f} {b['cpu_ms_per_req']:>16.3f} "
-              f"{o['cpu_ms_per_req']:>16.3f} {b['cpu_pct']:>6.0f}/{o['cpu_pct']:<6.0f} "
-              f"{b['server_cpu_pct']:>6.0f}/{o['server_cpu_pct']:<6.0f} {b['failures'] + o['failures']:>9}")
+        print(
+            f"{i:>5} {b['rps']:>11.0f} {o['rps']:>11.0f} {ratios[-1]:>6.3f} {b['cpu_ms_per_req']:>16.3f} "
+            f"{o['cpu_ms_per_req']:>16.3f} {b['cpu_ms_per_req'] / o['cpu_ms_per_req']:>9.3f} "
+            f"{b['cpu_pct']:>6.0f}/{o['cpu_pct']:<6.0f} "
+            f"{b['server_cpu_pct']:>6.0f}/{o['server_cpu_pct']:<6.0f} {b['failures'] + o['failures']:>9}"
+        )
     failures = sum(o["failures"] + b["failures"] for o, b in runs)
     ratio = statistics.median(ratios)
     ok = ratio >= GOAL_RATIO and failures == 0
     if failures:
         print(f"{failures} requests failed: the comparison is void")
-    print(f"driver req/s ratio ours/bare (median of {len(ratios)}): {ratio:.3f} "
-          f"(goal >= {GOAL_RATIO}) {'OK' if ok else 'MISSED'}")
+    print(
+        "CPU ratio = bare CPU ms/req / ours CPU ms/req: the req/s ratio when both are CPU-bound; "
+        "client/server CPU % are bare/ours (100 = one core)"
+    )
+    print(
+        f"driver req/s ratio ours/bare (median of {len(ratios)}): {ratio:.3f} "
+        f"(goal >= {GOAL_RATIO}) {'OK' if ok else 'MISSED'}"
+    )
     return 0 if ok else 1
 
 

@@ -11,7 +11,7 @@ Keep-alive, Content-Length bodies only (what Locust's clients send).
 With --delay each request waits a seeded draw (lognormal with that median and sigma, clipped to
 [LO, HI] ms; draws are taken in arrival order). --log then gets one line per request:
 `arrival_unix_s service_ms`, where service_ms is measured by the server itself, from the moment
-the last body byte was read to the moment the response was handed to the socket: the server's truth.
+the last body byte was read to just before the response is handed to the socket: the server's truth.
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ class Stub(asyncio.Protocol):
     def respond(self, arrival: float, t0: float) -> None:
         if self.transport.is_closing():
             return
+        service_ms = (time.perf_counter() - t0) * 1000.0  # read before the write: the client sees it later
         self.transport.write(self.response)
-        self.log.append((arrival, (time.perf_counter() - t0) * 1000.0))
+        self.log.append((arrival, service_ms))
 
 
 async def serve(port: int) -> None:

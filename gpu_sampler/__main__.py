@@ -35,7 +35,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="sample the GPU and serve the samples over HTTP")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=9400, help="port (default 9400; 0 picks a free one)")
+    serve.add_argument("--port", type=int, default=9410, help="port (default 9410, beside a DCGM exporter on 9400; 0 picks a free one)")
     serve.add_argument("--source", default="nvml", help="nvml | dcgm:URL | fake (default nvml)")
     serve.add_argument("--interval-s", type=float, default=0.05, help="GPU sampling interval (default 0.05)")
     serve.add_argument("--scrape-interval-s", type=float, default=0.5, help="host/server metrics interval")

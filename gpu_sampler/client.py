@@ -60,7 +60,7 @@ class SidecarClient:
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 2.0) -> None:
         if not url.startswith(("http://", "https://")):
-            raise SamplerError(f"bad sidecar URL {url!r}: use http://HOST:9400")
+            raise SamplerError(f"bad sidecar URL {url!r}: use http://HOST:9410")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s

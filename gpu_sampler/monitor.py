@@ -32,7 +32,7 @@ from runfolder import Event, GpuSample, HostSample, ServerSample
 
 log = logging.getLogger(__name__)
 
-SPEC_FORMS = "none, nvml, sidecar:http://HOST:9400, dcgm:http://HOST:9400/metrics or fake"
+SPEC_FORMS = "none, nvml, sidecar:http://HOST:9410, dcgm:http://HOST:9400/metrics or fake"
 NONE_WHY = "GPU=none: no GPU source was asked for"
 PAGE = 5000
 

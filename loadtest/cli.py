@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -21,11 +22,11 @@ import time
 from pathlib import Path
 
 from gpu_sampler import GpuMonitor, SamplerError
-from loadtest.config import ConfigError, RunConfig, add_arguments, to_argv
+from loadtest.config import ConfigError, RunConfig, add_arguments, secret_env, to_argv, with_env_secrets
 from loadtest.manifest import REPO_ROOT, build_manifest
 from loadtest.merge import WORKER_COPY_DIR, merge_worker_copies
 from loadtest.preflight import PreflightError, check_first_answer
-from runfolder import new_run_folder, write_manifest
+from runfolder import STEPS_FILE, new_run_folder, write_manifest
 from scenarios import ScenarioError, build_image_set, encode_request
 
 LOCUSTFILE = REPO_ROOT / "locustfile.py"
@@ -44,22 +45,34 @@ def fail(message: str) -> int:
 
 def config_from_args(ns: argparse.Namespace) -> RunConfig:
     data = {f.name: getattr(ns, f"ocr_{f.name}") for f in dataclasses.fields(RunConfig)}
-    token = os.environ.get("OCRCAP_GPU_TOKEN", "")
-    if token and not data.get("gpu_token"):
-        data["gpu_token"] = token
-    return RunConfig.from_mapping(data)
+    return with_env_secrets(RunConfig.from_mapping(data), dict(os.environ))
 
 
 def preflight(cfg: RunConfig) -> None:
     """Everything that can be checked before load; raises with one line."""
     image_set = build_image_set(cfg.scenario, cfg.images or None, seed=cfg.seed, buckets=cfg.buckets or None)
     first = image_set.items[0]
-    enc = encode_request(first, cfg.style, endpoint=cfg.endpoint_path, field=cfg.field or None,
-                         model=cfg.model, prompt=cfg.prompt, max_tokens=cfg.max_tokens, stream=cfg.stream)
+    enc = encode_request(
+        first,
+        cfg.style,
+        endpoint=cfg.endpoint_path,
+        field=cfg.field or None,
+        model=cfg.model,
+        prompt=cfg.prompt,
+        max_tokens=cfg.max_tokens,
+        stream=cfg.stream,
+    )
     # a malformed GPU spec is refused at once, before waiting on the server
-    monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None, step_of=lambda: -1,
-                                   on_gpu=lambda _s: None, on_server=lambda _s: None, on_host=lambda _s: None,
-                                   on_event=lambda _e: None, token=cfg.gpu_token or None)
+    monitor = GpuMonitor.from_spec(
+        cfg.gpu,
+        server_metrics_url=cfg.server_metrics or None,
+        step_of=lambda: -1,
+        on_gpu=lambda _s: None,
+        on_server=lambda _s: None,
+        on_host=lambda _s: None,
+        on_event=lambda _e: None,
+        token=cfg.gpu_token or None,
+    )
     check_first_answer(cfg, enc)
     monitor.check()
 
@@ -68,29 +81,63 @@ def _locust_base(cfg: RunConfig) -> list[str]:
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
 
 
-def run_locust(cfg: RunConfig, run_dir: Path, remote_workers: int = 0, bind_host: str = "127.0.0.1",
-               master_port: int = 0) -> int:
+def run_locust(
+    cfg: RunConfig, run_dir: Path, remote_workers: int = 0, bind_host: str = "127.0.0.1", master_port: int = 0
+) -> int:
     """Start the master (and local workers), wait for the plan to end, return the master's exit code."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if cfg.gpu_token:
-        env["OCRCAP_GPU_TOKEN"] = cfg.gpu_token
-    common = ["--headless", "--only-summary", "--exit-code-on-error", "0", "--loglevel", "WARNING",
-              "--stop-timeout", str(int(min(cfg.request_timeout_s, 55)))]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **secret_env(cfg)}
+    common = [
+        "--headless",
+        "--only-summary",
+        "--exit-code-on-error",
+        "0",
+        "--loglevel",
+        "WARNING",
+        "--stop-timeout",
+        str(int(min(cfg.request_timeout_s, 55))),
+    ]
     expect = cfg.workers + remote_workers
     master_cmd = _locust_base(cfg) + common + ["--host", cfg.host] + to_argv(cfg)
     port = master_port or _free_port()
     if expect:
-        master_cmd += ["--master", "--master-bind-host", bind_host, "--master-bind-port", str(port),
-                       "--expect-workers", str(expect), "--expect-workers-max-wait", "120"]
+        master_cmd += [
+            "--master",
+            "--master-bind-host",
+            bind_host,
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            str(expect),
+            "--expect-workers-max-wait",
+            "120",
+        ]
     log_dir = run_dir / WORKER_COPY_DIR
     log_dir.mkdir(exist_ok=True)
     master = subprocess.Popen(master_cmd, env=env, cwd=REPO_ROOT)
     workers = []
     for i in range(cfg.workers):
         log = open(log_dir / f"worker-{i}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
-        workers.append((subprocess.Popen(_locust_base(cfg) + ["--worker", "--master-host", "127.0.0.1",
-                                                              "--master-port", str(port), "--loglevel", "WARNING"],
-                                         env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT), log))
+        workers.append(
+            (
+                subprocess.Popen(
+                    _locust_base(cfg)
+                    + [
+                        "--worker",
+                        "--master-host",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(port),
+                        "--loglevel",
+                        "WARNING",
+                    ],
+                    env=env,
+                    cwd=REPO_ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+                log,
+            )
+        )
     try:
         code = master.wait()
     except KeyboardInterrupt:
@@ -126,16 +173,53 @@ def cmd_run(ns: argparse.Namespace) -> int:
     added = merge_worker_copies(run_dir)
     if added:
         print(f"recovered {added} rows from the workers' local copies", flush=True)
-    rendered = render(run_dir)
+    aborted = aborted_because(run_dir)
     if code != 0:
-        return fail(f"the Locust master exited with status {code}; partial results are in {run_dir}")
-    return rendered
+        fail(f"the Locust master exited with status {code}; partial results are in {run_dir}")
+    elif aborted:
+        fail(f"the run ended early ({aborted}); partial results are in {run_dir}")
+    rendered = render(run_dir)  # a partial run is rendered too, with a banner; `report:` stays the last line
+    if code != 0:
+        return 2
+    return 1 if aborted else rendered  # an aborted run is not an answer: say so in the exit status
+
+
+def aborted_because(run_dir: Path) -> str:
+    """The note of the step that ended the run early, or "" when the plan ran to its end."""
+    path = run_dir / STEPS_FILE
+    if not path.exists():
+        return ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("status") == "aborted":
+            return str(row.get("note") or "aborted")
+    return ""
 
 
 def start_simulator(profile: str, extra: list[str]) -> tuple[subprocess.Popen[str], str, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "simulator", "--profile", profile, "--host", "127.0.0.1",
-                             "--port", "0", "--dcgm-port", "0", *extra], cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "simulator",
+            "--profile",
+            profile,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--dcgm-port",
+            "0",
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = dcgm = ""
     deadline = time.monotonic() + 30
     assert proc.stdout is not None
@@ -179,19 +263,41 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return fail(str(exc))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if cfg.gpu_token:
-        env["OCRCAP_GPU_TOKEN"] = cfg.gpu_token
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **secret_env(cfg)}
     web_port = ns.web_port or _free_port()
     port = ns.master_port or _free_port()
     master = subprocess.Popen(
-        _locust_base(cfg) + ["--master", "--master-bind-host", ns.master_bind_host, "--master-bind-port", str(port),
-                             "--web-host", ns.web_host, "--web-port", str(web_port), "--host", cfg.host,
-                             "--loglevel", "WARNING", "--stop-timeout", str(int(min(cfg.request_timeout_s, 55)))]
-        + to_argv(cfg), env=env, cwd=REPO_ROOT)
-    workers = [subprocess.Popen(_locust_base(cfg) + ["--worker", "--master-host", "127.0.0.1", "--master-port",
-                                                     str(port), "--loglevel", "WARNING"], env=env, cwd=REPO_ROOT)
-               for _ in range(cfg.workers)]
+        _locust_base(cfg)
+        + [
+            "--master",
+            "--master-bind-host",
+            ns.master_bind_host,
+            "--master-bind-port",
+            str(port),
+            "--web-host",
+            ns.web_host,
+            "--web-port",
+            str(web_port),
+            "--host",
+            cfg.host,
+            "--loglevel",
+            "WARNING",
+            "--stop-timeout",
+            str(int(min(cfg.request_timeout_s, 55))),
+        ]
+        + to_argv(cfg),
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    workers = [
+        subprocess.Popen(
+            _locust_base(cfg)
+            + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--loglevel", "WARNING"],
+            env=env,
+            cwd=REPO_ROOT,
+        )
+        for _ in range(cfg.workers)
+    ]
     print(f"ui: http://{ns.web_host}:{web_port}/ocr  (Locust: http://{ns.web_host}:{web_port}/)", flush=True)
     try:
         return master.wait()
@@ -207,24 +313,35 @@ def cmd_ui(ns: argparse.Namespace) -> int:
 
 
 def cmd_worker(ns: argparse.Namespace) -> int:
-    cmd = _locust_base(RunConfig()) + ["--worker", "--master-host", ns.master, "--master-port", str(ns.master_port)]
+    cmd = _locust_base(RunConfig()) + [
+        "--worker",
+        "--master-host",
+        ns.master,
+        "--master-port",
+        str(ns.master_port),
+    ]
     return subprocess.call(cmd, cwd=REPO_ROOT)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "demo", "ui"):
         p = sub.add_parser(name)
         add_arguments(p, prefix="--", web_ui=False)
-        p.add_argument("--remote-workers", type=int, default=0, help="workers on other driver machines to wait for")
+        p.add_argument(
+            "--remote-workers", type=int, default=0, help="workers on other driver machines to wait for"
+        )
         p.add_argument("--master-bind-host", default="127.0.0.1")
         p.add_argument("--master-port", type=int, default=0)
     demo = sub.choices["demo"]
     demo.add_argument("--profile", default="pytorch-24g")
     demo.add_argument("--simulator-args", default="", help="extra simulator flags, e.g. '--gateway-slots 6'")
-    demo.set_defaults(ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=2.0, ocr_cooldown_s=10.0, ocr_refine_budget=2)
+    demo.set_defaults(
+        ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=2.0, ocr_cooldown_s=10.0, ocr_refine_budget=2
+    )
     ui = sub.choices["ui"]
     ui.add_argument("--web-host", default="127.0.0.1")
     ui.add_argument("--web-port", type=int, default=8089)

@@ -121,6 +121,23 @@ class RunConfig:
         return self
 
 
+# secrets never go on a command line (visible in `ps`): environment variable -> RunConfig field
+SECRET_ENV = {"OCRCAP_GPU_TOKEN": "gpu_token", "OCRCAP_HEADERS": "headers"}
+
+
+def secret_env(cfg: RunConfig) -> dict[str, str]:
+    """The environment that carries this config's secrets to the Locust processes."""
+    return {var: getattr(cfg, name) for var, name in SECRET_ENV.items() if getattr(cfg, name)}
+
+
+def with_env_secrets(cfg: RunConfig, environ: dict[str, str]) -> RunConfig:
+    """Fill secret fields the command line left empty from the environment."""
+    found: dict[str, Any] = {
+        name: environ[var] for var, name in SECRET_ENV.items() if environ.get(var) and not getattr(cfg, name)
+    }
+    return dataclasses.replace(cfg, **found).checked() if found else cfg
+
+
 def parse_headers(text: str) -> dict[str, str]:
     """'A: 1; B: two' -> {'A': '1', 'B': 'two'}; one clear line for anything else."""
     out: dict[str, str] = {}
@@ -182,8 +199,11 @@ def to_argv(cfg: RunConfig, prefix: str = "--ocr-") -> list[str]:
     """The Locust command-line options that carry this config."""
     argv: list[str] = []
     for f in dataclasses.fields(RunConfig):
-        if f.name in ("host", "gpu_token"):
-            continue  # Locust's own --host; the token travels in OCRCAP_GPU_TOKEN, not in argv
+        if f.name in ("host", *SECRET_ENV.values()):
+            continue  # Locust's own --host; secrets travel in the environment (see secret_env), not in argv
         value = getattr(cfg, f.name)
-        argv += [prefix + f.name.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value)]
+        argv += [
+            prefix + f.name.replace("_", "-"),
+            str(value).lower() if isinstance(value, bool) else str(value),
+        ]
     return argv

@@ -54,8 +54,14 @@ def progress(line: str) -> None:
 
 
 class Controller:
-    def __init__(self, cfg: RunConfig, run_dir: Path, monitor: GpuMonitor | None,
-                 broadcast: Callable[[StepTag], None], clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        monitor: GpuMonitor | None,
+        broadcast: Callable[[StepTag], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         self.clock = clock
@@ -94,6 +100,7 @@ class Controller:
         self.completed: list[dict[str, Any]] = []
         self.timeline: deque[tuple[float, int, float | None, float | None]] = deque(maxlen=3600)
         self.report_path: str | None = None
+        self.last_ok_at: float | None = None  # set when load first starts; a hung server never moves it
 
     # --- inputs ------------------------------------------------------------------------
     def on_rows(self, rows: list[RequestRow]) -> None:
@@ -109,6 +116,7 @@ class Controller:
                 self.failures_in_a_row += 1
             elif row.ok:
                 self.failures_in_a_row = 0
+                self.last_ok_at = self.clock()
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
@@ -138,17 +146,21 @@ class Controller:
     def tick(self, user_count: int) -> tuple[int, float] | None:
         now = self.clock()
         gpu = self.last_gpu
-        self.timeline.append((now, user_count, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
+        self.timeline.append(
+            (now, user_count, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None)
+        )
         if self.finished:
             return None
         if self.spec is None:
             return self._advance(now)
         spec = self.spec
         elapsed = now - self.phase_start
-        if self.failures_in_a_row >= self.cfg.abort_after_failures and not self.aborted:
-            self.aborted = (f"{self.failures_in_a_row} requests in a row failed (connection, timeout, OOM or 5xx):"
-                            " the server looks down; run ended")
-            self.event("abort", self.aborted)
+        if spec.level > 0 and self.last_ok_at is None:
+            self.last_ok_at = now
+        down = self._server_down(now)
+        if down:
+            self.aborted = down
+            self.event("abort", down)
             self._finish(now)
             return None
         if spec.phase in MEASURED and now - self._last_progress >= 5:
@@ -157,11 +169,30 @@ class Controller:
         if spec.phase == Phase.COOLDOWN:
             done = done and user_count == 0 and self._memory_settled()
         if done or elapsed >= spec.max_s:
-            if elapsed >= spec.max_s and spec.min_requests and self.rows_per_step[self.step_index] < spec.min_requests:
-                self.phase_degraded = (f"only {self.rows_per_step[self.step_index]} of {spec.min_requests}"
-                                       f" requests in {spec.max_s:.0f} s")
+            if (
+                elapsed >= spec.max_s
+                and spec.min_requests
+                and self.rows_per_step[self.step_index] < spec.min_requests
+            ):
+                self.phase_degraded = (
+                    f"only {self.rows_per_step[self.step_index]} of {spec.min_requests}"
+                    f" requests in {spec.max_s:.0f} s"
+                )
             return self._advance(now)
         return self._users(spec)
+
+    def _server_down(self, now: float) -> str:
+        """Why the run must end because the server stopped answering, or "" while it answers."""
+        if self.failures_in_a_row >= self.cfg.abort_after_failures:
+            return (
+                f"{self.failures_in_a_row} requests in a row failed (connection, timeout, OOM or 5xx):"
+                " the server looks down; run ended"
+            )
+        # a hung server fails slowly (one timeout per user at a time): also end on a long silence
+        silence_s = max(60.0, 3 * self.cfg.request_timeout_s)
+        if self.last_ok_at is not None and now - self.last_ok_at > silence_s:
+            return f"no request succeeded for {now - self.last_ok_at:.0f} s: the server looks hung; run ended"
+        return ""
 
     def _users(self, spec: PhaseSpec) -> tuple[int, float]:
         return spec.level, float(max(spec.level, 1) * 10)
@@ -184,7 +215,9 @@ class Controller:
         self.broadcast(tag)
         if self.monitor is not None:
             self.monitor.mark_step(self.step_index)
-        progress(f"step {self.step_index}/{self._steps_planned()}: {spec.phase} users={spec.level} ({spec.note})")
+        progress(
+            f"step {self.step_index}/{self._steps_planned()}: {spec.phase} users={spec.level} ({spec.note})"
+        )
         return self._users(spec)
 
     def _steps_planned(self) -> str:
@@ -199,8 +232,8 @@ class Controller:
         if spec is None:
             return
         status = "aborted" if self.aborted else ("degraded" if self.phase_degraded else "complete")
-        row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status,
-                      self.phase_degraded or spec.note)
+        note = self.aborted or self.phase_degraded or spec.note  # the report shows why a step ended early
+        row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note)
         self.steps.append([row])
         if spec.phase in MEASURED:
             self.measured_levels.append(spec.level)
@@ -240,15 +273,21 @@ class Controller:
         lat = self.live_latency_ms
         p95 = f"{np.percentile(lat, 95):.0f} ms" if lat else "-"
         label = "done" if final else "running"
-        progress(f"step {self.step_index}/{self._steps_planned()} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
-                 f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}")
+        progress(
+            f"step {self.step_index}/{self._steps_planned()} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
+            f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}"
+        )
 
     def _live_row(self, row: StepRow) -> dict[str, Any]:
         lat = self.live_latency_ms
         duration = max(row.t_end_unix_s - row.t_start_unix_s, 1e-9)
         return {
-            "step_index": row.step_index, "phase": row.phase, "level": row.level, "status": row.status,
-            "requests": self.rows_per_step[row.step_index], "errors": self.live_errors,
+            "step_index": row.step_index,
+            "phase": row.phase,
+            "level": row.level,
+            "status": row.status,
+            "requests": self.rows_per_step[row.step_index],
+            "errors": self.live_errors,
             "throughput_rps": round(len(lat) / duration, 2),
             "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat else None,
             "p95_ms": round(float(np.percentile(lat, 95)), 1) if lat else None,
@@ -296,8 +335,9 @@ class Controller:
         estimate = None
         try:
             run = self._load()
-            estimate = analysis.estimate_from_baseline(run.requests, run.steps, run.gpu, run.server,
-                                                       headroom=cfg.headroom)
+            estimate = analysis.estimate_from_baseline(
+                run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom
+            )
             self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
             self.estimate = estimate.to_dict()
             self._update_manifest(estimate=self.estimate)
@@ -310,10 +350,14 @@ class Controller:
             level = max(1, int(estimate.estimate)) if estimate and estimate.estimate else 1
             choice = LevelChoice([level], "soak at the estimate")
         elif estimate is not None and estimate.estimate:
-            choice = LevelChoice(analysis.plan_levels(int(estimate.estimate)),
-                                 f"x0.25..x1.2 of the estimate {estimate.estimate}")
+            choice = LevelChoice(
+                analysis.plan_levels(int(estimate.estimate)),
+                f"x0.25..x1.2 of the estimate {estimate.estimate}",
+            )
         else:
-            choice = LevelChoice(DOUBLING_LEVELS, "no estimate: doubling until the knee", climb_until_knee=True)
+            choice = LevelChoice(
+                DOUBLING_LEVELS, "no estimate: doubling until the knee", climb_until_knee=True
+            )
         self.choice = choice
         self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)

@@ -25,8 +25,13 @@ def _version(name: str) -> str | None:
 
 def git_revision(root: Path = REPO_ROOT) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
@@ -49,27 +54,6 @@ def public_argv(argv: list[str]) -> list[str]:
         if len(flag) > 2 and flag not in NOT_SECRET and any(s.startswith(flag) for s in SECRET_FLAGS):
             out.append(f"{flag}=***" if eq else arg)
             hide_next = not eq
-            continue
-        out.append(arg)
-    return out
-
-
-SECRET_FLAGS = ("--headers", "--gpu-token", "--ocr-headers", "--ocr-gpu-token")
-
-
-def safe_argv(argv: list[str]) -> list[str]:
-    """The command line with the values of secret-bearing flags masked."""
-    out: list[str] = []
-    mask_next = False
-    for arg in argv:
-        if mask_next:
-            out.append("***")
-            mask_next = False
-            continue
-        name, eq, _value = arg.partition("=")
-        if name in SECRET_FLAGS:
-            out.append(f"{name}=***" if eq else name)
-            mask_next = not eq
             continue
         out.append(arg)
     return out

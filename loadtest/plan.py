@@ -42,8 +42,9 @@ def _step(cfg: RunConfig, level: int, note: str) -> Iterator[PhaseSpec]:
     if cfg.scenario == "soak":
         yield PhaseSpec(Phase.STEP, level, f"soak at {level} ({note})", cfg.soak_s, cfg.soak_s)
     else:
-        yield PhaseSpec(Phase.STEP, level, note, cfg.step_s, max(3 * cfg.step_s, cfg.step_s + 30),
-                        cfg.min_step_requests)
+        yield PhaseSpec(
+            Phase.STEP, level, note, cfg.step_s, max(3 * cfg.step_s, cfg.step_s + 30), cfg.min_step_requests
+        )
     yield _cooldown(cfg)
 
 
@@ -63,8 +64,14 @@ def plan_phases(
     if cfg.warmup_s > 0:
         yield PhaseSpec(Phase.WARMUP, 1, "baseline warm-up", cfg.warmup_s, cfg.warmup_s)
     baseline_requests = cfg.baseline_rounds * cfg.baseline_round_requests
-    yield PhaseSpec(Phase.BASELINE, 1, f"{cfg.baseline_rounds} rounds x {cfg.baseline_round_requests} requests",
-                    1.0, max(600.0, cfg.step_s * 10), baseline_requests)
+    yield PhaseSpec(
+        Phase.BASELINE,
+        1,
+        f"{cfg.baseline_rounds} rounds x {cfg.baseline_round_requests} requests",
+        1.0,
+        max(600.0, cfg.step_s * 10),
+        baseline_requests,
+    )
     yield _cooldown(cfg)
 
     choice = choose_levels()

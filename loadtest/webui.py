@@ -32,8 +32,13 @@ def track(environment: Environment, ctl: Controller) -> None:
 def render_after_run(ctl: Controller) -> None:
     """Merge the workers' copies, then analysis and report in their own process (run in a greenlet)."""
     merge_worker_copies(ctl.run_dir)
-    out = subprocess.run([sys.executable, "-m", "reports", str(ctl.run_dir)], cwd=REPO_ROOT,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "reports", str(ctl.run_dir)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     for line in out.stdout.splitlines():
         if line.startswith("report: "):
             ctl.report_path = line.split(" ", 1)[1].strip()

@@ -29,7 +29,8 @@ def _cell(value: Any) -> Any:
 
 def _as_mapping(record: Any) -> Mapping[str, Any]:
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        return dataclasses.asdict(record)
+        # not dataclasses.asdict: it deep-copies (~70 us a row); records here hold plain values
+        return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     return dict(record)
 
 

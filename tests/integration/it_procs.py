@@ -23,7 +23,10 @@ class Simulator:
 def start_simulator(*args: str) -> Simulator:
     proc = subprocess.Popen(
         [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", "0", "--dcgm-port", "0", *args],
-        cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     url = dcgm = ""
     deadline = time.monotonic() + 30
@@ -54,9 +57,15 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 def run_cli(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     """Run `python -m loadtest ...` in its own process group, killed whole on timeout."""
-    proc = subprocess.Popen([sys.executable, "-m", "loadtest", *args], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadtest", *args],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

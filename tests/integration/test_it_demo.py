@@ -14,14 +14,25 @@ from it_procs import run_cli
 from simulator import truth
 
 EXPECTED_FILES = [
-    "manifest.json", "requests.csv", "steps.jsonl", "gpu.csv", "server.csv", "host.csv", "events.jsonl",
-    "summary.json", "steps.csv", "capacity.md", "recommended-config.yaml", "report.html",
+    "manifest.json",
+    "requests.csv",
+    "steps.jsonl",
+    "gpu.csv",
+    "server.csv",
+    "host.csv",
+    "events.jsonl",
+    "summary.json",
+    "steps.csv",
+    "capacity.md",
+    "recommended-config.yaml",
+    "report.html",
 ]
 
 
 def test_demo_finds_the_true_knee_and_writes_the_run_folder(tmp_path):
-    res = run_cli(["demo", "--out", str(tmp_path), "--step-s", "6", "--cooldown-s", "6", "--idle-s", "2"],
-                  timeout_s=240)
+    res = run_cli(
+        ["demo", "--out", str(tmp_path), "--step-s", "6", "--cooldown-s", "6", "--idle-s", "2"], timeout_s=240
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("report: "), res.stdout[-2000:]

@@ -21,9 +21,34 @@ def _served(url: str) -> float:
 
 def test_rows_equal_requests_served_and_carry_their_step(simulator_factory, tmp_path):
     sim = simulator_factory("--profile", "pytorch-24g", "--dcgm-port", "0")
-    res = run_cli(["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "2,6", "--workers", "2",
-                   "--idle-s", "1", "--warmup-s", "1", "--step-s", "4", "--cooldown-s", "3",
-                   "--baseline-rounds", "1", "--gpu", f"dcgm:{sim.dcgm_url}", "--refine", "false"], timeout_s=150)
+    res = run_cli(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--out",
+            str(tmp_path),
+            "--levels",
+            "2,6",
+            "--workers",
+            "2",
+            "--idle-s",
+            "1",
+            "--warmup-s",
+            "1",
+            "--step-s",
+            "4",
+            "--cooldown-s",
+            "3",
+            "--baseline-rounds",
+            "1",
+            "--gpu",
+            f"dcgm:{sim.dcgm_url}",
+            "--refine",
+            "false",
+        ],
+        timeout_s=150,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     rows = pd.read_csv(run_dir / "requests.csv")

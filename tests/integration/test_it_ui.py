@@ -49,11 +49,43 @@ def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path):
     sim = simulator_factory("--profile", "pytorch-24g")
     web_port = _free_port()
     ui = subprocess.Popen(
-        [sys.executable, "-m", "loadtest", "ui", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}",
-         "--server-metrics", sim.url + "/metrics", "--levels", "2,4", "--idle-s", "1", "--warmup-s", "1",
-         "--step-s", "3", "--cooldown-s", "2", "--baseline-rounds", "1", "--refine", "false", "--workers", "1",
-         "--web-port", str(web_port), "--out", str(tmp_path)],
-        cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "loadtest",
+            "ui",
+            "--host",
+            sim.url,
+            "--gpu",
+            f"dcgm:{sim.dcgm_url}",
+            "--server-metrics",
+            sim.url + "/metrics",
+            "--levels",
+            "2,4",
+            "--idle-s",
+            "1",
+            "--warmup-s",
+            "1",
+            "--step-s",
+            "3",
+            "--cooldown-s",
+            "2",
+            "--baseline-rounds",
+            "1",
+            "--refine",
+            "false",
+            "--workers",
+            "1",
+            "--web-port",
+            str(web_port),
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
@@ -67,20 +99,36 @@ def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path):
             except OSError:
                 time.sleep(0.3)
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
-                "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run"])
+            browser = pw.chromium.launch(
+                executable_path=str(CHROMIUM),
+                args=[
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--no-first-run",
+                ],
+            )
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(url)
-            page.wait_for_function("document.getElementById('phase').textContent === 'not started'", timeout=10_000)
+            page.wait_for_function(
+                "document.getElementById('phase').textContent === 'not started'", timeout=10_000
+            )
             page.click("#start")
             # the step panel advances past the baseline into the measured steps
-            page.wait_for_function("document.getElementById('phase').textContent === 'baseline'", timeout=30_000)
-            page.wait_for_function("/MiB/.test(document.getElementById('gpu-mem').textContent)", timeout=15_000)
+            page.wait_for_function(
+                "document.getElementById('phase').textContent === 'baseline'", timeout=30_000
+            )
+            page.wait_for_function(
+                "/MiB/.test(document.getElementById('gpu-mem').textContent)", timeout=15_000
+            )
             page.wait_for_function("document.querySelectorAll('#steps tr').length >= 1", timeout=60_000)
-            page.wait_for_function("document.getElementById('levels').textContent.includes('2, 4')", timeout=30_000)
+            page.wait_for_function(
+                "document.getElementById('levels').textContent.includes('2, 4')", timeout=30_000
+            )
             step_text = page.text_content("#stepline") or ""
             assert re.search(r"step \d+", step_text), step_text
             assert re.search(r"\d+ / 24576 MiB", page.text_content("#gpu-mem") or "")

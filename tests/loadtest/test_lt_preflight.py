@@ -16,8 +16,13 @@ from scenarios import build_image_set, encode_request
 ANSWERS: dict[str, tuple[int, str, bytes]] = {
     "/ok": (200, "application/json", json.dumps({"text": "hello world"}).encode()),
     "/lines": (200, "application/json", json.dumps({"result": [{"text": "a", "box": [1, 2]}]}).encode()),
-    "/openai": (200, "application/json", json.dumps(
-        {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "hi"}}]}).encode()),
+    "/openai": (
+        200,
+        "application/json",
+        json.dumps(
+            {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "hi"}}]}
+        ).encode(),
+    ),
     "/html": (200, "text/html", b"<html><body>welcome to nginx</body></html>"),
     "/empty": (200, "application/json", b'{"text": ""}'),
     "/auth": (401, "application/json", b'{"error": "unauthorized"}'),

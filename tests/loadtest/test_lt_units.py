@@ -105,8 +105,17 @@ def test_plan_runs_idle_baseline_then_each_level_with_cooldowns():
     phases = _phases(cfg, LevelChoice([2, 5, 8], "test"))
     kinds = [(p.phase, p.level) for p in phases]
     assert kinds[:4] == [("idle", 0), ("warmup", 1), ("baseline", 1), ("cooldown", 0)]
-    assert kinds[4:] == [("warmup", 2), ("step", 2), ("cooldown", 0), ("warmup", 5), ("step", 5), ("cooldown", 0),
-                         ("warmup", 8), ("step", 8), ("cooldown", 0)]
+    assert kinds[4:] == [
+        ("warmup", 2),
+        ("step", 2),
+        ("cooldown", 0),
+        ("warmup", 5),
+        ("step", 5),
+        ("cooldown", 0),
+        ("warmup", 8),
+        ("step", 8),
+        ("cooldown", 0),
+    ]
     baseline = phases[2]
     assert baseline.min_requests == cfg.baseline_rounds * cfg.baseline_round_requests >= 60
 
@@ -132,10 +141,10 @@ def test_soak_holds_one_level_for_soak_s():
 
 
 def test_manifest_command_line_masks_secrets():
-    from loadtest.manifest import safe_argv
+    from loadtest.manifest import public_argv
 
     argv = ["run", "--headers", "Authorization: Bearer abc", "--gpu-token=tok", "--levels", "2"]
-    assert safe_argv(argv) == ["run", "--headers", "***", "--gpu-token=***", "--levels", "2"]
+    assert public_argv(argv) == ["run", "--headers", "***", "--gpu-token=***", "--levels", "2"]
 
 
 def test_locust_default_args_are_computed_once_and_stay_equal():

@@ -25,13 +25,29 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+import contextlib
+
 from it_procs import REPO, Simulator, start_simulator, stop  # noqa: E402
 
 __all__ = ["REPO", "Simulator", "start_simulator", "stop"]
 
 # Short phases for fault runs: the behaviour under test, not the measurement, is what counts.
-QUICK = ["--idle-s", "1", "--warmup-s", "0", "--cooldown-s", "1", "--baseline-rounds", "1",
-         "--baseline-round-requests", "5", "--min-step-requests", "5", "--refine", "false"]
+QUICK = [
+    "--idle-s",
+    "1",
+    "--warmup-s",
+    "0",
+    "--cooldown-s",
+    "1",
+    "--baseline-rounds",
+    "1",
+    "--baseline-round-requests",
+    "5",
+    "--min-step-requests",
+    "5",
+    "--refine",
+    "false",
+]
 
 
 def step_line(phase: str, users: int) -> str:
@@ -48,10 +64,8 @@ def free_port() -> int:
 def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
     """Signal a process started with start_new_session=True and everything in its group."""
     if proc.poll() is None or _group_alive(proc.pid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -78,9 +92,15 @@ class LiveRun:
 
     @classmethod
     def start(cls, args: list[str], env: dict[str, str] | None = None) -> LiveRun:
-        proc = subprocess.Popen([sys.executable, "-m", "loadtest", *args], cwd=REPO, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadtest", *args],
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
         run = cls(proc)
         for stream, sink in ((proc.stdout, run.lines), (proc.stderr, run.err)):
             t = threading.Thread(target=_pump, args=(stream, sink), daemon=True)
@@ -149,8 +169,12 @@ def _pump(stream: Any, sink: list[str]) -> None:
 
 def set_faults(sim: Simulator, **faults: Any) -> dict[str, Any]:
     """The simulator's loopback admin route: change fault switches while it runs."""
-    req = urllib.request.Request(sim.url + "/admin/faults", data=json.dumps(faults).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        sim.url + "/admin/faults",
+        data=json.dumps(faults).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:
         data: dict[str, Any] = json.loads(resp.read())
         return data
@@ -164,9 +188,14 @@ class Sidecar:
 
 
 def start_sidecar(*args: str, port: int = 0) -> Sidecar:
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_sampler", "serve", "--host", "127.0.0.1", "--port",
-                             str(port), *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_sampler", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -218,8 +247,9 @@ class ScriptedServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

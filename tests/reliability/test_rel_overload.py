@@ -23,8 +23,24 @@ STORM_S = 5.0
 def _storm_run(procs, tmp_path, scenario: str):  # type: ignore[no-untyped-def]
     """One user; the server answers 503 + Retry-After: 1 for STORM_S in the middle of the step."""
     sim = procs.simulator("--time-scale", "0.5")
-    run = procs.run(["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "1", "--workers", "1",
-                     "--scenario", scenario, "--step-s", str(STORM_S + 6), *QUICK])
+    run = procs.run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--out",
+            str(tmp_path),
+            "--levels",
+            "1",
+            "--workers",
+            "1",
+            "--scenario",
+            scenario,
+            "--step-s",
+            str(STORM_S + 6),
+            *QUICK,
+        ]
+    )
     run_dir = run.run_dir()
     run.wait_for(step_line("step", 1), 120)
     time.sleep(2.0)
@@ -34,7 +50,9 @@ def _storm_run(procs, tmp_path, scenario: str):  # type: ignore[no-untyped-def]
     assert run.finish(120) == 0, run.output()
     assert run.lines[-1].startswith("report: "), run.output()
     rows = load_run(run_dir).requests.sort_values("t_start_unix_s").reset_index(drop=True)
-    storm = rows[(rows["t_start_unix_s"] >= t_storm - 0.5) & (rows["t_start_unix_s"] <= t_storm + STORM_S + 2)]
+    storm = rows[
+        (rows["t_start_unix_s"] >= t_storm - 0.5) & (rows["t_start_unix_s"] <= t_storm + STORM_S + 2)
+    ]
     return run_dir, rows, storm
 
 
@@ -74,8 +92,22 @@ def test_plain_scenarios_count_a_503_storm_as_rejected(procs, tmp_path):
 def test_a_slow_start_is_waited_for_up_to_ready_wait_s(procs, tmp_path):
     sim = procs.simulator("--slow-start-s", "4")
     t0 = time.monotonic()
-    run = procs.run(["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "1", "--workers", "0",
-                     "--ready-wait-s", "30", *QUICK])
+    run = procs.run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--out",
+            str(tmp_path),
+            "--levels",
+            "1",
+            "--workers",
+            "0",
+            "--ready-wait-s",
+            "30",
+            *QUICK,
+        ]
+    )
     run.run_dir()  # made only once the pre-flight request got its answer
     waited = time.monotonic() - t0
     run.wait_for(step_line("idle", 0), 60)
@@ -87,7 +119,9 @@ def test_a_slow_start_is_waited_for_up_to_ready_wait_s(procs, tmp_path):
 def test_a_server_still_starting_after_ready_wait_s_ends_the_run_in_one_line(procs, tmp_path):
     sim = procs.simulator("--slow-start-s", "120")
     t0 = time.monotonic()
-    run = procs.run(["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "1", "--ready-wait-s", "2"])
+    run = procs.run(
+        ["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "1", "--ready-wait-s", "2"]
+    )
     code = run.finish(60)
     assert code == 2, run.output()
     line = one_line("\n".join(run.err))

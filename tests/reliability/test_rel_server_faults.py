@@ -27,8 +27,24 @@ def _summary(run_dir: Path) -> dict:
 
 def test_an_oom_mid_step_is_recorded_as_oom_and_ends_the_safe_range(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "2,4", "--workers", "1",
-                     "--step-s", "5", "--gpu", f"dcgm:{sim.dcgm_url}", *QUICK])
+    run = procs.run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--out",
+            str(tmp_path),
+            "--levels",
+            "2,4",
+            "--workers",
+            "1",
+            "--step-s",
+            "5",
+            "--gpu",
+            f"dcgm:{sim.dcgm_url}",
+            *QUICK,
+        ]
+    )
     run_dir = run.run_dir()
     run.wait_for(step_line("step", 4), 120)
     time.sleep(1.0)
@@ -56,9 +72,28 @@ def test_an_oom_mid_step_is_recorded_as_oom_and_ends_the_safe_range(procs, tmp_p
 
 def test_a_server_that_crashes_and_stays_down_ends_the_run_with_an_abort_and_a_report(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "2,4,8", "--workers", "1",
-                     "--step-s", "6", "--abort-after-failures", "20", "--request-timeout-s", "5",
-                     "--gpu", f"dcgm:{sim.dcgm_url}", *QUICK])
+    run = procs.run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--out",
+            str(tmp_path),
+            "--levels",
+            "2,4,8",
+            "--workers",
+            "1",
+            "--step-s",
+            "6",
+            "--abort-after-failures",
+            "20",
+            "--request-timeout-s",
+            "5",
+            "--gpu",
+            f"dcgm:{sim.dcgm_url}",
+            *QUICK,
+        ]
+    )
     run_dir = run.run_dir()
     run.wait_for(step_line("step", 2), 120)
     time.sleep(1.5)
@@ -67,7 +102,8 @@ def test_a_server_that_crashes_and_stays_down_ends_the_run_with_an_abort_and_a_r
     sim.proc.wait(timeout=10)
     code = run.finish(90)
     elapsed = time.time() - t_crash
-    assert code == 0, run.output()
+    assert code == 1, run.output()  # an aborted run is not an answer
+    assert "ended early" in run.err[-1], run.output()
     assert run.lines[-1].startswith("report: "), run.output()
     assert any(line.startswith("[abort]") for line in run.lines), run.output()
     assert elapsed < 60, f"the run took {elapsed:.0f} s to notice the server is gone"
@@ -95,10 +131,74 @@ def test_a_server_that_crashes_and_stays_down_ends_the_run_with_an_abort_and_a_r
     assert 'id="banner-partial"' in html
 
 
+def test_a_server_that_hangs_times_out_and_the_run_ends_by_itself(procs, tmp_path):
+    sim = procs.simulator("--time-scale", "0.2")
+    run = procs.run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--out",
+            str(tmp_path),
+            "--levels",
+            "4,8",
+            "--workers",
+            "1",
+            "--step-s",
+            "20",  # long enough that the abort lands inside the level-4 step on a busy box
+            "--abort-after-failures",
+            "12",
+            "--request-timeout-s",
+            "2",
+            "--gpu",
+            f"dcgm:{sim.dcgm_url}",
+            *QUICK,
+        ]
+    )
+    run_dir = run.run_dir()
+    run.wait_for(step_line("step", 4), 120)
+    time.sleep(1.0)
+    t_hang = time.time()
+    sim.proc.send_signal(signal.SIGSTOP)  # accepts connections (kernel backlog) but never answers
+    try:
+        code = run.finish(120)
+    finally:
+        sim.proc.send_signal(signal.SIGCONT)
+    assert code == 1, run.output()
+    assert run.lines[-1].startswith("report: "), run.output()
+    # 12 timeouts over 4 users of 2 s each: about 6 s, plus reporting; bounded well under a minute
+    assert time.time() - t_hang < 60
+    rows = load_run(run_dir).requests
+    hung = rows[rows["t_start_unix_s"] > t_hang + 0.5]
+    assert len(hung) >= 1 and set(hung["failure_kind"]) == {"timeout"}, hung["failure_kind"].value_counts()
+    events = read_jsonl(run_dir / "events.jsonl")
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("abort") == 1 and "sampler_gap" in kinds, kinds
+    assert not any(s["level"] == 8 and s["phase"] == "step" for s in read_jsonl(run_dir / "steps.jsonl"))
+
+
 def test_timeouts_and_connection_resets_are_recorded_by_kind_and_the_run_completes(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(["run", "--host", sim.url, "--out", str(tmp_path), "--levels", "4", "--workers", "1",
-                     "--step-s", "6", "--request-timeout-s", "1", "--gpu", f"dcgm:{sim.dcgm_url}", *QUICK])
+    run = procs.run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--out",
+            str(tmp_path),
+            "--levels",
+            "4",
+            "--workers",
+            "1",
+            "--step-s",
+            "6",
+            "--request-timeout-s",
+            "1",
+            "--gpu",
+            f"dcgm:{sim.dcgm_url}",
+            *QUICK,
+        ]
+    )
     run_dir = run.run_dir()
     run.wait_for(step_line("step", 4), 120)
     # spike_ms is scaled by time_scale: 20000 ms x 0.2 = 4 s, far over the 1 s request timeout
