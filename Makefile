@@ -86,7 +86,7 @@ compare: $(STAMP)
 	@$(PY) -m reports compare '$(A)' '$(B)'
 
 bench: $(STAMP)
-	for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	@rc=0; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || rc=1; done; exit $$rc
 
 clean:
 	rm -rf results test-artifacts .pytest_cache .mypy_cache .ruff_cache build *.egg-info
