@@ -33,7 +33,6 @@ import csv
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from support import run_bounded  # noqa: E402
+
+from loadtest.cli import stop_process as stop  # noqa: E402
 from runfolder import REQUESTS_FILE  # noqa: E402
 from scenarios import build_image_set  # noqa: E402
 
@@ -64,32 +66,6 @@ def start_stub(answer_file: Path, log_file: Path, seed: int) -> tuple[subprocess
         proc.kill()
         raise SystemExit("the stub server did not start")
     return proc, line.split(" ", 1)[1].strip()
-
-
-def stop(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def run_bounded(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run `python -m loadtest run`; past the timeout, SIGINT it (it then stops its own Locust processes)."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        err += f"\nstopped after {timeout_s:.0f} s"
-    return proc.returncode, out, err
 
 
 def read_rows(run_dir: Path) -> list[tuple[float, float]]:

@@ -53,9 +53,10 @@ def run_client(kind: str, host: str, users: int, warm_s: float, run_s: float) ->
     from loadtest import users as ours
     from loadtest import wiring
     from loadtest.config import RunConfig
+    from loadtest.payloads import build_payloads
     from runfolder import CsvAppender, RequestRow
 
-    payloads = ours.build_payloads(RunConfig(host=host, scenario="mixed", buckets=BUCKETS))
+    payloads = build_payloads(RunConfig(host=host, scenario="mixed", buckets=BUCKETS))
     enc = next(iter(payloads.encoded.values()))
     body, headers = enc.body, {"Content-Type": enc.content_type}
 
@@ -143,13 +144,11 @@ def start_stub(answer_file: Path, cpu: int) -> tuple[subprocess.Popen[str], str]
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    # imported here: the --client children import locust, which must come before ssl is imported
+    sys.path.insert(0, str(ROOT))
+    from loadtest.cli import stop_process
+
+    stop_process(proc)
 
 
 def measure(kind: str, url: str, args: argparse.Namespace, cpu: int, server_pid: int) -> dict[str, float]:

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from support import run_bounded  # noqa: E402
+
+from loadtest.cli import start_simulator  # noqa: E402
+from loadtest.cli import stop_process as stop  # noqa: E402
 from runfolder import STEPS_FILE  # noqa: E402
 from simulator import truth  # noqa: E402
 
@@ -83,51 +85,6 @@ class Outcome:
     @property
     def found(self) -> bool:
         return self.recommended_level == self.true_knee
-
-
-def start_simulator(profile: str, flags: list[str]) -> tuple[subprocess.Popen[str], str, str]:
-    cmd = [sys.executable, "-m", "simulator", "--profile", profile, "--host", "127.0.0.1", "--port", "0"]
-    proc = subprocess.Popen(cmd + ["--dcgm-port", "0", *flags], cwd=ROOT, text=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    url = dcgm = ""
-    while not (url and dcgm):
-        line = proc.stdout.readline()
-        if not line:
-            proc.kill()
-            raise SystemExit(
-                f"the simulator did not start for {profile}: run `python -m simulator` to see why"
-            )
-        if line.startswith("simulator: "):
-            url = line.split(" ", 1)[1].strip()
-        elif line.startswith("dcgm: "):
-            dcgm = line.split(" ", 1)[1].strip()
-    return proc, url, dcgm
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def run_bounded(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run `python -m loadtest run`; past the timeout, SIGINT it (it then stops its own Locust processes)."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        err += f"\nstopped after {timeout_s:.0f} s"
-    return proc.returncode, out, err
 
 
 def run_plan(case: str, plan: str, out: Path, true_knee: int) -> Outcome:

@@ -110,37 +110,9 @@ class GpuMonitor:
         self._poller: RealThread | None = None
 
     @classmethod
-    def from_spec(
-        cls,
-        spec: str,
-        *,
-        server_metrics_url: str | None = None,
-        step_of: Callable[[], int] = lambda: -1,
-        on_gpu: Callable[[list[GpuSample]], None] = _ignore,
-        on_server: Callable[[list[ServerSample]], None] = _ignore,
-        on_host: Callable[[list[HostSample]], None] = _ignore,
-        on_event: Callable[[Event], None] = _ignore,
-        nvml_interval_s: float = 0.05,
-        scrape_interval_s: float = 0.5,
-        pid: int | None = None,
-        token: str | None = None,
-        **extra: Any,
-    ) -> GpuMonitor:
-        """Build from a spec ("none" | "nvml" | "sidecar:URL" | "dcgm:URL" | "fake"); `extra` goes to `__init__`."""
-        return cls(
-            spec,
-            server_metrics_url=server_metrics_url,
-            step_of=step_of,
-            on_gpu=on_gpu,
-            on_server=on_server,
-            on_host=on_host,
-            on_event=on_event,
-            nvml_interval_s=nvml_interval_s,
-            scrape_interval_s=scrape_interval_s,
-            pid=pid,
-            token=token,
-            **extra,
-        )
+    def from_spec(cls, spec: str, **kwargs: Any) -> GpuMonitor:
+        """Build from a spec ("none" | "nvml" | "sidecar:URL" | "dcgm:URL" | "fake"); keywords as `__init__`'s."""
+        return cls(spec, **kwargs)
 
     def _make_gpu_reader(self, pid: int | None) -> Any:
         if self.kind == "nvml":

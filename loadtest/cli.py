@@ -18,16 +18,19 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.config import ConfigError, RunConfig, add_arguments, secret_env, to_argv, with_env_secrets
 from loadtest.manifest import REPO_ROOT, build_manifest
 from loadtest.merge import WORKER_COPY_DIR, merge_worker_copies
+from loadtest.payloads import build_payloads
 from loadtest.preflight import PreflightError, check_first_answer
 from runfolder import STEPS_FILE, new_run_folder, write_manifest
-from scenarios import ScenarioError, build_image_set, encode_request
+from scenarios import ScenarioError
 
 LOCUSTFILE = REPO_ROOT / "locustfile.py"
 
@@ -50,30 +53,12 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
 
 def preflight(cfg: RunConfig) -> None:
     """Everything that can be checked before load; raises with one line."""
-    image_set = build_image_set(cfg.scenario, cfg.images or None, seed=cfg.seed, buckets=cfg.buckets or None)
-    first = image_set.items[0]
-    enc = encode_request(
-        first,
-        cfg.style,
-        endpoint=cfg.endpoint_path,
-        field=cfg.field or None,
-        model=cfg.model,
-        prompt=cfg.prompt,
-        max_tokens=cfg.max_tokens,
-        stream=cfg.stream,
-    )
+    payloads = build_payloads(cfg)  # every image is read and encoded now: a bad file stops the run here
     # a malformed GPU spec is refused at once, before waiting on the server
-    monitor = GpuMonitor.from_spec(
-        cfg.gpu,
-        server_metrics_url=cfg.server_metrics or None,
-        step_of=lambda: -1,
-        on_gpu=lambda _s: None,
-        on_server=lambda _s: None,
-        on_host=lambda _s: None,
-        on_event=lambda _e: None,
-        token=cfg.gpu_token or None,
-    )
-    check_first_answer(cfg, enc)
+    monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None,
+                                   token=cfg.gpu_token or None)  # fmt: skip
+    first = payloads.image_set.items[0]
+    check_first_answer(cfg, payloads.encoded[first.name])
     monitor.check()
 
 
@@ -199,27 +184,14 @@ def aborted_because(run_dir: Path) -> str:
     return ""
 
 
-def start_simulator(profile: str, extra: list[str]) -> tuple[subprocess.Popen[str], str, str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "simulator",
-            "--profile",
-            profile,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--dcgm-port",
-            "0",
-            *extra,
-        ],
-        cwd=REPO_ROOT,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+def start_simulator(
+    profile: str = "pytorch-24g", extra: Sequence[str] = ()
+) -> tuple[subprocess.Popen[str], str, str]:
+    """Start `python -m simulator` on free loopback ports; return it with its base URL and DCGM URL.
+    Flags in `extra` come last, so an `extra` --profile wins."""
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", "--profile", profile, "--host", "127.0.0.1",
+                             "--port", "0", "--dcgm-port", "0", *extra], cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     url = dcgm = ""
     deadline = time.monotonic() + 30
     assert proc.stdout is not None
@@ -232,9 +204,22 @@ def start_simulator(profile: str, extra: list[str]) -> tuple[subprocess.Popen[st
         elif line.startswith("dcgm: "):
             dcgm = line.split(" ", 1)[1].strip()
     if not (url and dcgm):
-        proc.kill()
+        stop_process(proc)
         raise PreflightError("the simulator did not start: run `python -m simulator` to see why")
+    # keep reading its output so a chatty simulator never blocks on a full pipe
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
     return proc, url, dcgm
+
+
+def stop_process(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`; always reaps."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -249,11 +234,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         ns.ocr_server_metrics = url + "/metrics"
         return cmd_run(ns)
     finally:
-        sim.terminate()
-        try:
-            sim.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        stop_process(sim)
 
 
 def cmd_ui(ns: argparse.Namespace) -> int:

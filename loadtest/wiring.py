@@ -26,6 +26,7 @@ from loadtest.config import RunConfig, add_arguments, from_namespace, with_env_s
 from loadtest.controller import Controller
 from loadtest.manifest import build_manifest
 from loadtest.merge import WORKER_COPY_DIR
+from loadtest.payloads import build_payloads
 from loadtest.state import STATE, StepTag
 from runfolder import CsvAppender, RequestRow, new_run_folder, write_manifest
 
@@ -150,7 +151,7 @@ def _on_step_message(environment: Environment, msg: Any, **_kwargs: Any) -> None
 def _ensure_payloads(environment: Environment) -> None:
     cfg = config_of(environment)
     users.OcrUser.network_timeout = cfg.request_timeout_s
-    users.set_payloads(users.build_payloads(cfg))
+    users.set_payloads(build_payloads(cfg))
 
 
 def _on_report_to_master(client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:

@@ -6,9 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from loadtest import cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,38 +22,13 @@ class Simulator:
 
 
 def start_simulator(*args: str) -> Simulator:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", "0", "--dcgm-port", "0", *args],
-        cwd=REPO,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = dcgm = ""
-    deadline = time.monotonic() + 30
-    assert proc.stdout is not None
-    while time.monotonic() < deadline and not (url and dcgm):
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith("simulator: "):
-            url = line.split(" ", 1)[1].strip()
-        elif line.startswith("dcgm: "):
-            dcgm = line.split(" ", 1)[1].strip()
-    if not (url and dcgm):
-        stop(proc)
-        raise RuntimeError("simulator did not start")
+    """A simulator on free loopback ports; `args` are its flags (a --profile among them wins)."""
+    proc, url, dcgm = cli.start_simulator(extra=args)
     return Simulator(proc, url, dcgm)
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    cli.stop_process(proc)
 
 
 def run_cli(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:

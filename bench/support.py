@@ -1,0 +1,25 @@
+"""What several benchmarks share (not a benchmark itself: `make bench` runs bench/bench_*.py)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_bounded(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run `python -m loadtest run`; past the timeout, SIGINT it (it then stops its own Locust processes)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err += f"\nstopped after {timeout_s:.0f} s"
+    return proc.returncode, out, err
