@@ -21,7 +21,7 @@ import analysis
 from gpu_sampler import GpuMonitor
 from loadtest import failures
 from loadtest.config import RunConfig
-from loadtest.plan import LevelChoice, PhaseSpec, plan_phases
+from loadtest.plan import LevelChoice, PhaseSpec, choose_levels, plan_phases, stop_climbing
 from loadtest.state import STATE, StepTag
 from runfolder import (
     EVENTS_FILE,
@@ -46,7 +46,6 @@ from runfolder import (
 log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
 SERVER_DOWN_KINDS = (failures.CONNECTION, failures.TIMEOUT, failures.OOM, failures.HTTP_5XX)
-DOUBLING_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
 
 def progress(line: str) -> None:
@@ -294,38 +293,6 @@ class Controller:
             "gpu_mem_peak_mib": self.gpu_peak_per_step.get(row.step_index),
         }
 
-    def snapshot(self) -> dict[str, Any]:
-        """What the web UI's live panel shows: plain JSON."""
-        spec = self.spec
-        gpu, server = self.last_gpu, self.last_server
-        return {
-            "run_dir": str(self.run_dir),
-            "finished": self.finished,
-            "aborted": self.aborted,
-            "phase": str(spec.phase) if spec else ("done" if self.finished else "starting"),
-            "step_index": self.step_index,
-            "level": spec.level if spec else 0,
-            "note": spec.note if spec else "",
-            "elapsed_s": round(self.clock() - self.phase_start, 1) if spec else 0.0,
-            "levels_planned": self.levels_planned,
-            "measured_levels": self.measured_levels,
-            "estimate": self.estimate,
-            "gpu": {
-                "mem_used_mib": gpu.mem_used_mib if gpu else None,
-                "mem_total_mib": gpu.mem_total_mib if gpu else None,
-                "mem_peak_mib": max(self.gpu_peak_per_step.values(), default=None),
-                "util_pct": gpu.util_pct if gpu else None,
-            },
-            "server": {
-                "running": server.num_requests_running if server else None,
-                "waiting": server.num_requests_waiting if server else None,
-                "kv_cache_usage_frac": server.kv_cache_usage_frac if server else None,
-            },
-            "steps": self.completed,
-            "timeline": [list(p) for p in self.timeline],
-            "report": self.report_path,
-        }
-
     # --- decisions between phases --------------------------------------------------------
     def _load(self) -> Any:
         return analysis.load_run(self.run_dir)
@@ -343,21 +310,7 @@ class Controller:
             self._update_manifest(estimate=self.estimate)
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
-        if cfg.level_list:
-            levels = cfg.level_list
-            choice = LevelChoice(levels, "LEVELS given")
-        elif cfg.scenario == "soak":
-            level = max(1, int(estimate.estimate)) if estimate and estimate.estimate else 1
-            choice = LevelChoice([level], "soak at the estimate")
-        elif estimate is not None and estimate.estimate:
-            choice = LevelChoice(
-                analysis.plan_levels(int(estimate.estimate)),
-                f"x0.25..x1.2 of the estimate {estimate.estimate}",
-            )
-        else:
-            choice = LevelChoice(
-                DOUBLING_LEVELS, "no estimate: doubling until the knee", climb_until_knee=True
-            )
+        choice = choose_levels(cfg, estimate)
         self.choice = choice
         self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)
@@ -382,10 +335,7 @@ class Controller:
         table, knee = found
         if not knee.found:
             return False
-        if self.choice is not None and self.choice.climb_until_knee:
-            return True
-        row = table[table["step_index"] == knee.knee_step_index]
-        return bool(len(row) and float(row["error_rate"].iloc[0]) > 0.2)
+        return stop_climbing(table, knee, self.choice is not None and self.choice.climb_until_knee)
 
     def _refine_level(self) -> int | None:
         found = self._knee()

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from analysis import plan_levels
 from loadtest.config import RunConfig
 from runfolder import Phase
 
@@ -34,6 +36,32 @@ class LevelChoice:
     levels: list[int]
     why: str
     climb_until_knee: bool = False  # doubling plan: stop at the knee instead of running every level
+
+
+DOUBLING_LEVELS = [1, 2, 4, 8, 16, 32, 64]
+STOP_CLIMBING_ERROR_RATE = 0.2  # past the knee with this many failures, higher levels only hurt the server
+
+
+def choose_levels(cfg: RunConfig, estimate: Any) -> LevelChoice:
+    """LEVELS when given; the soak level; x0.25..x1.2 of the estimate; else doubling until the knee."""
+    if cfg.level_list:
+        return LevelChoice(cfg.level_list, "LEVELS given")
+    value = int(estimate.estimate) if estimate is not None and estimate.estimate else 0
+    if cfg.scenario == "soak":
+        return LevelChoice([max(1, value)], "soak at the estimate")
+    if value:
+        return LevelChoice(plan_levels(value), f"x0.25..x1.2 of the estimate {value}")
+    return LevelChoice(DOUBLING_LEVELS, "no estimate: doubling until the knee", climb_until_knee=True)
+
+
+def stop_climbing(table: Any, knee: Any, climb_until_knee: bool) -> bool:
+    """After a step: stop at the knee in a doubling plan; otherwise only when the knee step failed a lot."""
+    if not knee.found:
+        return False
+    if climb_until_knee:
+        return True
+    row = table[table["step_index"] == knee.knee_step_index]
+    return bool(len(row) and float(row["error_rate"].iloc[0]) > STOP_CLIMBING_ERROR_RATE)
 
 
 def _step(cfg: RunConfig, level: int, note: str) -> Iterator[PhaseSpec]:

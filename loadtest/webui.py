@@ -24,6 +24,39 @@ from loadtest.merge import merge_worker_copies
 _current: dict[int, Controller] = {}
 
 
+def snapshot(ctl: Controller) -> dict[str, Any]:
+    """What the web UI's live panel shows: plain JSON."""
+    spec = ctl.spec
+    gpu, server = ctl.last_gpu, ctl.last_server
+    return {
+        "run_dir": str(ctl.run_dir),
+        "finished": ctl.finished,
+        "aborted": ctl.aborted,
+        "phase": str(spec.phase) if spec else ("done" if ctl.finished else "starting"),
+        "step_index": ctl.step_index,
+        "level": spec.level if spec else 0,
+        "note": spec.note if spec else "",
+        "elapsed_s": round(ctl.clock() - ctl.phase_start, 1) if spec else 0.0,
+        "levels_planned": ctl.levels_planned,
+        "measured_levels": ctl.measured_levels,
+        "estimate": ctl.estimate,
+        "gpu": {
+            "mem_used_mib": gpu.mem_used_mib if gpu else None,
+            "mem_total_mib": gpu.mem_total_mib if gpu else None,
+            "mem_peak_mib": max(ctl.gpu_peak_per_step.values(), default=None),
+            "util_pct": gpu.util_pct if gpu else None,
+        },
+        "server": {
+            "running": server.num_requests_running if server else None,
+            "waiting": server.num_requests_waiting if server else None,
+            "kv_cache_usage_frac": server.kv_cache_usage_frac if server else None,
+        },
+        "steps": ctl.completed,
+        "timeline": [list(p) for p in ctl.timeline],
+        "report": ctl.report_path,
+    }
+
+
 def track(environment: Environment, ctl: Controller) -> None:
     """The controller whose state the page shows (the running run, or the last one)."""
     _current[id(environment)] = ctl
@@ -64,7 +97,7 @@ def attach(environment: Environment) -> None:
         state = runner.state if runner else "none"
         if ctl is None:
             return jsonify({"phase": "not started", "locust_state": state, "host": environment.host})
-        return jsonify({**ctl.snapshot(), "locust_state": state, "host": environment.host})
+        return jsonify({**snapshot(ctl), "locust_state": state, "host": environment.host})
 
     @app.route("/ocr/report")
     def ocr_report() -> Any:

@@ -158,3 +158,33 @@ def test_locust_default_args_are_computed_once_and_stay_equal():
     assert first == second == original
     assert first is not second  # each caller gets its own copy
     assert getattr(argument_parser.default_args_dict, "__ocr_memoized__", False)
+
+
+def test_levels_come_from_levels_then_the_estimate_then_doubling():
+    from analysis import estimate_capacity
+    from loadtest.plan import DOUBLING_LEVELS, choose_levels
+
+    est = estimate_capacity(idle_mib=5800, single_peak_mib=6914, total_mib=24576, headroom=0.7)
+    assert est.estimate == 10
+    assert choose_levels(RunConfig(levels="1,3"), est).levels == [1, 3]
+    led = choose_levels(RunConfig(), est)
+    assert led.levels == [3, 5, 8, 10, 12] and not led.climb_until_knee
+    assert choose_levels(RunConfig(scenario="soak"), est).levels == [10]
+    fallback = choose_levels(RunConfig(), None)
+    assert fallback.levels == DOUBLING_LEVELS and fallback.climb_until_knee
+
+
+def test_climbing_stops_at_a_failing_knee_or_at_any_knee_when_doubling():
+    import pandas as pd
+
+    from analysis import Knee
+    from loadtest.plan import stop_climbing
+
+    table = pd.DataFrame({"step_index": [5, 8], "error_rate": [0.0, 0.5]})
+    failing = Knee(True, 8, 8, 4, "errors", criterion="errors")
+    slow = Knee(True, 5, 4, 2, "latency", criterion="latency")
+    none = Knee(False, None, None, None, "no knee")
+    assert stop_climbing(table, failing, climb_until_knee=False)
+    assert not stop_climbing(table, slow, climb_until_knee=False)
+    assert stop_climbing(table, slow, climb_until_knee=True)
+    assert not stop_climbing(table, none, climb_until_knee=True)
