@@ -55,3 +55,14 @@ def test_slo_picks_the_highest_level_meeting_p95() -> None:
     assert slo_level(table, 2.0) == {"p95_s": 2.0, "level": 4, "goodput_rps": 9.0}  # level 8 fails on errors
     assert slo_level(table, 0.1)["level"] is None
     assert slo_level(table, 5.0)["level"] == 12
+
+
+def test_one_dip_among_a_straight_climb_is_still_creeping() -> None:
+    # read off a simulator soak with a 2 MiB-per-request leak: 60 samples climbing 8 MiB each, one dip
+    t = np.arange(60, dtype=np.float64) * 0.5
+    mem = 10344.0 + 8.0 * np.arange(60)
+    mem[37] = 7336.0
+    soak = fit_memory_slope(t, mem)
+    assert soak is not None and soak["verdict"] == "creeping" and soak["r2"] > 0.99
+    assert soak["slope_mib_per_h"] == pytest.approx(8.0 / 0.5 * 3600, rel=0.05)
+    assert soak["samples"] == 60
