@@ -50,6 +50,28 @@ QUICK = [
 ]
 
 
+def run_argv(
+    sim: Any,
+    out: Path,
+    *extra: str,
+    levels: str = "2,4",
+    workers: int = 1,
+    step_s: float | str | None = 5,
+    gpu: bool | str = True,
+) -> list[str]:
+    """`run` against `sim.url` into `out` with QUICK phases; `extra` comes last, so a test's own flags win.
+
+    `sim`: anything with .url (and .dcgm_url where gpu=True: the simulator's DCGM exporter);
+    a string gpu is the source spec itself, gpu=False leaves --gpu out, step_s=None leaves --step-s out.
+    """
+    argv = ["run", "--host", sim.url, "--out", str(out), "--levels", levels, "--workers", str(workers)]
+    if step_s is not None:
+        argv += ["--step-s", str(step_s)]
+    if gpu:
+        argv += ["--gpu", f"dcgm:{sim.dcgm_url}" if gpu is True else gpu]
+    return [*argv, *QUICK, *extra]
+
+
 def step_line(phase: str, users: int) -> str:
     """A regex for the progress line that opens a phase: `step 3/7: step users=4 (...)`."""
     return rf"^step [0-9/?]+: {phase} users={users}\b"
@@ -134,6 +156,18 @@ class LiveRun:
         for t in self._threads:
             t.join(timeout=5)
         return code
+
+    def reach_step(self, users: int, then_s: float = 0.0) -> None:
+        """Wait (up to 120 s) for the load step at `users` to open, then `then_s` seconds more."""
+        self.wait_for(step_line("step", users), 120)
+        if then_s:
+            time.sleep(then_s)
+
+    def finish_with_report(self, timeout_s: float, code: int = 0) -> None:
+        """The run ends with exit status `code` within `timeout_s`, its last stdout line naming the report."""
+        got = self.finish(timeout_s)
+        assert got == code, f"exit status {got}, expected {code}\n{self.output()}"
+        assert self.lines[-1].startswith("report: "), self.output()
 
     def kill(self) -> None:
         kill_group(self.proc)

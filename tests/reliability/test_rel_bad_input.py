@@ -41,6 +41,11 @@ def server() -> Iterator[ScriptedServer]:
         srv.close()
 
 
+def _run(host: str, out: Path, *extra: str) -> list[str]:
+    """`python -m loadtest run` against `host` into `out`, then `extra`."""
+    return ["loadtest", "run", "--host", host, "--out", str(out), *extra]
+
+
 def _expect_one_line(args: list[str], out: Path, *needles: str, within_s: float = 30) -> str:
     t0 = time.monotonic()
     res = _cli(args)
@@ -66,9 +71,7 @@ def _expect_one_line(args: list[str], out: Path, *needles: str, within_s: float 
 )
 def test_bad_levels(levels, needle, server, tmp_path):
     out = tmp_path / "results"
-    _expect_one_line(
-        ["loadtest", "run", "--host", server.url, "--out", str(out), "--levels", levels], out, needle
-    )
+    _expect_one_line(_run(server.url, out, "--levels", levels), out, needle)
 
 
 @pytest.mark.parametrize(
@@ -82,7 +85,7 @@ def test_bad_levels(levels, needle, server, tmp_path):
 )
 def test_bad_host(host, needles, tmp_path):
     out = tmp_path / "results"
-    _expect_one_line(["loadtest", "run", "--host", host, "--out", str(out)], out, *needles)
+    _expect_one_line(_run(host, out), out, *needles)
 
 
 def test_a_server_slower_than_the_request_timeout(procs, tmp_path):
@@ -92,39 +95,24 @@ def test_a_server_slower_than_the_request_timeout(procs, tmp_path):
 
     srv = procs.server(slow)
     out = tmp_path / "results"
-    _expect_one_line(
-        ["loadtest", "run", "--host", srv.url, "--out", str(out), "--request-timeout-s", "1"],
-        out,
-        "REQUEST_TIMEOUT_S",
-        within_s=15,
-    )
+    _expect_one_line(_run(srv.url, out, "--request-timeout-s", "1"), out, "REQUEST_TIMEOUT_S", within_s=15)
 
 
 def test_unknown_style(server, tmp_path):
     out = tmp_path / "results"
-    _expect_one_line(
-        ["loadtest", "run", "--host", server.url, "--out", str(out), "--style", "grpc"],
-        out,
-        "STYLE",
-        "multipart",
-    )
+    _expect_one_line(_run(server.url, out, "--style", "grpc"), out, "STYLE", "multipart")
 
 
 def test_a_style_the_server_does_not_speak(procs, tmp_path):
     html = procs.server(lambda _n: (200, {"Content-Type": "text/html"}, b"<html><body>Welcome</body></html>"))
     out = tmp_path / "results"
-    _expect_one_line(
-        ["loadtest", "run", "--host", html.url, "--out", str(out), "--style", "openai"],
-        out,
-        "openai answer",
-        "ENDPOINT",
-    )
+    _expect_one_line(_run(html.url, out, "--style", "openai"), out, "openai answer", "ENDPOINT")
 
 
 def test_an_endpoint_that_does_not_exist(procs, tmp_path):
     missing = procs.server(lambda _n: (404, {}, b'{"detail": "Not Found"}'))
     out = tmp_path / "results"
-    _expect_one_line(["loadtest", "run", "--host", missing.url, "--out", str(out)], out, "404", "ENDPOINT")
+    _expect_one_line(_run(missing.url, out), out, "404", "ENDPOINT")
 
 
 def _bomb_png(path: Path, side_px: int = 60_000) -> None:
@@ -166,22 +154,7 @@ def test_bad_image_folders(case, server, tmp_path):
         needles = (str(folder),)
     out = tmp_path / "results"
     t0 = time.monotonic()
-    _expect_one_line(
-        [
-            "loadtest",
-            "run",
-            "--host",
-            server.url,
-            "--out",
-            str(out),
-            "--scenario",
-            "folder",
-            "--images",
-            str(folder),
-        ],
-        out,
-        *needles,
-    )
+    _expect_one_line(_run(server.url, out, "--scenario", "folder", "--images", str(folder)), out, *needles)
     assert time.monotonic() - t0 < 20, "a bomb is refused from its header, not decoded"
 
 
@@ -189,22 +162,7 @@ def test_a_single_image_that_is_a_decompression_bomb(server, tmp_path):
     bomb = tmp_path / "bomb.png"
     _bomb_png(bomb)
     out = tmp_path / "results"
-    _expect_one_line(
-        [
-            "loadtest",
-            "run",
-            "--host",
-            server.url,
-            "--out",
-            str(out),
-            "--scenario",
-            "folder",
-            "--images",
-            str(bomb),
-        ],
-        out,
-        "bomb.png",
-    )
+    _expect_one_line(_run(server.url, out, "--scenario", "folder", "--images", str(bomb)), out, "bomb.png")
 
 
 @pytest.mark.parametrize(
@@ -223,9 +181,7 @@ def test_bad_gpu_source(spec, needles, server, tmp_path):
     fill = {"closed": closed, "server": server.url}
     out = tmp_path / "results"
     _expect_one_line(
-        ["loadtest", "run", "--host", server.url, "--out", str(out), "--gpu", spec.format(**fill)],
-        out,
-        *(n.format(**fill) for n in needles),
+        _run(server.url, out, "--gpu", spec.format(**fill)), out, *(n.format(**fill) for n in needles)
     )
 
 
@@ -233,28 +189,12 @@ def test_a_sidecar_that_refuses_the_token(procs, server, tmp_path):
     car = procs.sidecar("--source", "fake", "--token", "right-token")
     out = tmp_path / "results"
     _expect_one_line(
-        [
-            "loadtest",
-            "run",
-            "--host",
-            server.url,
-            "--out",
-            str(out),
-            "--gpu",
-            f"sidecar:{car.url}",
-            "--gpu-token",
-            "wrong-token",
-        ],
+        _run(server.url, out, "--gpu", f"sidecar:{car.url}", "--gpu-token", "wrong-token"),
         out,
         "401",
         "token",
     )
-    _expect_one_line(
-        ["loadtest", "run", "--host", server.url, "--out", str(out), "--gpu", f"sidecar:{car.url}"],
-        out,
-        "401",
-        "token",
-    )
+    _expect_one_line(_run(server.url, out, "--gpu", f"sidecar:{car.url}"), out, "401", "token")
 
 
 def test_nvml_on_a_machine_without_a_gpu_driver(server, tmp_path):
@@ -267,9 +207,7 @@ def test_nvml_on_a_machine_without_a_gpu_driver(server, tmp_path):
     except pynvml.NVMLError:
         pass
     out = tmp_path / "results"
-    _expect_one_line(
-        ["loadtest", "run", "--host", server.url, "--out", str(out), "--gpu", "nvml"], out, "GPU"
-    )
+    _expect_one_line(_run(server.url, out, "--gpu", "nvml"), out, "GPU")
 
 
 def _valid_run(path: Path) -> Path:

@@ -13,7 +13,7 @@ import json
 import time
 
 import pytest
-from rel_procs import QUICK, one_line, set_faults, step_line
+from rel_procs import one_line, run_argv, set_faults, step_line
 
 from analysis import load_run
 
@@ -24,31 +24,14 @@ def _storm_run(procs, tmp_path, scenario: str):  # type: ignore[no-untyped-def]
     """One user; the server answers 503 + Retry-After: 1 for STORM_S in the middle of the step."""
     sim = procs.simulator("--time-scale", "0.5")
     run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "1",
-            "--workers",
-            "1",
-            "--scenario",
-            scenario,
-            "--step-s",
-            str(STORM_S + 6),
-            *QUICK,
-        ]
+        run_argv(sim, tmp_path, "--scenario", scenario, levels="1", step_s=STORM_S + 6, gpu=False)
     )
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 1), 120)
-    time.sleep(2.0)
+    run.reach_step(1, then_s=2.0)
     # slow_start_s is scaled by time_scale: the storm lasts STORM_S seconds of wall time
     set_faults(sim, slow_start_s=STORM_S / 0.5)
     t_storm = time.time()
-    assert run.finish(120) == 0, run.output()
-    assert run.lines[-1].startswith("report: "), run.output()
+    run.finish_with_report(120)
     rows = load_run(run_dir).requests.sort_values("t_start_unix_s").reset_index(drop=True)
     storm = rows[
         (rows["t_start_unix_s"] >= t_storm - 0.5) & (rows["t_start_unix_s"] <= t_storm + STORM_S + 2)
@@ -93,20 +76,7 @@ def test_a_slow_start_is_waited_for_up_to_ready_wait_s(procs, tmp_path):
     sim = procs.simulator("--slow-start-s", "4")
     t0 = time.monotonic()
     run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "1",
-            "--workers",
-            "0",
-            "--ready-wait-s",
-            "30",
-            *QUICK,
-        ]
+        run_argv(sim, tmp_path, "--ready-wait-s", "30", levels="1", workers=0, step_s=None, gpu=False)
     )
     run.run_dir()  # made only once the pre-flight request got its answer
     waited = time.monotonic() - t0

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rel_procs import QUICK, REPO, read_jsonl, step_line
+from rel_procs import REPO, read_jsonl, run_argv
 
 from analysis import load_run
 
@@ -44,33 +44,14 @@ def _render(run_dir: Path) -> subprocess.CompletedProcess[str]:
 
 def test_a_worker_killed_mid_step_marks_the_step_degraded_and_the_run_goes_on(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "4",
-            "--workers",
-            "2",
-            "--step-s",
-            "10",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
-    )
+    run = procs.run(run_argv(sim, tmp_path, levels="4", workers=2, step_s=10))
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 4), 120)
-    time.sleep(4.0)  # past a report or two, so the worker's rows reached the master
+    run.reach_step(4, then_s=4.0)  # past a report or two, so the worker's rows reached the master
     workers = run.children("--worker")
     assert len(workers) == 2
     t_kill = time.time()
     workers[0].send_signal(signal.SIGKILL)
-    assert run.finish(120) == 0, run.output()
-    assert run.lines[-1].startswith("report: "), run.output()
+    run.finish_with_report(120)
 
     steps = read_jsonl(run_dir / "steps.jsonl")
     step = next(s for s in steps if s["phase"] == "step")
@@ -93,31 +74,12 @@ def test_a_worker_killed_mid_step_marks_the_step_degraded_and_the_run_goes_on(pr
 
 def test_the_last_worker_killed_ends_the_run_with_an_abort_that_says_why(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "2,4",
-            "--workers",
-            "1",
-            "--step-s",
-            "15",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
-    )
+    run = procs.run(run_argv(sim, tmp_path, step_s=15))
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 2), 120)
-    time.sleep(2.0)
+    run.reach_step(2, then_s=2.0)
     (worker,) = run.children("--worker")
     worker.send_signal(signal.SIGKILL)
-    assert run.finish(90) == 1, run.output()
-    assert run.lines[-1].startswith("report: "), run.output()
+    run.finish_with_report(90, code=1)
     abort = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "abort"]
     assert len(abort) == 1 and "every worker was lost" in abort[0]["message"], abort
     steps = read_jsonl(run_dir / "steps.jsonl")
@@ -129,35 +91,16 @@ def test_the_last_worker_killed_ends_the_run_with_an_abort_that_says_why(procs, 
 def test_the_sidecar_killed_and_restarted_gives_a_marked_gap_and_the_run_completes(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
     car = procs.sidecar("--source", f"dcgm:{sim.dcgm_url}", "--interval-s", "0.1")
-    run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "2",
-            "--workers",
-            "1",
-            "--step-s",
-            "10",
-            "--gpu",
-            f"sidecar:{car.url}",
-            *QUICK,
-        ]
-    )
+    run = procs.run(run_argv(sim, tmp_path, levels="2", step_s=10, gpu=f"sidecar:{car.url}"))
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 2), 120)
-    time.sleep(1.0)
+    run.reach_step(2, then_s=1.0)
     car.proc.send_signal(signal.SIGKILL)
     car.proc.wait(timeout=10)
     t_dead = time.time()
     time.sleep(3.0)  # the sidecar is down for a while
     again = procs.sidecar("--source", f"dcgm:{sim.dcgm_url}", "--interval-s", "0.1", port=car.port)
     t_back = time.time()
-    assert run.finish(120) == 0, run.output()
-    assert run.lines[-1].startswith("report: "), run.output()
+    run.finish_with_report(120)
     assert again.proc.poll() is None
 
     events = read_jsonl(run_dir / "events.jsonl")
@@ -175,27 +118,9 @@ def test_the_sidecar_killed_and_restarted_gives_a_marked_gap_and_the_run_complet
 
 def test_the_master_killed_keeps_every_row_on_disk_and_the_partial_run_renders(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "2,4",
-            "--workers",
-            "1",
-            "--step-s",
-            "8",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
-    )
+    run = procs.run(run_argv(sim, tmp_path, step_s=8))
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 2), 120)
-    time.sleep(5.0)
+    run.reach_step(2, then_s=5.0)
     masters = run.children("--headless")  # the master; workers run without it
     assert len(masters) == 1
     seen = _rows_on_disk(run_dir)
@@ -219,27 +144,9 @@ def test_the_master_killed_keeps_every_row_on_disk_and_the_partial_run_renders(p
 
 def test_the_whole_run_killed_keeps_its_rows_and_the_partial_run_renders(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "2,4",
-            "--workers",
-            "1",
-            "--step-s",
-            "8",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
-    )
+    run = procs.run(run_argv(sim, tmp_path, step_s=8))
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 2), 120)
-    time.sleep(5.0)
+    run.reach_step(2, then_s=5.0)
     seen = _rows_on_disk(run_dir)
     run.kill()  # SIGKILL to the CLI, the master and the workers at once: a lost driver machine
     assert set(seen) <= set(_rows_on_disk(run_dir))

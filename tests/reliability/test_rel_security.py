@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from rel_procs import QUICK, ok_answer
+from rel_procs import ok_answer, run_argv
 
 from analysis import load_run
 
@@ -31,30 +31,20 @@ def test_no_secret_in_the_run_folder_and_server_text_is_escaped_in_the_report(pr
     srv = procs.server(script)
     car = procs.sidecar("--source", "fake", "--interval-s", "0.1", "--token", GPU_TOKEN)
     run = procs.run(
-        [
-            "run",
-            "--host",
-            srv.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "2",
-            "--workers",
-            "1",
-            "--step-s",
-            "3",
-            "--gpu",
-            f"sidecar:{car.url}",
+        run_argv(
+            srv,
+            tmp_path,
             "--gpu-token",
             GPU_TOKEN,
             "--headers",
             f"Authorization: Bearer {SERVER_TOKEN}; X-Trace: on",
-            *QUICK,
-        ]
+            levels="2",
+            step_s=3,
+            gpu=f"sidecar:{car.url}",
+        )
     )
     run_dir = run.run_dir()
-    assert run.finish(120) == 0, run.output()
-    assert run.lines[-1].startswith("report: "), run.output()
+    run.finish_with_report(120)
 
     assert srv.seen_headers and all(
         h.get("Authorization") == f"Bearer {SERVER_TOKEN}" for h in srv.seen_headers

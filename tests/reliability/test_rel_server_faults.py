@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rel_procs import QUICK, read_jsonl, set_faults, step_line
+from rel_procs import read_jsonl, run_argv, set_faults
 
 from analysis import load_run
 
@@ -27,30 +27,11 @@ def _summary(run_dir: Path) -> dict:
 
 def test_an_oom_mid_step_is_recorded_as_oom_and_ends_the_safe_range(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "2,4",
-            "--workers",
-            "1",
-            "--step-s",
-            "5",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
-    )
+    run = procs.run(run_argv(sim, tmp_path))
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 4), 120)
-    time.sleep(1.0)
+    run.reach_step(4, then_s=1.0)
     set_faults(sim, force_oom=3, restart_on_oom=True, restart_s=2.0)
-    assert run.finish(120) == 0, run.output()
-    assert run.lines[-1].startswith("report: "), run.output()
+    run.finish_with_report(120)
 
     rows = load_run(run_dir).requests
     oom = rows[rows["failure_kind"] == "oom"]
@@ -73,30 +54,19 @@ def test_an_oom_mid_step_is_recorded_as_oom_and_ends_the_safe_range(procs, tmp_p
 def test_a_server_that_crashes_and_stays_down_ends_the_run_with_an_abort_and_a_report(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
     run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "2,4,8",
-            "--workers",
-            "1",
-            "--step-s",
-            "6",
+        run_argv(
+            sim,
+            tmp_path,
             "--abort-after-failures",
             "20",
             "--request-timeout-s",
             "5",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
+            levels="2,4,8",
+            step_s=6,
+        )
     )
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 2), 120)
-    time.sleep(1.5)
+    run.reach_step(2, then_s=1.5)
     t_crash = time.time()
     sim.proc.send_signal(signal.SIGKILL)  # the server dies and nothing restarts it
     sim.proc.wait(timeout=10)
@@ -133,31 +103,14 @@ def test_a_server_that_crashes_and_stays_down_ends_the_run_with_an_abort_and_a_r
 
 def test_a_server_that_hangs_times_out_and_the_run_ends_by_itself(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
+    # --step-s 20: long enough that the abort lands inside the level-4 step on a busy box
     run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "4,8",
-            "--workers",
-            "1",
-            "--step-s",
-            "20",  # long enough that the abort lands inside the level-4 step on a busy box
-            "--abort-after-failures",
-            "12",
-            "--request-timeout-s",
-            "2",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
+        run_argv(
+            sim, tmp_path, "--abort-after-failures", "12", "--request-timeout-s", "2", levels="4,8", step_s=20
+        )
     )
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 4), 120)
-    time.sleep(1.0)
+    run.reach_step(4, then_s=1.0)
     t_hang = time.time()
     sim.proc.send_signal(signal.SIGSTOP)  # accepts connections (kernel backlog) but never answers
     try:
@@ -179,34 +132,14 @@ def test_a_server_that_hangs_times_out_and_the_run_ends_by_itself(procs, tmp_pat
 
 def test_timeouts_and_connection_resets_are_recorded_by_kind_and_the_run_completes(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--out",
-            str(tmp_path),
-            "--levels",
-            "4",
-            "--workers",
-            "1",
-            "--step-s",
-            "6",
-            "--request-timeout-s",
-            "1",
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            *QUICK,
-        ]
-    )
+    run = procs.run(run_argv(sim, tmp_path, "--request-timeout-s", "1", levels="4", step_s=6))
     run_dir = run.run_dir()
-    run.wait_for(step_line("step", 4), 120)
+    run.reach_step(4)
     # spike_ms is scaled by time_scale: 20000 ms x 0.2 = 4 s, far over the 1 s request timeout
     set_faults(sim, spike_rate=0.2, spike_ms=20000.0, reset_rate=0.2)
     time.sleep(4.0)
     set_faults(sim, spike_rate=0.0, reset_rate=0.0)
-    assert run.finish(120) == 0, run.output()
-    assert run.lines[-1].startswith("report: "), run.output()
+    run.finish_with_report(120)
 
     rows = load_run(run_dir).requests
     kinds = rows["failure_kind"].value_counts().to_dict()
