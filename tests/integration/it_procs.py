@@ -31,17 +31,24 @@ def stop(proc: subprocess.Popen[str]) -> None:
     cli.stop_process(proc)
 
 
-def run_cli(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run `python -m loadtest ...` in its own process group, killed whole on timeout."""
-    proc = subprocess.Popen(
+def spawn_cli(
+    args: list[str], env: dict[str, str] | None = None, merge_stderr: bool = False
+) -> subprocess.Popen[str]:
+    """`python -m loadtest ARGS` in its own process group (so a test can kill it whole), output piped."""
+    return subprocess.Popen(
         [sys.executable, "-m", "loadtest", *args],
         cwd=REPO,
         text=True,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
+
+
+def run_cli(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run `python -m loadtest ...` in its own process group, killed whole on timeout."""
+    proc = spawn_cli(args)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

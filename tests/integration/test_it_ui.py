@@ -10,13 +10,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from it_procs import REPO
+from it_procs import REPO, spawn_cli
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
@@ -48,11 +47,8 @@ def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path):
 
     sim = simulator_factory("--profile", "pytorch-24g")
     web_port = _free_port()
-    ui = subprocess.Popen(
+    ui = spawn_cli(
         [
-            sys.executable,
-            "-m",
-            "loadtest",
             "ui",
             "--host",
             sim.url,
@@ -81,12 +77,7 @@ def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path):
             "--out",
             str(tmp_path),
         ],
-        cwd=REPO,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        merge_stderr=True,
     )
     try:
         line = _wait_for_line(ui, "ui: ", 60)

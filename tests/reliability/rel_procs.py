@@ -27,7 +27,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 import contextlib
 
-from it_procs import REPO, Simulator, start_simulator, stop  # noqa: E402
+from it_procs import REPO, Simulator, spawn_cli, start_simulator, stop  # noqa: E402
 
 __all__ = ["REPO", "Simulator", "start_simulator", "stop"]
 
@@ -114,15 +114,7 @@ class LiveRun:
 
     @classmethod
     def start(cls, args: list[str], env: dict[str, str] | None = None) -> LiveRun:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadtest", *args],
-            cwd=REPO,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        )
+        proc = spawn_cli(args, env)
         run = cls(proc)
         for stream, sink in ((proc.stdout, run.lines), (proc.stderr, run.err)):
             t = threading.Thread(target=_pump, args=(stream, sink), daemon=True)
