@@ -62,15 +62,23 @@ def preflight(cfg: RunConfig) -> None:
     monitor.check()
 
 
-def _locust_base(cfg: RunConfig) -> list[str]:
+def _locust_base() -> list[str]:
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+
+
+def _locust_env(cfg: RunConfig) -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **secret_env(cfg)}
+
+
+def _worker_cmd(master_host: str, port: int) -> list[str]:
+    return _locust_base() + ["--worker", "--master-host", master_host, "--master-port", str(port)]
 
 
 def run_locust(
     cfg: RunConfig, run_dir: Path, remote_workers: int = 0, bind_host: str = "127.0.0.1", master_port: int = 0
 ) -> int:
     """Start the master (and local workers), wait for the plan to end, return the master's exit code."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **secret_env(cfg)}
+    env = _locust_env(cfg)
     common = [
         "--headless",
         "--only-summary",
@@ -79,10 +87,10 @@ def run_locust(
         "--loglevel",
         "WARNING",
         "--stop-timeout",
-        str(int(min(cfg.request_timeout_s, 55))),
+        str(cfg.stop_timeout_s),
     ]
     expect = cfg.workers + remote_workers
-    master_cmd = _locust_base(cfg) + common + ["--host", cfg.host] + to_argv(cfg)
+    master_cmd = _locust_base() + common + ["--host", cfg.host] + to_argv(cfg)
     port = master_port or _free_port()
     if expect:
         master_cmd += [
@@ -102,27 +110,9 @@ def run_locust(
     workers = []
     for i in range(cfg.workers):
         log = open(log_dir / f"worker-{i}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
-        workers.append(
-            (
-                subprocess.Popen(
-                    _locust_base(cfg)
-                    + [
-                        "--worker",
-                        "--master-host",
-                        "127.0.0.1",
-                        "--master-port",
-                        str(port),
-                        "--loglevel",
-                        "WARNING",
-                    ],
-                    env=env,
-                    cwd=REPO_ROOT,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                ),
-                log,
-            )
-        )
+        cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        workers.append((proc, log))
     try:
         code = master.wait()
     except KeyboardInterrupt:
@@ -244,11 +234,11 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return fail(str(exc))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **secret_env(cfg)}
+    env = _locust_env(cfg)
     web_port = ns.web_port or _free_port()
     port = ns.master_port or _free_port()
     master = subprocess.Popen(
-        _locust_base(cfg)
+        _locust_base()
         + [
             "--master",
             "--master-bind-host",
@@ -264,21 +254,14 @@ def cmd_ui(ns: argparse.Namespace) -> int:
             "--loglevel",
             "WARNING",
             "--stop-timeout",
-            str(int(min(cfg.request_timeout_s, 55))),
+            str(cfg.stop_timeout_s),
         ]
         + to_argv(cfg),
         env=env,
         cwd=REPO_ROOT,
     )
-    workers = [
-        subprocess.Popen(
-            _locust_base(cfg)
-            + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--loglevel", "WARNING"],
-            env=env,
-            cwd=REPO_ROOT,
-        )
-        for _ in range(cfg.workers)
-    ]
+    worker_cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
+    workers = [subprocess.Popen(worker_cmd, env=env, cwd=REPO_ROOT) for _ in range(cfg.workers)]
     print(f"ui: http://{ns.web_host}:{web_port}/ocr  (Locust: http://{ns.web_host}:{web_port}/)", flush=True)
     try:
         return master.wait()
@@ -294,13 +277,7 @@ def cmd_ui(ns: argparse.Namespace) -> int:
 
 
 def cmd_worker(ns: argparse.Namespace) -> int:
-    cmd = _locust_base(RunConfig()) + [
-        "--worker",
-        "--master-host",
-        ns.master,
-        "--master-port",
-        str(ns.master_port),
-    ]
+    cmd = _worker_cmd(ns.master, ns.master_port)
     return subprocess.call(cmd, cwd=REPO_ROOT)
 
 

@@ -75,6 +75,12 @@ class RunConfig:
     def level_list(self) -> list[int]:
         return parse_levels(self.levels) if self.levels.strip() else []
 
+    @property
+    def stop_timeout_s(self) -> int:
+        """How long requests in flight at a step-down may finish: the request timeout, capped at 55 s
+        (above ~60 s Locust workers can drop out: LOCUST-FACTS.md)."""
+        return int(min(self.request_timeout_s, 55))
+
     def header_dict(self) -> dict[str, str]:
         return parse_headers(self.headers)
 

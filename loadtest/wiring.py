@@ -61,8 +61,7 @@ def controller_for(environment: Environment) -> Controller:
     options.ocr_headers = cfg.headers  # so are the headers: over Locust's channel, not a command line
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if not environment.stop_timeout:
-        # let requests in flight at a step-down finish; above ~60 s workers can drop out (LOCUST-FACTS)
-        environment.stop_timeout = min(cfg.request_timeout_s, 55.0)
+        environment.stop_timeout = cfg.stop_timeout_s  # requests in flight at a step-down finish
     runner = environment.runner
     ctl = Controller(cfg, run_dir, None, broadcast=lambda tag: _broadcast(runner, tag))
     if not (run_dir / "manifest.json").exists():

@@ -78,6 +78,12 @@ def _extract_text(style: str, body: bytes, json_path: str | None) -> str:
 
 def extract_usage(body: bytes) -> tuple[int | None, int | None]:
     """(prompt_tokens, completion_tokens) from an OpenAI answer or stream; (None, None) if absent."""
+    return _extract_usage(bytes(body))
+
+
+@functools.lru_cache(maxsize=256)
+def _extract_usage(body: bytes) -> tuple[int | None, int | None]:
+    # cached like _extract_text: the same answer bytes come back for the same image
     usage: Any = None
     if _looks_like_sse(body):
         try:
