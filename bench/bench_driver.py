@@ -14,8 +14,9 @@ ratio is taken per round (adjacent runs share the machine's noise) and the media
 - bare: `FastHttpUser` whose task is `self.client.post("/ocr", data=BODY, headers=...)`.
 - ours: `loadtest.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
   RequestRow per request, answer parsing, CER against the image's ground truth, failure
-  classification; plus, every 3 s, what a worker does with the rows (`wiring._on_report_to_master`
-  with the worker's local CSV copy on, then Locust's msgpack `Message.serialize` of that report).
+  classification, the report to Locust's `request` event; plus, every 3 s, what a worker does with
+  the rows (`wiring._on_report_to_master`: pack them, append them to the worker's local copy; then
+  Locust's msgpack `Message.serialize` of that report).
 - The answer: `noisy` (default) is the page's text with one character in 100 changed, so the CER is
   ~1% and the edit distance really runs; `exact` is the text itself (CER 0, the cheapest case).
 
@@ -53,8 +54,8 @@ def run_client(kind: str, host: str, users: int, warm_s: float, run_s: float) ->
     from loadtest import users as ours
     from loadtest import wiring
     from loadtest.config import RunConfig
+    from loadtest.merge import LocalCopy
     from loadtest.payloads import build_payloads
-    from runfolder import CsvAppender, RequestRow
 
     payloads = build_payloads(RunConfig(host=host, scenario="mixed", buckets=BUCKETS))
     enc = next(iter(payloads.encoded.values()))
@@ -81,7 +82,7 @@ def run_client(kind: str, host: str, users: int, warm_s: float, run_s: float) ->
     if kind == "ours":
         ours.set_payloads(payloads)
         tmp = tempfile.mkdtemp(prefix="bench-driver-")
-        wiring._local_copy = CsvAppender(Path(tmp) / "local.csv", RequestRow)
+        wiring._local_copy = LocalCopy(Path(tmp) / "local.rows")
         user_class: type = ours.OcrUser
     else:
         user_class = BareUser

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import operator
 import os
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,17 @@ from loadtest import users, webui
 from loadtest.config import RunConfig, add_arguments, from_namespace, with_env_secrets
 from loadtest.controller import Controller
 from loadtest.manifest import build_manifest
-from loadtest.merge import WORKER_COPY_DIR
+from loadtest.merge import LOCAL_COPY_SUFFIX, WORKER_COPY_DIR, LocalCopy, pack_rows, unpack_rows
 from loadtest.payloads import build_payloads
 from loadtest.state import STATE, StepTag
-from runfolder import CsvAppender, RequestRow, new_run_folder, write_manifest
+from runfolder import new_run_folder, write_manifest
 
 log = logging.getLogger(__name__)
 STEP_MESSAGE = "ocr_step"
 ROWS_KEY = "ocr_rows"
 
 _controllers: dict[int, Controller] = {}
-# a row as a tuple in field order, without dataclasses.astuple's deep copy (~50 us a row)
-_row_values = operator.attrgetter(*[f.name for f in dataclasses.fields(RequestRow)])
-_local_copy: CsvAppender | None = None
+_local_copy: LocalCopy | None = None
 _max_workers_seen = 0
 
 
@@ -117,11 +114,12 @@ def watch_workers(runner: Runner, ctl: Controller) -> None:
 
 
 def _on_worker_report(client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
-    rows = data.get(ROWS_KEY)
-    if not rows:
+    blob = data.get(ROWS_KEY)
+    if not blob:
         return
+    rows = unpack_rows(blob)
     for ctl in _controllers.values():
-        ctl.on_rows([RequestRow(*r) for r in rows])
+        ctl.on_rows(rows)
 
 
 def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
@@ -156,9 +154,10 @@ def _ensure_payloads(environment: Environment) -> None:
 def _on_report_to_master(client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
     rows = STATE.take_rows()
     if rows:
-        data[ROWS_KEY] = [list(_row_values(r)) for r in rows]
+        blob = pack_rows(rows)  # packed once: the same bytes go to the master and to the local copy
+        data[ROWS_KEY] = blob
         if _local_copy is not None:
-            _local_copy.append(rows)
+            _local_copy.append(blob)
 
 
 def _open_local_copy(environment: Environment) -> None:
@@ -172,12 +171,14 @@ def _open_local_copy(environment: Environment) -> None:
         _local_copy = None
     if _local_copy is None:
         folder.mkdir(parents=True, exist_ok=True)
-        _local_copy = CsvAppender(folder / f"{STATE.worker_id}.csv", RequestRow)
+        _local_copy = LocalCopy(folder / f"{STATE.worker_id}{LOCAL_COPY_SUFFIX}")
 
 
 def _on_worker_quit(environment: Environment, **_kwargs: Any) -> None:
     if _local_copy is not None:
-        _local_copy.append(STATE.take_rows())
+        rows = STATE.take_rows()
+        if rows:
+            _local_copy.append(pack_rows(rows))
         _local_copy.close()
 
 

@@ -1,4 +1,4 @@
-"""Records written during a run, one frozen dataclass per file, units in the field names.
+"""Records written during a run, one record type per file, units in the field names.
 
 A run folder (`results/<run-id>/`) holds, appended while the run goes:
 - `manifest.json`  run metadata (schema_version, config, target, scenario, levels, versions, hosts, gpu)
@@ -8,6 +8,8 @@ A run folder (`results/<run-id>/`) holds, appended while the run goes:
 - `server.csv`     one `ServerSample` per scrape of the server's Prometheus /metrics
 - `host.csv`       one `HostSample` per sample of a host's CPU and memory (driver and GPU machine)
 - `events.jsonl`   one `Event` per notable thing (worker lost, sampler gap, refinement, abort)
+`RequestRow` is a NamedTuple, the others frozen dataclasses: a request row is built once per request
+on the load generator's hot path and shipped to the master as it is (msgpack packs a tuple natively).
 Analysis outputs land beside them: summary.json, steps.csv (the measured step table),
 capacity.md, recommended-config.yaml, report.html.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 SCHEMA_VERSION = 1
 
@@ -41,8 +44,7 @@ class Phase(StrEnum):
     COOLDOWN = "cooldown"  # 0 users until GPU memory settles
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRow:
+class RequestRow(NamedTuple):
     request_id: str  # unique in the run: "<worker_id>-<counter>"
     t_start_unix_s: float
     step_index: int  # the step current when the request started
@@ -123,4 +125,7 @@ class Event:
 
 def columns_of(record_type: type) -> list[str]:
     """The CSV header of a record type, in declaration order."""
+    fields: tuple[str, ...] | None = getattr(record_type, "_fields", None)  # a NamedTuple
+    if fields is not None:
+        return list(fields)
     return [f.name for f in dataclasses.fields(record_type)]

@@ -13,6 +13,7 @@ import os
 import secrets
 import threading
 import time
+import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,17 +33,22 @@ def _as_mapping(record: Any) -> Mapping[str, Any]:
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         # not dataclasses.asdict: it deep-copies (~70 us a row); records here hold plain values
         return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    if isinstance(record, tuple) and hasattr(record, "_asdict"):  # a NamedTuple
+        return record._asdict()  # type: ignore[no-any-return]
     return dict(record)
 
 
 class CsvAppender:
-    """Appends records (dataclass instances or mappings) to a CSV file with a fixed header."""
+    """Appends records (dataclass instances, NamedTuples or mappings) to a CSV file with a fixed header."""
 
     def __init__(self, path: Path, record_type: type) -> None:
         self.path = Path(path)
         self.columns = columns_of(record_type)
         self._record_type = record_type
         self._values = operator.attrgetter(*self.columns)
+        self._is_tuple = issubclass(record_type, tuple)
+        hints = typing.get_type_hints(record_type)
+        self._bool_index = [i for i, c in enumerate(self.columns) if hints.get(c) is bool]
         self._lock = threading.Lock()
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - held open
@@ -52,10 +58,18 @@ class CsvAppender:
             self._file.flush()
 
     def append(self, records: Iterable[Any]) -> int:
-        rows = []
+        rows: list[Any] = []
+        own, bools = self._record_type, self._bool_index
         for rec in records:
-            if type(rec) is self._record_type:  # the hot path: a record of this file's own type
-                rows.append([_cell(v) for v in self._values(rec)])
+            if type(rec) is own:  # the hot path: a record of this file's own type
+                if self._is_tuple:
+                    # csv writes None as an empty cell by itself; only bools need 0/1 instead of True/False
+                    row = list(typing.cast(tuple, rec))
+                    for i in bools:
+                        row[i] = int(row[i])
+                    rows.append(row)
+                else:
+                    rows.append([_cell(v) for v in self._values(rec)])
                 continue
             data = _as_mapping(rec)
             rows.append([_cell(data.get(c)) for c in self.columns])

@@ -61,7 +61,8 @@ class SyntheticRun:
 
 
 def _frame(records: list[Any], record_type: type) -> pd.DataFrame:
-    return pd.DataFrame([dataclasses.asdict(r) for r in records], columns=columns_of(record_type))
+    rows = [r._asdict() if isinstance(r, tuple) else dataclasses.asdict(r) for r in records]  # RequestRow: a NamedTuple
+    return pd.DataFrame(rows, columns=columns_of(record_type))
 
 
 def _plan(stop_after: int | None) -> list[StepRow]:

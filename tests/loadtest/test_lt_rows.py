@@ -1,0 +1,104 @@
+"""Request rows on their way: written to CSV, packed for the master, kept in a worker's local copy,
+merged back after a lost report. Exact values survive every hop."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from loadtest.merge import (
+    LOCAL_COPY_SUFFIX,
+    WORKER_COPY_DIR,
+    LocalCopy,
+    merge_worker_copies,
+    pack_rows,
+    read_local_copy,
+    unpack_rows,
+)
+from runfolder import REQUESTS_FILE, CsvAppender, RequestRow, columns_of
+
+
+def _row(i: int, ok: bool = True, worker: str = "wa") -> RequestRow:
+    return RequestRow(
+        request_id=f"{worker}-{i}",
+        t_start_unix_s=1764489600.123456 + i / 7,
+        step_index=3,
+        phase="step",
+        level=8,
+        scenario="mixed",
+        bucket="1000x700",
+        latency_ms=1234.5678901 + i,
+        ttft_ms=None if ok else 12.25,
+        status_code=200 if ok else 503,
+        ok=ok,
+        failure_kind="" if ok else "rejected",
+        bytes_sent=290_000,
+        bytes_received=4096,
+        cer=0.0123456789 if ok else None,
+        prompt_tokens=None,
+        completion_tokens=57 if ok else None,
+        attempt=1,
+        final_attempt=ok,
+        worker_id=worker,
+        error_text="" if ok else 'queue full, "retry" later\nsecond line',
+    )
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_csv_rows_write_bools_as_0_1_none_as_empty_and_floats_exactly(tmp_path):
+    sink = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
+    assert sink.append([_row(1), _row(2, ok=False)]) == 2
+    sink.close()
+    good, bad = _read_csv(tmp_path / REQUESTS_FILE)
+    assert list(good) == columns_of(RequestRow)
+    assert (good["ok"], good["final_attempt"], bad["ok"], bad["final_attempt"]) == ("1", "1", "0", "0")
+    assert good["ttft_ms"] == "" and good["prompt_tokens"] == "" and bad["cer"] == ""
+    assert float(good["latency_ms"]) == _row(1).latency_ms
+    assert float(good["t_start_unix_s"]) == _row(1).t_start_unix_s
+    assert bad["error_text"] == _row(2, ok=False).error_text  # quotes and newlines survive
+
+
+def test_rows_pack_and_unpack_unchanged_through_a_locust_message():
+    from locust.rpc.protocol import Message
+
+    rows = [_row(i, ok=i % 3 != 0) for i in range(50)]
+    wire = Message("stats", {"ocr_rows": pack_rows(rows)}, "worker-1").serialize()
+    back = unpack_rows(Message.unserialize(wire).data["ocr_rows"])
+    assert back == rows
+    assert all(type(r) is RequestRow for r in back)
+    assert type(back[1].ok) is bool and back[1].ttft_ms is None
+
+
+def test_a_local_copy_cut_short_by_a_crash_keeps_its_complete_batches(tmp_path):
+    path = tmp_path / f"wa{LOCAL_COPY_SUFFIX}"
+    copy = LocalCopy(path)
+    copy.append(pack_rows([_row(i) for i in range(10)]))
+    copy.append(pack_rows([_row(i) for i in range(10, 20)]))
+    copy.close()
+    assert [r.request_id for r in read_local_copy(path)] == [f"wa-{i}" for i in range(20)]
+    path.write_bytes(path.read_bytes()[:-7])  # the second batch torn mid-write
+    assert [r.request_id for r in read_local_copy(path)] == [f"wa-{i}" for i in range(10)]
+
+
+def test_merge_adds_only_the_rows_the_master_never_got_once(tmp_path):
+    main = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
+    main.append([_row(i) for i in range(5)])  # the master wrote these, then lost the last report
+    main.close()
+    (tmp_path / WORKER_COPY_DIR).mkdir()
+    for worker in ("wa", "wb"):
+        copy = LocalCopy(tmp_path / WORKER_COPY_DIR / f"{worker}{LOCAL_COPY_SUFFIX}")
+        copy.append(pack_rows([_row(i, worker=worker) for i in range(8)]))
+        copy.close()
+    (tmp_path / WORKER_COPY_DIR / "wa.log").write_text("a worker's log is not a copy\n")
+
+    assert merge_worker_copies(tmp_path) == 3 + 8
+    assert merge_worker_copies(tmp_path) == 0
+    rows = _read_csv(tmp_path / REQUESTS_FILE)
+    ids = [r["request_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 16
+    merged = next(r for r in rows if r["request_id"] == "wb-7")
+    assert merged["ok"] == "1" and float(merged["latency_ms"]) == _row(7).latency_ms

@@ -1,0 +1,80 @@
+"""The user class against the real simulator, in a real Locust runner: one exact row per request,
+and Locust's own statistics (its web UI and CSVs) agree with the rows, failures and kinds included."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtest import cli
+
+PROBE = Path(__file__).with_name("lt_user_probe.py")
+
+
+@pytest.fixture(scope="module")
+def faulty_sim() -> Iterator[str]:
+    """The simulator, fast, answering 500 to 20% of requests and resetting 10% of connections."""
+    proc, url, _dcgm = cli.start_simulator(
+        extra=["--time-scale", "0.05", "--seed", "3", "--error-rate", "0.2", "--reset-rate", "0.1"]
+    )
+    try:
+        yield url
+    finally:
+        cli.stop_process(proc)
+
+
+def _probe(host: str, seconds: float, n_users: int, *fields: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(PROBE), host, str(seconds), str(n_users), *fields],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_rows_and_locust_statistics_agree_request_by_request(faulty_sim):
+    got = _probe(faulty_sim, 3.0, 4, "scenario=mixed")
+    rows = got["rows"]
+    kinds = Counter(r["failure_kind"] for r in rows if not r["ok"])
+    assert len(rows) > 30
+    assert kinds["http_5xx"] > 0 and kinds["connection"] > 0, kinds  # the faults really happened
+    # every request reached Locust once, with the same verdict and the same bytes
+    assert got["locust_requests"] == len(rows)
+    assert got["locust_failures"] == sum(not r["ok"] for r in rows)
+    assert got["locust_bytes"] == sum(r["bytes_received"] for r in rows)
+    assert got["locust_errors"] == {k: n for k, n in kinds.items()}
+    assert got["locust_names"] == ["/ocr"]
+    for r in rows:
+        assert r["latency_ms"] > 0 and r["attempt"] == 1 and r["final_attempt"]
+        assert (r["status_code"] == 200) == r["ok"]
+        assert r["ok"] == (r["error_text"] == ""), r
+        if r["ok"]:
+            assert r["cer"] is not None and r["cer"] < 0.05 and r["bytes_received"] > 0
+        if r["failure_kind"] == "connection":
+            assert r["status_code"] == 0 and r["error_text"], r
+    assert len({r["request_id"] for r in rows}) == len(rows)
+
+
+def test_streamed_answers_get_a_first_byte_time_and_token_counts():
+    proc, url, _dcgm = cli.start_simulator(profile="vllm-24g", extra=["--time-scale", "0.05"])
+    try:
+        got = _probe(url, 2.0, 2, "style=openai", "stream=1")
+    finally:
+        cli.stop_process(proc)
+    rows = got["rows"]
+    assert rows and all(r["ok"] for r in rows), rows[:2]
+    assert got["locust_names"] == ["/v1/chat/completions"] and got["locust_requests"] == len(rows)
+    for r in rows:
+        assert 0 < r["ttft_ms"] < r["latency_ms"]
+        assert r["completion_tokens"] and r["completion_tokens"] > 0
