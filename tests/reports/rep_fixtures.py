@@ -61,7 +61,8 @@ class SyntheticRun:
 
 
 def _frame(records: list[Any], record_type: type) -> pd.DataFrame:
-    rows = [r._asdict() if isinstance(r, tuple) else dataclasses.asdict(r) for r in records]  # RequestRow: a NamedTuple
+    # RequestRow is a NamedTuple, the other records dataclasses
+    rows = [r._asdict() if isinstance(r, tuple) else dataclasses.asdict(r) for r in records]
     return pd.DataFrame(rows, columns=columns_of(record_type))
 
 
