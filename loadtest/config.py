@@ -58,6 +58,9 @@ class RunConfig:
     request_timeout_s: float = 120.0
     ready_wait_s: float = 30.0  # how long to wait for a server that answers 503 while it starts
     retry_max_attempts: int = 4
+    # A user turned away (503/429, connection refused or reset) waits this long, or the server's
+    # Retry-After, before its next request, as a real client would; 0 resends at once.
+    reject_pause_s: float = 0.5
     cer_fail_above: float = 0.5
     abort_after_failures: int = 50  # consecutive failed requests that end the run (server down)
     slo_p95_s: float = 0.0
@@ -116,7 +119,7 @@ class RunConfig:
             raise ConfigError(f"bad HEADROOM={self.headroom}: use a fraction in (0, 1], e.g. 0.7")
         if self.workers < 0:
             raise ConfigError(f"bad WORKERS={self.workers}: use 0 (run in the master) or more")
-        for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s"):
+        for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s", "reject_pause_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"bad {name.upper()}={getattr(self, name)}: must be >= 0")
         if self.step_s <= 0:

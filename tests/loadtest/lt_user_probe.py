@@ -25,7 +25,10 @@ from loadtest.state import STATE  # noqa: E402
 def main() -> None:
     host, seconds, n_users = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     fields = dict(arg.split("=", 1) for arg in sys.argv[4:])
-    cfg = RunConfig(host=host, **{k: (v == "1" if k == "stream" else v) for k, v in fields.items()})  # type: ignore[arg-type]
+    defaults = RunConfig()
+    typed = {k: (v == "1") if isinstance(getattr(defaults, k), bool) else type(getattr(defaults, k))(v)
+             for k, v in fields.items()}  # fmt: skip
+    cfg = RunConfig(host=host, **typed)
     users.set_payloads(build_payloads(cfg))
     env = Environment(user_classes=[users.OcrUser], events=events, host=host)
     runner = env.create_local_runner()

@@ -1,9 +1,12 @@
 """The user class against the real simulator, in a real Locust runner: one exact row per request,
-and Locust's own statistics (its web UI and CSVs) agree with the rows, failures and kinds included."""
+Locust's own statistics (its web UI and CSVs) agree with the rows, failures and kinds included, and
+a user turned away pauses before it asks again."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -78,3 +81,37 @@ def test_streamed_answers_get_a_first_byte_time_and_token_counts():
     for r in rows:
         assert 0 < r["ttft_ms"] < r["latency_ms"]
         assert r["completion_tokens"] and r["completion_tokens"] > 0
+
+
+def _gaps_s(rows: list[dict[str, Any]]) -> list[float]:
+    """From the end of each request to the start of the next (one user: rows follow each other)."""
+    rows = sorted(rows, key=lambda r: r["t_start_unix_s"])
+    return [
+        b["t_start_unix_s"] - (a["t_start_unix_s"] + a["latency_ms"] / 1000)
+        for a, b in itertools.pairwise(rows)
+    ]
+
+
+def test_a_user_turned_away_waits_retry_after_before_asking_again():
+    # 503 + Retry-After: 1 while the server "starts" (40 s x time scale 0.05 = 2 s)
+    proc, url, _dcgm = cli.start_simulator(extra=["--time-scale", "0.05", "--slow-start-s", "40"])
+    try:
+        paused = _probe(url, 3.5, 1)["rows"]
+    finally:
+        cli.stop_process(proc)
+    rejected = [r for r in paused if r["failure_kind"] == "rejected"]
+    assert 1 <= len(rejected) <= 3, [(r["failure_kind"], r["t_start_unix_s"]) for r in paused]
+    assert any(r["ok"] for r in paused), "the user went on once the server was up"
+    assert all(0.9 <= g <= 1.5 for g in _gaps_s(rejected)), _gaps_s(rejected)
+
+
+def test_a_refused_connection_pauses_reject_pause_s_or_resends_at_once_with_0():
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        nothing = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    paused = _probe(nothing, 2.0, 1, "reject_pause_s=0.5")["rows"]
+    at_once = _probe(nothing, 2.0, 1, "reject_pause_s=0")["rows"]
+    assert {r["failure_kind"] for r in paused + at_once} == {"connection"}
+    assert 3 <= len(paused) <= 5, len(paused)
+    assert all(0.45 <= g <= 0.8 for g in _gaps_s(paused)), _gaps_s(paused)
+    assert len(at_once) > 10 * len(paused)
