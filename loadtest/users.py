@@ -136,7 +136,7 @@ class OcrUser(FastHttpUser):
         if resp is not None:
             try:
                 status = int(resp.status_code or 0)
-                if enc.stream and status:
+                if enc.stream and 200 <= status < 300:  # an error answer comes whole, not as events
                     stream = resp.stream
                     first = stream.read(1)
                     ttft_ms = (time.perf_counter() - t0) * 1000.0

@@ -69,18 +69,25 @@ def test_rows_and_locust_statistics_agree_request_by_request(faulty_sim):
     assert len({r["request_id"] for r in rows}) == len(rows)
 
 
-def test_streamed_answers_get_a_first_byte_time_and_token_counts():
-    proc, url, _dcgm = cli.start_simulator(profile="vllm-24g", extra=["--time-scale", "0.05"])
+def test_streamed_answers_get_a_first_byte_time_and_token_counts_and_a_503_its_text():
+    # 503 while the server "starts" (30 s x time scale 0.05 = 1.5 s), then streamed answers
+    proc, url, _dcgm = cli.start_simulator(
+        profile="vllm-24g", extra=["--time-scale", "0.05", "--slow-start-s", "30"]
+    )
     try:
-        got = _probe(url, 2.0, 2, "style=openai", "stream=1")
+        got = _probe(url, 3.0, 2, "style=openai", "stream=1")
     finally:
         cli.stop_process(proc)
     rows = got["rows"]
-    assert rows and all(r["ok"] for r in rows), rows[:2]
+    ok = [r for r in rows if r["ok"]]
+    rejected = [r for r in rows if not r["ok"]]
+    assert ok and rejected and {r["failure_kind"] for r in rejected} == {"rejected"}, rows[:3]
     assert got["locust_names"] == ["/v1/chat/completions"] and got["locust_requests"] == len(rows)
-    for r in rows:
+    for r in ok:
         assert 0 < r["ttft_ms"] < r["latency_ms"]
         assert r["completion_tokens"] and r["completion_tokens"] > 0
+    for r in rejected:  # an error answer is read whole: its text is kept, and it has no first token
+        assert "starting or restarting" in r["error_text"] and r["ttft_ms"] is None, r
 
 
 def _gaps_s(rows: list[dict[str, Any]]) -> list[float]:
