@@ -58,8 +58,8 @@ class RunConfig:
     request_timeout_s: float = 120.0
     ready_wait_s: float = 30.0  # how long to wait for a server that answers 503 while it starts
     retry_max_attempts: int = 4
-    # A user turned away (503/429, connection refused or reset) waits this long, or the server's
-    # Retry-After, before its next request, as a real client would; 0 resends at once.
+    # A user turned away (503/429) waits this long, or the server's Retry-After, before its next
+    # request, as a real client would; 0 resends at once.
     reject_pause_s: float = 0.5
     cer_fail_above: float = 0.5
     abort_after_failures: int = 50  # consecutive failed requests that end the run (server down)

@@ -1,6 +1,6 @@
 """The user class against the real simulator, in a real Locust runner: one exact row per request,
 Locust's own statistics (its web UI and CSVs) agree with the rows, failures and kinds included, and
-a user turned away pauses before it asks again."""
+a user turned away (503/429) pauses before it asks again."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -112,13 +114,47 @@ def test_a_user_turned_away_waits_retry_after_before_asking_again():
     assert all(0.9 <= g <= 1.5 for g in _gaps_s(rejected)), _gaps_s(rejected)
 
 
-def test_a_refused_connection_pauses_reject_pause_s_or_resends_at_once_with_0():
-    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
-        sock.bind(("127.0.0.1", 0))
-        nothing = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    paused = _probe(nothing, 2.0, 1, "reject_pause_s=0.5")["rows"]
-    at_once = _probe(nothing, 2.0, 1, "reject_pause_s=0")["rows"]
-    assert {r["failure_kind"] for r in paused + at_once} == {"connection"}
+class _QueueFull(BaseHTTPRequestHandler):
+    """A gateway whose queue is full: 503 at once, no Retry-After."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"error": "queue full"}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def queue_full() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _QueueFull)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_without_retry_after_a_rejected_user_pauses_reject_pause_s_or_not_at_all_with_0(queue_full):
+    paused = _probe(queue_full, 2.0, 1, "reject_pause_s=0.5")["rows"]
+    at_once = _probe(queue_full, 2.0, 1, "reject_pause_s=0")["rows"]
+    assert {r["failure_kind"] for r in paused + at_once} == {"rejected"}
     assert 3 <= len(paused) <= 5, len(paused)
     assert all(0.45 <= g <= 0.8 for g in _gaps_s(paused)), _gaps_s(paused)
     assert len(at_once) > 10 * len(paused)
+
+
+def test_a_refused_connection_is_not_paused_so_a_dead_server_is_noticed_at_once():
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        nothing = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    rows = _probe(nothing, 1.0, 1)["rows"]
+    assert {r["failure_kind"] for r in rows} == {"connection"}
+    assert len(rows) > 50, len(rows)  # the run's abort_after_failures (50) is reached within a second
