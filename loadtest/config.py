@@ -130,6 +130,52 @@ class RunConfig:
         return self
 
 
+# What each setting does, shown by `python -m loadtest run --help` and in Locust's web UI.
+FIELD_HELP = {
+    "host": "base URL of the OCR server, e.g. http://gpu-box:8000",
+    "endpoint": "route to POST to; empty: /ocr, or /v1/chat/completions for STYLE=openai",
+    "style": f"request style: {' | '.join(STYLES)}",
+    "field": "multipart field or JSON key that carries the image; empty: file / image",
+    "headers": "extra headers, 'Authorization: Bearer abc; X-No-Cache: 1' (secret: prefer OCRCAP_HEADERS)",
+    "model": "model name sent with STYLE=openai",
+    "prompt": "instruction sent with STYLE=openai",
+    "max_tokens": "max_tokens sent with STYLE=openai",
+    "stream": "ask for a streamed answer (STYLE=openai) and record the time to first byte",
+    "json_path": "dotted path of the text in the answer, e.g. result.0.text; empty: found by the answer's shape",
+    "scenario": f"what is sent: {' | '.join(SCENARIOS)}",
+    "images": "an image file or folder (with optional <name>.txt expected texts); empty: generated pages",
+    "buckets": "page sizes for SCENARIO=mixed, WxH:weight,...; empty: 640x480:4,1024x768:3,2048x1536:2,4000x3000:1",
+    "seed": "seed of the generated pages and of each user's image choice",
+    "levels": "concurrency levels to measure, e.g. 1,2,4,8; empty: chosen from the estimate",
+    "workers": "local Locust worker processes; 0 runs the users in the master",
+    "gpu": "GPU source: none | nvml | sidecar:URL | dcgm:URL",
+    "gpu_token": "token of the GPU sidecar (secret: prefer OCRCAP_GPU_TOKEN)",
+    "server_metrics": "URL of the server's Prometheus /metrics (vLLM names)",
+    "server_pid": "PID of the server process on the GPU machine, for its own GPU memory (nvml)",
+    "idle_s": "seconds at 0 users to read idle GPU memory",
+    "baseline_rounds": "rounds of single-request baseline",
+    "baseline_round_requests": "requests per baseline round",
+    "warmup_s": "seconds of unmeasured load before each step",
+    "step_s": "measured seconds per step",
+    "min_step_requests": "a step is lengthened (up to 3 x STEP_S) until it has this many requests",
+    "cooldown_s": "longest cooldown at 0 users after a step; it ends earlier once GPU memory is back near idle",
+    "cooldown_min_s": "shortest cooldown after a step",
+    "soak_s": "seconds SCENARIO=soak holds its level",
+    "headroom": "fraction of GPU memory the estimate may plan for",
+    "refine": "bisect between the last good level and the knee",
+    "refine_budget": "most extra levels the bisection may measure",
+    "request_timeout_s": "a request with no whole answer by then fails as a timeout",
+    "ready_wait_s": "how long to wait for a server that answers 503 while it starts",
+    "retry_max_attempts": "attempts per request with SCENARIO=retry",
+    "reject_pause_s": "a user turned away (503/429) waits this long, or the server's Retry-After; 0: resend at once",
+    "cer_fail_above": "an answer whose character error rate is above this is a wrong answer",
+    "abort_after_failures": "consecutive failed requests (connection, timeout, OOM, 5xx) that end the run",
+    "slo_p95_s": "also report the highest level whose P95 meets this many seconds; 0: off",
+    "out": "folder where run folders go",
+    "run_dir": "set by the runner: this run's folder",
+}
+
+
 # secrets never go on a command line (visible in `ps`): environment variable -> RunConfig field
 SECRET_ENV = {"OCRCAP_GPU_TOKEN": "gpu_token", "OCRCAP_HEADERS": "headers"}
 
@@ -185,7 +231,13 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
         default = getattr(defaults, f.name)
         kind = type(default)
         flag = prefix + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"default": default, "dest": f"ocr_{f.name}", "help": f"({kind.__name__})"}
+        help_text = FIELD_HELP[f.name] + (f" (default: {default})" if default != "" else "")
+        kwargs: dict[str, Any] = {
+            "default": default,
+            "dest": f"ocr_{f.name}",
+            "metavar": f.name.upper(),  # the Make variable of the same name
+            "help": help_text.replace("%", "%%"),  # argparse formats help strings
+        }
         if kind is bool:
             kwargs["type"] = _parse_bool
         else:

@@ -188,3 +188,18 @@ def test_climbing_stops_at_a_failing_knee_or_at_any_knee_when_doubling():
     assert not stop_climbing(table, slow, climb_until_knee=False)
     assert stop_climbing(table, slow, climb_until_knee=True)
     assert not stop_climbing(table, none, climb_until_knee=True)
+
+
+def test_every_setting_has_help_text_with_its_default():
+    import argparse
+    import dataclasses
+
+    from loadtest.config import FIELD_HELP, add_arguments
+
+    assert set(FIELD_HELP) == {f.name for f in dataclasses.fields(RunConfig)}
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, prefix="--", web_ui=False)
+    text = " ".join(parser.format_help().split())
+    assert "--reject-pause-s REJECT_PAUSE_S a user turned away (503/429)" in text
+    assert "(default: 0.5)" in text and "(default: multipart)" in text
+    assert parser.parse_args(["--step-s", "4"]).ocr_step_s == 4.0
