@@ -33,7 +33,6 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from support import run_bounded  # noqa: E402
+from support import run_bounded, start_stub  # noqa: E402
 
 from loadtest.cli import stop_process as stop  # noqa: E402
 from runfolder import REQUESTS_FILE  # noqa: E402
@@ -54,18 +53,6 @@ DELAY = "lognormal:80:0.6:20:400"
 QUANTILES = (50, 95, 99)
 GOAL_MS, GOAL_FRACTION = 1.0, 0.005
 PAIR_SLACK_S = 0.0005  # the clock is read at slightly different moments on each side
-
-
-def start_stub(answer_file: Path, log_file: Path, seed: int) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, str(ROOT / "bench" / "stub_server.py"), "--answer-file", str(answer_file)]
-    cmd += ["--delay", DELAY, "--seed", str(seed), "--log", str(log_file)]
-    proc = subprocess.Popen(cmd, text=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("stub: "):
-        proc.kill()
-        raise SystemExit("the stub server did not start")
-    return proc, line.split(" ", 1)[1].strip()
 
 
 def read_rows(run_dir: Path) -> list[tuple[float, float]]:
@@ -131,7 +118,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-accuracy-") as tmp_s:
         tmp = Path(tmp_s)
         (tmp / "answer.json").write_text(json.dumps({"text": item.expected_text or "text"}), encoding="utf-8")
-        stub, url = start_stub(tmp / "answer.json", tmp / "server.log", args.seed)
+        stub, url = start_stub(
+            tmp / "answer.json", "--delay", DELAY, "--seed", str(args.seed), "--log", str(tmp / "server.log")
+        )
         cmd = [sys.executable, "-m", "loadtest", "run", "--host", url, "--levels", str(args.level)]
         cmd += ["--gpu", "none", "--workers", str(args.workers), "--step-s", str(args.step_s)]
         cmd += ["--idle-s", "0", "--warmup-s", "1", "--cooldown-s", "1", "--baseline-rounds", "3"]

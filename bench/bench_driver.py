@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from support import start_stub  # bench/ is on sys.path: the scripts run as `python bench/<script>.py`
+
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 0.95
 BUCKETS = "2048x1536:1"  # one page of ~290 KB as a PNG multipart upload
@@ -133,17 +135,6 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_stub(answer_file: Path, cpu: int) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, str(ROOT / "bench" / "stub_server.py"), "--answer-file", str(answer_file)]
-    proc = subprocess.Popen(cmd + ["--cpu", str(cpu)], text=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("stub: "):
-        proc.kill()
-        raise SystemExit("the stub server did not start")
-    return proc, line.split(" ", 1)[1].strip()
-
-
 def stop(proc: subprocess.Popen[str]) -> None:
     # imported here: the --client children import locust, which must come before ssl is imported
     sys.path.insert(0, str(ROOT))
@@ -203,7 +194,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
         answer = Path(tmp) / "answer.json"
         answer.write_text(json.dumps({"text": answer_text(item.expected_text or "", args.answer)}))
-        stub, url = start_stub(answer, server_cpu)
+        stub, url = start_stub(answer, "--cpu", str(server_cpu))
         try:
             runs: list[tuple[dict[str, float], dict[str, float]]] = []
             for r in range(args.rounds):

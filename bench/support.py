@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,3 +24,15 @@ def run_bounded(cmd: list[str], timeout_s: float, env: dict[str, str] | None = N
             out, err = proc.communicate()
         err += f"\nstopped after {timeout_s:.0f} s"
     return proc.returncode, out, err
+
+
+def start_stub(answer_file: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """Start `bench/stub_server.py` with `flags`; return it with its base URL once it listens."""
+    cmd = [sys.executable, str(ROOT / "bench" / "stub_server.py"), "--answer-file", str(answer_file), *flags]
+    proc = subprocess.Popen(cmd, text=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("stub: "):
+        proc.kill()
+        raise SystemExit("the stub server did not start")
+    return proc, line.split(" ", 1)[1].strip()
