@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from lt_http import QuietHandler, serving
 
 from loadtest.config import RunConfig
 from loadtest.preflight import PreflightError, check_first_answer
@@ -30,42 +29,25 @@ ANSWERS: dict[str, tuple[int, str, bytes]] = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     busy_left = 0
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        length = int(self.headers.get("Content-Length", 0))
-        self.rfile.read(length)
+        self.read_body()
         if self.path == "/starting":
             if _Handler.busy_left > 0:
                 _Handler.busy_left -= 1
-                self._answer(503, "text/plain", b"loading model")
+                self.answer(503, "text/plain", b"loading model")
                 return
-            self._answer(*ANSWERS["/ok"])
+            self.answer(*ANSWERS["/ok"])
             return
-        self._answer(*ANSWERS.get(self.path, (404, "text/plain", b"not found")))
-
-    def _answer(self, status: int, ctype: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args: object) -> None:
-        pass
+        self.answer(*ANSWERS.get(self.path, (404, "text/plain", b"not found")))
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(_Handler) as url:
+        yield url
 
 
 def _check(server: str, endpoint: str, style: str = "multipart", **kw: object) -> str:

@@ -9,14 +9,13 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lt_http import QuietHandler, serving
 
 from loadtest import cli
 
@@ -114,32 +113,18 @@ def test_a_user_turned_away_waits_retry_after_before_asking_again():
     assert all(0.9 <= g <= 1.5 for g in _gaps_s(rejected)), _gaps_s(rejected)
 
 
-class _QueueFull(BaseHTTPRequestHandler):
+class _QueueFull(QuietHandler):
     """A gateway whose queue is full: 503 at once, no Retry-After."""
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        body = b'{"error": "queue full"}'
-        self.send_response(503)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args: object) -> None:
-        pass
+        self.read_body()
+        self.answer(503, "application/json", b'{"error": "queue full"}')
 
 
 @pytest.fixture
 def queue_full() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _QueueFull)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(_QueueFull) as url:
+        yield url
 
 
 def test_without_retry_after_a_rejected_user_pauses_reject_pause_s_or_not_at_all_with_0(queue_full):
