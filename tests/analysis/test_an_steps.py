@@ -101,7 +101,8 @@ def test_step_row_numbers(small_run: Path) -> None:
     ok = np.array([100, 200, 300, 400, 500, 1000], dtype=float)
     assert row["requests"] == 8 and row["ok_requests"] == 6 and row["failed_requests"] == 2
     assert row["error_rate"] == pytest.approx(0.25)
-    assert row["throughput_rps"] == pytest.approx(0.6)  # 6 successes / 10 s
+    # 5 successes inside the 10 s window, and 0.1 s of the 1 s one that ends in the cooldown
+    assert row["throughput_rps"] == pytest.approx((5 + 0.1) / 10)
     assert row["p50_ms"] == pytest.approx(np.percentile(ok, 50))
     assert row["p95_ms"] == pytest.approx(np.percentile(ok, 95))
     assert row["p99_ms"] == pytest.approx(np.percentile(ok, 99)) and row["max_ms"] == 1000
@@ -130,7 +131,9 @@ def test_bucket_table(small_run: Path) -> None:
     assert step2.loc["small", "requests"] == 5  # 3 successes and the 2 failures
     assert step2.loc["small", "p50_ms"] == pytest.approx(200)
     assert step2.loc["large", "p95_ms"] == pytest.approx(np.percentile([400, 500, 1000], 95))
-    assert step2.loc["large", "throughput_rps"] == pytest.approx(0.3)
+    assert step2.loc["large", "throughput_rps"] == pytest.approx(
+        (2 + 0.1) / 10
+    )  # 400 and 500 ms, 0.1 of the last
 
 
 def test_baseline_rounds_of_twenty(small_run: Path) -> None:
@@ -155,3 +158,27 @@ def test_quantile_ci_brackets_the_true_p95() -> None:
 def test_linear_fit() -> None:
     slope, intercept, r2 = linear_fit(np.array([0.0, 1, 2, 3]), np.array([1.0, 3, 5, 7]))
     assert (slope, intercept, r2) == pytest.approx((2.0, 1.0, 1.0))
+
+
+def test_throughput_counts_each_request_by_its_share_of_the_window_not_whole_by_its_start(
+    tmp_path: Path,
+) -> None:
+    # 8 closed-loop users at 0.6 s per request, out of phase: exactly 8 / 0.6 = 13.33 requests per second.
+    # Counting whole requests that start in a 6.005 s window gives 80 or 88 / 6.005 (13.32 or 14.65).
+    write_manifest(tmp_path, {"scenario": "fixed"})
+    JsonlAppender(tmp_path / "steps.jsonl").append([
+        {"step_index": 4, "phase": "warmup", "level": 8, "t_start_unix_s": 0.0, "t_end_unix_s": 10.0, "status": "complete", "note": ""},
+        {"step_index": 5, "phase": "step", "level": 8, "t_start_unix_s": 10.0, "t_end_unix_s": 16.005, "status": "complete", "note": ""},
+    ])  # fmt: skip
+    rows = []
+    for user in range(8):
+        t = user * 0.6 / 8
+        while t < 20:
+            rows.append(_req(len(rows), t, 4 if t < 10 else 5, 600.0))
+            t += 0.6
+    CsvAppender(tmp_path / "requests.csv", RequestRow).append(rows)
+    run = load_run(tmp_path)
+    row = step_table(run).iloc[0]
+    assert row["throughput_rps"] == pytest.approx(8 / 0.6, rel=1e-9)
+    assert row["ok_requests"] / 6.005 != pytest.approx(8 / 0.6, rel=0.005)  # what counting by start reads
+    assert bucket_table(run).iloc[0]["throughput_rps"] == pytest.approx(8 / 0.6, rel=1e-9)
