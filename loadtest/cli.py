@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.config import ConfigError, RunConfig, add_arguments, secret_env, to_argv, with_env_secrets
@@ -281,8 +282,15 @@ def cmd_worker(ns: argparse.Namespace) -> int:
     return subprocess.call(cmd, cwd=REPO_ROOT)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A flag argparse cannot parse ends in one line that points at --help, not in the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m loadtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)

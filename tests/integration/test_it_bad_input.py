@@ -22,6 +22,8 @@ def _closed_port() -> int:
         (["--levels", "0"], "LEVELS"),
         (["--style", "grpc"], "STYLE"),
         (["--scenario", "folder", "--images", "/nonexistent/folder"], "/nonexistent/folder"),
+        (["--reject-pause-s", "-1"], "REJECT_PAUSE_S"),
+        (["--step-s", "ten"], "--step-s"),  # argparse's own errors: one line too, not the whole usage
     ],
 )
 def test_bad_settings_exit_2_with_one_line(args, needle, tmp_path):
