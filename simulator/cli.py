@@ -15,7 +15,14 @@ import sys
 from typing import NoReturn
 
 from simulator.faults import FaultError, Faults, updated_faults
-from simulator.profiles import DEFAULT_PROFILE, PROFILES, ProfileError, get_profile, make_options
+from simulator.profiles import (
+    ANSWER_SHAPES,
+    DEFAULT_PROFILE,
+    PROFILES,
+    ProfileError,
+    get_profile,
+    make_options,
+)
 from simulator.server import ServerConfig, SimServer
 
 
@@ -44,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-workers", type=int, default=0, help="CPU preprocessing pool size (0: none)")
     p.add_argument("--cpu-ms-per-mpix", type=float, default=150.0, help="CPU ms per megapixel in that pool")
     p.add_argument("--max-side", type=int, default=0, help="resize so the longest side is at most this (px)")
+    p.add_argument(
+        "--answer-shape", default="text", choices=ANSWER_SHAPES, help="how answers are written (any profile)"
+    )
     d = Faults()
     p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction answered 500")
     p.add_argument("--spike-rate", type=float, default=d.spike_rate, help="fraction delayed by --spike-ms")
@@ -74,6 +84,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cpu_ms_per_mpix=args.cpu_ms_per_mpix,
         max_side=args.max_side,
         time_scale=args.time_scale,
+        answer_shape=args.answer_shape,
     )
     names = Faults.__dataclass_fields__
     try:

@@ -17,8 +17,9 @@ Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
    batch has fewer than max_batch sequences and, for vllm, free KV blocks cover the prompt plus one token.
    vllm: a running sequence whose next token crosses a block boundary takes a block; with none free the
    most recently admitted sequence is preempted (recompute: blocks freed, progress lost, back to the
-   front of the queue). The step lasts a + b x batch + the prefill of the sequences that joined; at its
-   end every running sequence has one more token; those with output_tokens tokens are answered.
+   front of the queue). The step lasts max(a + b x batch, c x batch) (c: the compute roofline, 0 for
+   most profiles) + the prefill of the sequences that joined; at its end every running sequence has one
+   more token; those with output_tokens tokens are answered.
 """
 
 from __future__ import annotations
@@ -320,7 +321,9 @@ class Pipeline:
         if not self._running:
             self._stepping = False
             return
-        ms = p.step_base_ms + p.step_per_seq_ms * len(self._running) + sum(j.work.prefill_ms for j in joined)
+        n = len(self._running)
+        decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)
+        ms = decode_ms + sum(j.work.prefill_ms for j in joined)
         end = t + ms * self._scale
         self._stepping = True
         self._step_serial += 1

@@ -7,11 +7,15 @@ Parameters of a `Profile` (a simulated server on one GPU):
                                      for vllm it is gpu_memory_utilization x total_mib (KV cache preallocated)
     step_base_ms              ms     fixed cost of one engine step (one decode iteration), `a`
     step_per_seq_ms           ms     extra cost per sequence in the batch, `b`: a step costs a + b x batch
+    step_compute_ms_per_seq   ms     compute roofline, `c`: a step costs at least c x batch (0: none); past
+                                     batch a / (c - b) the GPU is saturated and throughput is flat
     prefill_ms_per_1k_tokens  ms     cost added to the step in which a request joins, per 1000 visual tokens
     px_per_visual_token       px     pixels per visual token (28 x 28 patches = 784)
     px_per_output_token       px     pixels of page per generated token: the decode length grows with area
     prompt_text_tokens        tokens text tokens of the prompt, added to the visual tokens
     default_max_tokens        tokens output-token budget when the request names none
+    output_tokens_sigma       1      sigma of a per-request lognormal factor (median 1) on the answer length,
+                                     as real pages vary; 0: every page of a size is answered alike
     chars_per_token           chars  characters of answer text per token: max_tokens cuts the text there
     max_batch                 seqs   batch slots of the engine (vllm: max_num_seqs): the hard concurrency limit
     base_mib_per_request      MiB    pytorch: fixed memory per request in the engine
@@ -29,22 +33,29 @@ Options usable with any profile (`Options`, CLI flags of the same names):
     cpu_ms_per_mpix           ms     CPU time per megapixel of the original image in that pool
     max_side                  px     images are resized so their longest side is at most this (0: never)
     time_scale                1      every duration is multiplied by it (0.5 runs twice as fast)
+    answer_shape              -      how answers are written: text (the page's text), constant ("OK"),
+                                     markdown (a heading and a fenced block), boxes (lines with
+                                     coordinates), blank (newlines only); timing, tokens, memory unchanged
 
 The work of one image of w x h pixels (after resize to max_side):
     visual_tokens = ceil(w x h / px_per_visual_token); prompt_tokens = visual_tokens + prompt_text_tokens
     output_tokens = min(max_tokens, ceil(w x h / px_per_output_token))
+        with output_tokens_sigma > 0 each request draws its own: min(max_tokens, round(page length x factor))
     pytorch memory held from entering the engine to the answer (a static cache sized up front):
         increment_mib = base_mib_per_request + act_mib_per_mpix x Mpix + mib_per_token x (prompt + output)
+        (output at its nominal length: the cache is sized before the answer's length is known)
     vllm KV blocks: ceil((prompt_tokens + generated) / kv_block_size_tokens), growing while decoding.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, replace
 from typing import Literal
 
 Kind = Literal["pytorch", "vllm"]
+ANSWER_SHAPES = ("text", "constant", "markdown", "boxes", "blank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +68,13 @@ class Profile:
     idle_mib: float = 5800.0
     step_base_ms: float = 3.0
     step_per_seq_ms: float = 0.15
+    step_compute_ms_per_seq: float = 0.0
     prefill_ms_per_1k_tokens: float = 22.0
     px_per_visual_token: int = 784
     px_per_output_token: int = 7000
     prompt_text_tokens: int = 16
     default_max_tokens: int = 512
+    output_tokens_sigma: float = 0.0
     chars_per_token: float = 4.0
     max_batch: int = 8
     base_mib_per_request: float = 50.0
@@ -86,6 +99,47 @@ PROFILES: dict[str, Profile] = {
         max_batch=8,
         num_gpu_blocks=640,
     ),
+    # Compute-bound from small batches (b large against a): every added user costs almost as much as
+    # the first, so throughput bends slowly, with no corner, long before the 24 slots fill.
+    "smooth-24g": Profile(
+        name="smooth-24g",
+        kind="pytorch",
+        model_name="sim-ocr-smooth",
+        step_base_ms=2.0,
+        step_per_seq_ms=1.5,
+        max_batch=24,
+        act_mib_per_mpix=300.0,
+        mib_per_token=0.25,
+    ),
+    # The default server, but answers vary in length as real pages do: latency has a long tail.
+    "noisy-24g": Profile(
+        name="noisy-24g", kind="pytorch", model_name="sim-ocr-1b", output_tokens_sigma=0.4
+    ),
+    # vLLM with a huge KV cache and max_num_seqs 256: the GPU's compute saturates near 12 sequences,
+    # so the KV-cache estimate is ~47x the knee and must not be trusted as the answer.
+    "vllm-far": Profile(
+        name="vllm-far",
+        kind="vllm",
+        model_name="sim-ocr-1b",
+        idle_mib=math.floor(0.9 * 24576.0),
+        step_compute_ms_per_seq=0.4,
+        max_batch=256,
+        num_gpu_blocks=32768,
+    ),
+    # A bigger model on the same card: memory for 6 pages, compute for ~15; the OOM is the limit.
+    "oom-first-24g": Profile(
+        name="oom-first-24g",
+        kind="pytorch",
+        model_name="sim-ocr-7b",
+        idle_mib=12000.0,
+        step_base_ms=6.0,
+        step_per_seq_ms=0.3,
+        prefill_ms_per_1k_tokens=40.0,
+        max_batch=16,
+        base_mib_per_request=200.0,
+        act_mib_per_mpix=1500.0,
+        mib_per_token=0.6,
+    ),
 }
 DEFAULT_PROFILE = "pytorch-24g"
 
@@ -99,6 +153,7 @@ class Options:
     cpu_ms_per_mpix: float = 150.0
     max_side: int = 0
     time_scale: float = 1.0
+    answer_shape: str = "text"  # one of ANSWER_SHAPES; the truth does not depend on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +165,9 @@ class Work:
     original_mpix: float
     prompt_tokens: int
     visual_tokens: int
-    output_tokens: int
+    output_tokens: int  # nominal: the page's length within the budget
+    page_tokens: int  # the page's length before the budget cuts it
+    budget_tokens: int  # max_tokens of the request (or the profile's default)
     prefill_ms: float  # unscaled
     cpu_ms: float  # unscaled; 0 without a CPU pool
     increment_mib: float  # pytorch memory held in the engine; 0 for vllm
@@ -134,6 +191,9 @@ def make_options(**options: object) -> Options:
     unknown = sorted(set(options) - known)
     if unknown:
         raise ProfileError(f"unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(known))}")
+    shape = options.get("answer_shape", "text")
+    if shape not in ANSWER_SHAPES:
+        raise ProfileError(f"unknown answer_shape {shape!r}: use one of {', '.join(ANSWER_SHAPES)}")
     return replace(Options(), **options)  # type: ignore[arg-type]
 
 
@@ -153,7 +213,8 @@ def work_of(
     visual = math.ceil(pixels / profile.px_per_visual_token)
     prompt = visual + profile.prompt_text_tokens
     budget = profile.default_max_tokens if max_tokens is None else max_tokens
-    output = max(1, min(budget, math.ceil(pixels / profile.px_per_output_token)))
+    page = math.ceil(pixels / profile.px_per_output_token)
+    output = max(1, min(budget, page))
     increment = 0.0
     if profile.kind == "pytorch":
         increment = (
@@ -169,7 +230,21 @@ def work_of(
         prompt_tokens=prompt,
         visual_tokens=visual,
         output_tokens=output,
+        page_tokens=page,
+        budget_tokens=budget,
         prefill_ms=profile.prefill_ms_per_1k_tokens * visual / 1000.0,
         cpu_ms=cpu_ms,
         increment_mib=increment,
     )
+
+
+def drawn_work(profile: Profile, work: Work, rng: random.Random) -> Work:
+    """This request's work: its answer length drawn around the page's (lognormal, median 1).
+
+    Memory stays at the nominal length (sized before the answer is known), so the noise moves latency only.
+    Without noise the work is returned as is and nothing is drawn."""
+    if profile.output_tokens_sigma <= 0:
+        return work
+    factor = rng.lognormvariate(0.0, profile.output_tokens_sigma)
+    output = max(1, min(work.budget_tokens, round(work.page_tokens * factor)))
+    return replace(work, output_tokens=output)

@@ -7,16 +7,14 @@ armed at the next due event, so engine steps land within about a millisecond of 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-import socket
-import struct
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from simulator.answers import ocr_fields, shaped_text
 from simulator.bodies import read_json, read_ocr_body
 from simulator.faults import Decision, FaultError, FaultPlan, Faults, updated_faults
 from simulator.images import (
@@ -28,12 +26,20 @@ from simulator.images import (
 )
 from simulator.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
 from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
-from simulator.profiles import Options, Profile, Work, work_of
+from simulator.profiles import Options, Profile, Work, drawn_work, work_of
+from simulator.replies import (
+    Reset,
+    error,
+    failed_response,
+    json_errors,
+    reset_connection,
+    send_event,
+    usage_of,
+)
 from simulator.truth import truth
 
 MIB = 1024 * 1024
 LOOPBACK = {"127.0.0.1", "::1"}
-log = logging.getLogger("simulator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,8 @@ class _Waiter:
     future: asyncio.Future[Finished | Failed]
     tokens: asyncio.Queue[Outcome] | None
     work: Work
-    text: str  # the answer: ground truth cut to the output-token budget
+    text: str  # the answer: ground truth cut to the output-token budget, in the answer shape
+    ocr: dict[str, Any]  # the answer's fields of a /ocr body, in the answer shape
     truncated: bool
 
 
@@ -64,6 +71,7 @@ class SimServer:
             config.profile, config.options, config.faults.restart_on_oom, config.faults.restart_s
         )
         self.plan = FaultPlan(config.faults, config.seed)
+        self._lengths = random.Random(f"answer-lengths-{config.seed}")  # apart from the faults' draws
         self.stats = ServerStats()
         self._waiters: dict[int, _Waiter] = {}
         self._next_id = 0
@@ -111,7 +119,8 @@ class SimServer:
 
     def _submit(self, image: ImageInput, max_tokens: int | None, stream: bool, decision: Decision) -> _Waiter:
         assert self._loop is not None
-        work = work_of(self.profile, self.config.options, image.width_px, image.height_px, max_tokens)
+        nominal = work_of(self.profile, self.config.options, image.width_px, image.height_px, max_tokens)
+        work = drawn_work(self.profile, nominal, self._lengths)  # in arrival order: the seed repeats it
         cpt = self.profile.chars_per_token
         # Compute follows the image area; the text is the truth, cut only by the request's token budget.
         text = (
@@ -120,11 +129,13 @@ class SimServer:
             else placeholder_text(image.width_px, image.height_px, int(work.output_tokens * cpt))
         )
         n_chars = int((max_tokens or self.profile.default_max_tokens) * cpt)
+        shape, size = self.config.options.answer_shape, (image.width_px, image.height_px)
         waiter = _Waiter(
             future=self._loop.create_future(),
             tokens=asyncio.Queue() if stream else None,
             work=work,
-            text=text[:n_chars],
+            text=shaped_text(shape, text[:n_chars], *size),
+            ocr=ocr_fields(shape, text[:n_chars], *size),
             truncated=len(text) > n_chars,
         )
         job_id = self._next_id
@@ -182,13 +193,13 @@ class SimServer:
     def _gate(self, request: web.Request) -> Decision:
         """Slow start, then this request's draw of the faults; raises what the fault answers."""
         if self._unavailable():
-            raise _error(503, "server is starting or restarting", retry_after_s=1)
+            raise error(503, "server is starting or restarting", retry_after_s=1)
         decision = self.plan.draw()
         if decision.reset:
-            _reset_connection(request)
-            raise _Reset()
+            reset_connection(request)
+            raise Reset()
         if decision.error:
-            raise _error(500, "injected server error")
+            raise error(500, "injected server error")
         return decision
 
     async def _ocr(self, request: web.Request) -> web.StreamResponse:
@@ -198,13 +209,13 @@ class SimServer:
         outcome = await waiter.future
         await self._spike(decision)
         if isinstance(outcome, Failed):
-            return _failed_response(outcome)
+            return failed_response(outcome)
         return web.json_response(
             {
-                "text": waiter.text,
+                **waiter.ocr,
                 "model": self.profile.model_name,
                 "finish_reason": "length" if waiter.truncated else "stop",
-                "usage": _usage(outcome),
+                "usage": usage_of(outcome),
             }
         )
 
@@ -221,11 +232,11 @@ class SimServer:
             outcome = await waiter.future
             await self._spike(decision)
             if isinstance(outcome, Failed):
-                return _failed_response(outcome)
+                return failed_response(outcome)
             message = {"role": "assistant", "content": waiter.text}
             choice = {"index": 0, "message": message, "finish_reason": reason}
             return web.json_response(
-                {**base, "object": "chat.completion", "choices": [choice], "usage": _usage(outcome)}
+                {**base, "object": "chat.completion", "choices": [choice], "usage": usage_of(outcome)}
             )
         try:
             return await self._stream(request, waiter, decision, base, reason)
@@ -241,7 +252,7 @@ class SimServer:
         while True:
             item = await waiter.tokens.get()
             if isinstance(item, Failed) and resp is None:
-                return _failed_response(item)
+                return failed_response(item)
             if resp is None:  # headers go out with the first token, so TTFT is the first byte
                 resp = web.StreamResponse(
                     headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -256,14 +267,14 @@ class SimServer:
                 text = waiter.text[lo:hi]
                 delta = {"role": "assistant", "content": text} if item.first_index == 0 else {"content": text}
                 choice = {"index": 0, "delta": delta, "finish_reason": None}
-                await _send_event(resp, {**chunk_base, "choices": [choice]})
+                await send_event(resp, {**chunk_base, "choices": [choice]})
                 continue
             if isinstance(item, Finished):
                 await self._spike(decision)
                 choice = {"index": 0, "delta": {}, "finish_reason": reason}
-                await _send_event(resp, {**chunk_base, "choices": [choice], "usage": _usage(item)})
+                await send_event(resp, {**chunk_base, "choices": [choice], "usage": usage_of(item)})
             else:
-                await _send_event(
+                await send_event(
                     resp, {"error": {"message": item.message, "type": item.kind, "code": item.status}}
                 )
             await resp.write(b"data: [DONE]\n\n")
@@ -310,7 +321,7 @@ class SimServer:
 
     async def _faults(self, request: web.Request) -> web.StreamResponse:
         if request.remote not in LOOPBACK:
-            raise _error(403, "the admin route answers loopback clients only")
+            raise error(403, "the admin route answers loopback clients only")
         if request.method == "POST":
             changes = await read_json(request)
             try:
@@ -325,76 +336,3 @@ class SimServer:
                     self.now_ms() + faults.slow_start_s * 1000.0 * self.config.options.time_scale
                 )
         return web.json_response(self.plan.faults.to_json())
-
-
-# ---- helpers ------------------------------------------------------------------------------------
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str, retry_after_s: int | None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after_s = retry_after_s
-
-
-class _Reset(Exception):
-    """The connection was reset on purpose; nothing is left to answer."""
-
-
-def _error(status: int, message: str, retry_after_s: int | None = None) -> _HTTPError:
-    return _HTTPError(status, message, retry_after_s)
-
-
-def _json_error(status: int, message: str, retry_after_s: int | None = None, kind: str = "") -> web.Response:
-    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
-    body: dict[str, Any] = {"error": message}
-    if kind:
-        body["kind"] = kind
-    return web.json_response(body, status=status, headers=headers)
-
-
-def _failed_response(outcome: Failed) -> web.Response:
-    return _json_error(outcome.status, outcome.message, outcome.retry_after_s, outcome.kind)
-
-
-def _usage(outcome: Finished) -> dict[str, int]:
-    total = outcome.prompt_tokens + outcome.output_tokens
-    return {
-        "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.output_tokens,
-        "total_tokens": total,
-    }
-
-
-async def _send_event(resp: web.StreamResponse, payload: dict[str, Any]) -> None:
-    await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
-
-
-def _reset_connection(request: web.Request) -> None:
-    """Close with RST (SO_LINGER 0), as a crashed worker or a proxy reset looks to the client."""
-    transport = request.transport
-    if transport is None:
-        return
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    transport.abort()
-
-
-@web.middleware
-async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every error is JSON `{"error": ...}`; an unexpected exception is a 500, never a dead server."""
-    try:
-        return await handler(request)
-    except BadInput as exc:
-        return _json_error(exc.status, exc.message)
-    except _HTTPError as exc:
-        return _json_error(exc.status, exc.message, exc.retry_after_s)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _json_error(exc.status, exc.text or exc.reason)
-    except _Reset:
-        return web.Response(status=500)  # written to a closed transport: the client saw the reset
-    except Exception as exc:
-        log.exception("internal error")
-        return _json_error(500, f"internal error: {type(exc).__name__}: {exc}")

@@ -1,13 +1,22 @@
 """Ground truth of a profile for one image size: what the suite must find.
 
 `truth` runs the server's own model (`Pipeline`) in virtual time under a closed-loop client with
-C = 1 .. c_max users (each sends its next request the moment its answer arrives, no think time), for
-`warmup = 2C` answers and then `measured = max(100, 10C)` answers:
-    throughput(C) = measured answers / virtual time they took; p95(C) from their latencies.
+C = 1, 2, ... users (each sends its next request the moment its answer arrives, no think time), for
+`warmup = 2C` answers and then `measured = max(400, 40C)` answers (max(600, 40C) for a profile with noisy
+answer lengths, drawn from random.Random(TRUTH_SEED), so its knee does not move with the seed):
+    throughput(C) = C / mean latency of the measured answers (Little's law; answers / their time span
+        when some failed); p50(C), p95(C) from their latencies.
     knee_concurrency = the smallest C with throughput(C) >= KNEE_FRACTION x max throughput: the last
         level before P95 only grows (queueing) while throughput does not; the level the suite must recommend.
+        When the OOM comes before the compute saturates, the curve ends at oom - 1 still growing by more
+        than 5% a user, so the knee is oom - 1: the most users the card holds (oom-first-24g).
     plateau_rps = mean throughput(C) over C >= knee_concurrency.
-    c_max = 2 x slots + 4, capped below the OOM concurrency and the gateway's capacity (slots + queue).
+    The walk stops at C = 2 x knee + 4 (the knee of the points so far: for a batch-limited profile that
+    is 2 x slots + 4, as before), or at c_max = 2 x slots + 4 capped below the OOM concurrency and the
+    gateway's capacity (slots + queue). The early stop keeps vllm-far (256 slots) to 26 levels instead of
+    516. It leaves the knee unchanged when no level past it exceeds throughput(knee) / KNEE_FRACTION: true
+    where throughput is flat past the batch limit or the compute roofline (every profile here; the tests
+    check smooth-24g and vllm-far), not for a curve that keeps climbing slowly.
 Memory (seed 000's method, headroom 0.7):
     pytorch: increment_mib = the request's memory; estimate = floor((total x 0.7 - idle) / increment);
              oom_concurrency = floor((total - reserved - idle) / increment) + 1 requests in the engine at
@@ -19,14 +28,16 @@ Memory (seed 000's method, headroom 0.7):
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from functools import lru_cache
 
 from simulator.pipeline import Failed, Finished, Pipeline
-from simulator.profiles import Options, Profile, get_profile, make_options, work_of
+from simulator.profiles import Options, Profile, drawn_work, get_profile, make_options, work_of
 
 HEADROOM = 0.7
 KNEE_FRACTION = 0.95
+TRUTH_SEED = 20240  # answer lengths of the virtual-time client (noisy profiles); the server uses --seed
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +77,12 @@ def truth(profile: str, width_px: int, height_px: int, **options: object) -> Tru
     max_tokens = options.pop("max_tokens", None)
     if max_tokens is not None and not isinstance(max_tokens, int):
         raise TypeError("max_tokens must be an int")
-    return _truth(get_profile(profile), make_options(**options), width_px, height_px, max_tokens)
+    return truth_of(get_profile(profile), make_options(**options), width_px, height_px, max_tokens)
 
 
 @lru_cache(maxsize=128)
-def _truth(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None) -> Truth:
+def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None = None) -> Truth:
+    """`truth` for a `Profile` object: also for a variant of a registered one (dataclasses.replace)."""
     work = work_of(p, o, width_px, height_px, max_tokens)
     slots = min(p.max_batch, o.gateway_slots) if o.gateway_slots > 0 else p.max_batch
     c_max = 2 * slots + 4
@@ -94,10 +106,9 @@ def _truth(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: in
         raise ValueError(
             f"a {width_px}x{height_px} image does not fit {p.name} even alone: pass max_side to resize it"
         )
-    curve = tuple(simulate_closed_loop(p, o, c, width_px, height_px, max_tokens) for c in range(1, c_max + 1))
+    curve = _walk(p, o, width_px, height_px, max_tokens, c_max)
     ok = [pt for pt in curve if pt.failures == 0] or list(curve)
-    peak = max(pt.throughput_rps for pt in ok)
-    knee = min(pt.concurrency for pt in ok if pt.throughput_rps >= KNEE_FRACTION * peak)
+    knee = _knee(ok)
     beyond = [pt.throughput_rps for pt in ok if pt.concurrency >= knee]
     plateau = sum(beyond) / len(beyond)
     return Truth(
@@ -120,6 +131,23 @@ def _truth(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: in
     )
 
 
+def _walk(
+    p: Profile, o: Options, w: int, h: int, max_tokens: int | None, c_max: int
+) -> tuple[CurvePoint, ...]:
+    """C = 1 .. c_max, stopping early once C reaches 2 x the knee of the points so far + 4."""
+    curve: list[CurvePoint] = []
+    for c in range(1, c_max + 1):
+        curve.append(simulate_closed_loop(p, o, c, w, h, max_tokens))
+        if c >= 2 * _knee([pt for pt in curve if pt.failures == 0] or curve) + 4:
+            break
+    return tuple(curve)
+
+
+def _knee(points: list[CurvePoint]) -> int:
+    peak = max(pt.throughput_rps for pt in points)
+    return min(pt.concurrency for pt in points if pt.throughput_rps >= KNEE_FRACTION * peak)
+
+
 def _find_oom(p: Profile, o: Options, w: int, h: int, max_tokens: int | None, first: int) -> int | None:
     """Without a CPU pool every user's request sits in the engine, so `first` OOMs; with one, search."""
     if o.cpu_workers <= 0:
@@ -138,14 +166,20 @@ def simulate_closed_loop(
     height_px: int,
     max_tokens: int | None = None,
     measured: int | None = None,
+    seed: int = TRUTH_SEED,
 ) -> CurvePoint:
-    """Run `concurrency` closed-loop users against the model in virtual time; failures retry after 10 ms."""
+    """Run `concurrency` closed-loop users against the model in virtual time; failures retry after 10 ms.
+
+    Each request draws its answer length from random.Random(seed) (a no-op without noise)."""
     work = work_of(p, o, width_px, height_px, max_tokens)
+    rng = random.Random(seed)
     pipe = Pipeline(p, o)
     warmup = 2 * concurrency
-    measured = measured if measured is not None else max(100, 10 * concurrency)
+    if measured is None:
+        noisy = p.output_tokens_sigma > 0  # a tail needs more answers for a stable P95 and throughput
+        measured = max(600, 40 * concurrency) if noisy else max(400, 40 * concurrency)
     for job_id in range(concurrency):
-        pipe.submit(job_id, work, 0.0)
+        pipe.submit(job_id, drawn_work(p, work, rng), 0.0)
     next_id = concurrency
     answers = 0
     failures = 0
@@ -164,12 +198,12 @@ def simulate_closed_loop(
                 elif answers > warmup:
                     latencies.append(outcome.e2e_ms)
                     t_last = outcome.t_ms
-                pipe.submit(next_id, work, outcome.t_ms)
+                pipe.submit(next_id, drawn_work(p, work, rng), outcome.t_ms)
             elif isinstance(outcome, Failed):
                 failures += 1
                 if failures > 10 * (warmup + measured):
                     answers = warmup + measured  # nothing but failures: stop
-                pipe.submit(next_id, work, outcome.t_ms + 10.0)
+                pipe.submit(next_id, drawn_work(p, work, rng), outcome.t_ms + 10.0)
             else:
                 continue
             next_id += 1
@@ -177,11 +211,19 @@ def simulate_closed_loop(
     span_ms = t_last - t_first
     return CurvePoint(
         concurrency=concurrency,
-        throughput_rps=1000.0 * len(latencies) / span_ms if span_ms > 0 else 0.0,
+        throughput_rps=_throughput_rps(concurrency, latencies, failures, span_ms),
         p50_ms=_quantile(latencies, 0.5),
         p95_ms=_quantile(latencies, 0.95),
         failures=failures,
     )
+
+
+def _throughput_rps(concurrency: int, latencies: list[float], failures: int, span_ms: float) -> float:
+    """Little's law, C / mean latency, when every cycle is an answer: answers come in batch-sized bursts,
+    and answers / span is off by up to a burst (a dip of 7% at C = 9 on smooth-24g); else answers / span."""
+    if failures == 0 and latencies:
+        return 1000.0 * concurrency * len(latencies) / sum(latencies)
+    return 1000.0 * len(latencies) / span_ms if span_ms > 0 else 0.0
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:

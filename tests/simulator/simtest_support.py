@@ -1,26 +1,35 @@
-"""Shared helpers of the simulator tests: test images, a subprocess server, a closed-loop client."""
+"""Shared helpers of the simulator tests: test images, an in-process or a subprocess server, a closed-loop
+client."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import math
 import os
 import queue
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from PIL import Image, ImageDraw, PngImagePlugin
 
+from simulator import PROFILES
+from simulator.profiles import Options
+from simulator.server import ServerConfig, SimServer
+
 REPO = Path(__file__).resolve().parents[2]
+FAST = Options(time_scale=0.2)
 
 
 def png_with_text(width: int, height: int, text: str | None) -> bytes:
@@ -38,6 +47,39 @@ def jpeg_with_text(width: int, height: int, text: str) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (width, height), "white").save(buf, format="JPEG", comment=f"ocr_text:{text}".encode())
     return buf.getvalue()
+
+
+@asynccontextmanager
+async def served(profile: str = "pytorch-24g", **config: Any) -> AsyncIterator[tuple[str, str, SimServer]]:
+    server = SimServer(ServerConfig(profile=PROFILES[profile], **{"options": FAST, **config}))
+    port, dcgm = await server.start("127.0.0.1", 0, 0)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+            server.session = session  # type: ignore[attr-defined]
+            yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dcgm}/metrics", server
+    finally:
+        await server.stop()
+
+
+def run(fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(fn())  # type: ignore[arg-type]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def chat_body(image: bytes, **extra: Any) -> dict[str, Any]:
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(image)}}
+    return {
+        "model": "any",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "OCR"}, part]}],
+        **extra,
+    }
+
+
+def session_of(server: SimServer) -> aiohttp.ClientSession:
+    return server.session  # type: ignore[attr-defined,no-any-return]
 
 
 @dataclass(frozen=True)
@@ -115,6 +157,7 @@ class LoopResult:
     errors: tuple[str, ...]
     window_s: float
     cycles_ms: tuple[float, ...]  # per user: from one answer to the next (latency + client overhead)
+    failed_ms: tuple[float, ...] = ()  # latency of each answer that was not a 200
 
     @property
     def ok_count(self) -> int:
@@ -126,6 +169,10 @@ class LoopResult:
         if not self.cycles_ms:
             return 0.0
         return self.concurrency * 1000.0 * len(self.cycles_ms) / sum(self.cycles_ms)
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(self.latencies_ms) if self.latencies_ms else math.nan
 
     @property
     def p95_ms(self) -> float:
@@ -143,6 +190,7 @@ async def closed_loop(
     cycles: list[float] = []
     statuses: list[int] = []
     errors: list[str] = []
+    failed: list[float] = []
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -166,7 +214,16 @@ async def closed_loop(
                         latencies.append((done - sent) * 1000.0)
                     else:
                         errors.append(payload.decode(errors="replace")[:200])
+                        failed.append((done - sent) * 1000.0)
                 last_done = done
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
-    return LoopResult(concurrency, tuple(latencies), tuple(statuses), tuple(errors), measure_s, tuple(cycles))
+    return LoopResult(
+        concurrency,
+        tuple(latencies),
+        tuple(statuses),
+        tuple(errors),
+        measure_s,
+        tuple(cycles),
+        tuple(failed),
+    )

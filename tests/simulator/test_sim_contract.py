@@ -3,59 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import struct
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
-from simtest_support import jpeg_with_text, png_with_text
+from simtest_support import (
+    FAST,
+    b64,
+    chat_body,
+    jpeg_with_text,
+    png_with_text,
+    run,
+    served,
+    session_of,
+)
 
 from simulator import PROFILES, truth
 from simulator.faults import Faults
 from simulator.profiles import Options
-from simulator.server import ServerConfig, SimServer
 
 TEXT = "Invoice 2024-001 total 42.00 EUR"
-FAST = Options(time_scale=0.2)
-
-
-@asynccontextmanager
-async def served(profile: str = "pytorch-24g", **config: Any) -> AsyncIterator[tuple[str, str, SimServer]]:
-    server = SimServer(ServerConfig(profile=PROFILES[profile], **{"options": FAST, **config}))
-    port, dcgm = await server.start("127.0.0.1", 0, 0)
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
-            server.session = session  # type: ignore[attr-defined]
-            yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dcgm}/metrics", server
-    finally:
-        await server.stop()
-
-
-def run(fn: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(fn())  # type: ignore[arg-type]
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def chat_body(image: bytes, **extra: Any) -> dict[str, Any]:
-    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(image)}}
-    return {
-        "model": "any",
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "OCR"}, part]}],
-        **extra,
-    }
-
-
-def session_of(server: SimServer) -> aiohttp.ClientSession:
-    return server.session  # type: ignore[attr-defined,no-any-return]
 
 
 def test_ocr_accepts_every_request_style_and_any_field_name() -> None:
