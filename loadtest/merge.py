@@ -3,9 +3,10 @@
 A worker packs its rows with msgpack (Locust's own wire format) once per report: the same bytes go
 to the master inside the report and are appended to the worker's local copy,
 `workers/<worker_id>.rows`. After the run, rows that reached only a local copy (the master's last
-report can be lost, or the master itself) are added to requests.csv. The local copy was a CSV once:
-writing it cost 9.4 us a row on the worker against 1.3 us to pack it (5,000 rows), a few percent of
-the driver's CPU per request in bench/bench_driver.py.
+report can be lost, or the master itself) are added to requests.csv, put on the master's clock
+with the offsets the master measured (loadtest/clock.py), as it did for the rows it received.
+The local copy was a CSV once: writing it cost 9.4 us a row on the worker against 1.3 us to pack
+it (5,000 rows), a few percent of the driver's CPU per request in bench/bench_driver.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import msgpack
 
+from loadtest.clock import read_corrections
 from runfolder import REQUESTS_FILE, CsvAppender, RequestRow
 
 WORKER_COPY_DIR = "workers"
@@ -64,7 +66,8 @@ def read_local_copy(path: Path) -> Iterator[RequestRow]:
 
 
 def merge_worker_copies(run_dir: Path) -> int:
-    """Add rows that only reached a worker's local copy to requests.csv; how many were added."""
+    """Add rows that only reached a worker's local copy to requests.csv, on the master's clock;
+    how many were added."""
     folder = run_dir / WORKER_COPY_DIR
     main = run_dir / REQUESTS_FILE
     if not folder.is_dir():
@@ -73,8 +76,9 @@ def merge_worker_copies(run_dir: Path) -> int:
     if main.exists():
         with open(main, newline="", encoding="utf-8") as f:
             seen = {row["request_id"] for row in csv.DictReader(f)}
+    corrections = read_corrections(folder)
     missing = [
-        row
+        row._replace(t_start_unix_s=row.t_start_unix_s - corrections.get(row.worker_id, 0.0))
         for copy in sorted(folder.glob(f"*{LOCAL_COPY_SUFFIX}"))
         for row in read_local_copy(copy)
         if row.request_id not in seen

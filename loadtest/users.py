@@ -121,7 +121,7 @@ class OcrUser(FastHttpUser):
         cfg = payloads.config
         url, headers = self._target(payloads, enc)
         tag = STATE.tag  # the step current when this request starts
-        t_start = time.time()
+        t_start = STATE.now()  # this worker's clock; the master corrects its offset
         t0 = time.perf_counter()
         ttft_ms: float | None = None
         body = b""

@@ -2,7 +2,8 @@
 
 - workers: build the payloads when the config arrives, tag requests with the step the master
   announces, ship exact rows to the master in Locust's report messages, keep a local copy.
-- master: own the Controller (plan, run folder, GPU monitor), append rows as they arrive.
+- master: own the Controller (plan, run folder, GPU monitor), append rows as they arrive, each
+  put on the master's clock with its worker's measured clock offset (loadtest/clock.py).
 - local runs (no workers): the same master side, fed from this process's rows every second.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,14 @@ from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
 from gpu_sampler import GpuMonitor
-from loadtest import users, webui
+from loadtest import clock, users, webui
 from loadtest.config import RunConfig, add_arguments, from_namespace, with_env_secrets
 from loadtest.controller import Controller
 from loadtest.manifest import build_manifest
 from loadtest.merge import LOCAL_COPY_SUFFIX, WORKER_COPY_DIR, LocalCopy, pack_rows, unpack_rows
 from loadtest.payloads import build_payloads
-from loadtest.state import STATE, StepTag
-from runfolder import new_run_folder, write_manifest
+from loadtest.state import STATE, StepTag, worker_id_of
+from runfolder import Event, new_run_folder, write_manifest
 
 log = logging.getLogger(__name__)
 STEP_MESSAGE = "ocr_step"
@@ -36,6 +38,8 @@ ROWS_KEY = "ocr_rows"
 _controllers: dict[int, Controller] = {}
 _local_copy: LocalCopy | None = None
 _max_workers_seen = 0
+_offsets = clock.OffsetBook()  # the master's estimate of each worker's clock offset
+_offsets_reported: dict[str, float] = {}  # per worker, the offset the current run's events last gave
 
 
 def config_of(environment: Environment) -> RunConfig:
@@ -83,6 +87,8 @@ def controller_for(environment: Environment) -> Controller:
     info = monitor.info() if ctl.monitor is not None else {"available": False, "why_missing": "see events"}
     ctl._update_manifest(gpu=info)
     _controllers[key] = ctl
+    _offsets_reported.clear()  # a new run folder: its events and file start from the current estimates
+    _report_offsets(ctl)
     webui.track(environment, ctl)
     if isinstance(runner, LocalRunner):
         gevent.spawn(_feed_local_rows, ctl)
@@ -118,6 +124,9 @@ def _on_worker_report(client_id: str, data: dict[str, Any], **_kwargs: Any) -> N
     if not blob:
         return
     rows = unpack_rows(blob)
+    correction = _offsets.correction_s(worker_id_of(client_id))
+    if correction:  # onto the master's clock, where the step windows are
+        rows = [row._replace(t_start_unix_s=row.t_start_unix_s - correction) for row in rows]
     for ctl in _controllers.values():
         ctl.on_rows(rows)
 
@@ -134,10 +143,62 @@ def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
             ctl.stop_early("every worker was lost: run ended before its plan; check the workers' logs")
         else:
             ctl.stop_early("the run was stopped before its plan ended")
+        _report_offsets(ctl, final=True)
         ctl.close()
         if environment.web_ui is not None:  # headless runs are rendered by `python -m loadtest run`
             vars(environment.parsed_options)["ocr_run_dir"] = ""  # the next start from the page is a new run
             gevent.spawn_later(1.0, webui.render_after_run, ctl)
+
+
+# --- clock offsets (protocol in loadtest/clock.py) ------------------------------------------
+def _probe(runner: MasterRunner, client_id: str) -> None:
+    runner.send_message(clock.CLOCK_PROBE, {"t_master_s": time.time()}, client_id=client_id)
+
+
+def _probe_loop(runner: MasterRunner) -> None:
+    """Probe every connected worker once per PROBE_INTERVAL_S for the master's whole life. Not at
+    `worker_connect`: the worker registers its answer only in its `init`, after it connected."""
+    while True:
+        for node in runner.clients.ready + runner.clients.spawning + runner.clients.running:
+            try:
+                _probe(runner, node.id)
+            except Exception as exc:  # a broken connection: Locust's heartbeat deals with the worker
+                log.debug("clock probe to %s failed: %s", node.id, exc)
+        gevent.sleep(clock.PROBE_INTERVAL_S)
+
+
+def _on_clock_reply(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    t_receive = time.time()  # first: every statement before it would count as round trip
+    sample = clock.offset_sample(float(msg.data["t_master_s"]), float(msg.data["t_worker_s"]), t_receive)
+    _offsets.add(worker_id_of(msg.node_id), sample)
+    for ctl in _controllers.values():
+        _report_offsets(ctl)
+
+
+def _report_offsets(ctl: Controller, final: bool = False) -> None:
+    """A clock_offset event for each worker whose estimate is new or moved (REPORT_CHANGE_S, or
+    FINAL_CHANGE_S at the end: the first estimate may come from a slow round trip), and the
+    estimates in workers/ (the merge applies them to rows only a local copy kept)."""
+    best = _offsets.all_best()
+    change = clock.FINAL_CHANGE_S if final else clock.REPORT_CHANGE_S
+    moved = {
+        w: s
+        for w, s in best.items()
+        if w not in _offsets_reported or abs(s.offset_s - _offsets_reported[w]) >= change
+    }
+    for worker_id, sample in moved.items():
+        _offsets_reported[worker_id] = sample.offset_s
+        ctl.on_event(Event(time.time(), ctl.step_index, "clock_offset", clock.describe(worker_id, sample)))
+    if best and (moved or final):
+        clock.write_offsets(ctl.run_dir / WORKER_COPY_DIR, best)
+
+
+def _on_clock_probe(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    """Answer at once with this worker's clock (the skewed one under the test hook, as a real
+    machine's wrong clock would answer)."""
+    reply = {"t_master_s": msg.data["t_master_s"], "t_worker_s": STATE.now()}
+    assert environment.runner is not None
+    environment.runner.send_message(clock.CLOCK_REPLY, reply)
 
 
 # --- worker side ---------------------------------------------------------------------------
@@ -193,13 +254,17 @@ def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
 def _on_init(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
-        STATE.worker_id = f"w{runner.client_id.rsplit('_', 1)[-1][:8]}"
+        STATE.worker_id = worker_id_of(runner.client_id)
+        STATE.now = clock.wall_clock(clock.skew_from_env(os.environ))  # the test hook, read once
         runner.register_message(STEP_MESSAGE, _on_step_message)
+        runner.register_message(clock.CLOCK_PROBE, _on_clock_probe)
         environment.events.report_to_master.add_listener(_on_report_to_master)
         environment.events.quitting.add_listener(_on_worker_quit)
     elif isinstance(runner, MasterRunner):
         STATE.worker_id = "master"
         environment.events.worker_report.add_listener(_on_worker_report)
+        runner.register_message(clock.CLOCK_REPLY, _on_clock_reply)
+        runner.greenlet.spawn(_probe_loop, runner)
     if not isinstance(runner, WorkerRunner):
         webui.attach(environment)
     environment.events.test_start.add_listener(_on_test_start)
