@@ -23,6 +23,8 @@ COOLDOWN_S ?=
 HEADROOM ?=
 OUT ?=
 SLO_P95_S ?=
+JSON_PATH ?=
+CER_FAIL_ABOVE ?=
 REMOTE_WORKERS ?= 1
 MASTER ?=
 RUN ?=
@@ -36,7 +38,8 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--scenario,$(SCENARIO)) $(call opt,--images,$(IMAGES)) $(call opt,--levels,$(LEVELS)) \
   $(call opt,--workers,$(WORKERS)) $(call opt,--gpu,$(GPU)) $(call opt,--server-metrics,$(SERVER_METRICS)) \
   $(call opt,--step-s,$(STEP_S)) $(call opt,--cooldown-s,$(COOLDOWN_S)) $(call opt,--headroom,$(HEADROOM)) \
-  $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S))
+  $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
+  $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE))
 
 .PHONY: venv test test-slow lint demo loadtest master worker sampler ui report compare bench clean
 

@@ -63,6 +63,7 @@ _DTYPES: dict[type, dict[str, str]] = {
         "final_attempt": _TEXT,
         "worker_id": _CATEGORY,
         "error_text": _TEXT,
+        "answer_kind": _CATEGORY,
     },
     GpuSample: {
         "t_unix_s": "float64",
@@ -100,6 +101,8 @@ _INTS: dict[type, list[str]] = {
     HostSample: ["step_index"],
 }
 _TRUE = {"1", "true", "True", "TRUE", "1.0"}
+# Columns added to a record after run folders were written without them: an old file reads with this value.
+_ADDED_LATER: dict[type, dict[str, str]] = {RequestRow: {"answer_kind": ""}}
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,9 @@ def read_csv_records(path: Path, record_type: type) -> pd.DataFrame:
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RunFolderError(f"{path}: cannot parse ({first}); fix or remove the file and rerun") from None
+    for col, value in _ADDED_LATER.get(record_type, {}).items():
+        if col not in frame.columns:
+            frame[col] = pd.Series(value, index=frame.index, dtype=_CATEGORY)
     absent = [c for c in columns if c not in frame.columns]
     if absent:
         raise RunFolderError(
@@ -145,10 +151,10 @@ def read_csv_records(path: Path, record_type: type) -> pd.DataFrame:
     if record_type is RequestRow:
         frame["ok"] = _bool_column(frame["ok"])
         frame["final_attempt"] = _bool_column(frame["final_attempt"])
-        frame["failure_kind"] = frame["failure_kind"].cat.add_categories(
-            [c for c in [""] if c not in frame["failure_kind"].cat.categories]
-        )
-        frame["failure_kind"] = frame["failure_kind"].fillna("")
+        for col in ("failure_kind", "answer_kind"):  # an empty cell is "" (none), not NaN
+            missing = [c for c in [""] if c not in frame[col].cat.categories]
+            frame[col] = frame[col].cat.add_categories(missing)
+            frame[col] = frame[col].fillna("")
     return frame.reset_index(drop=True)
 
 
@@ -262,7 +268,8 @@ def _typed_empty_requests() -> pd.DataFrame:
     frame = empty_frame(RequestRow)
     frame["ok"] = frame["ok"].astype(bool)
     frame["final_attempt"] = frame["final_attempt"].astype(bool)
-    for col in ("request_id", "phase", "scenario", "bucket", "failure_kind", "worker_id", "error_text"):
+    text_cols = ("request_id", "phase", "scenario", "bucket", "failure_kind", "worker_id", "error_text")
+    for col in (*text_cols, "answer_kind"):
         frame[col] = frame[col].astype("object")
     for col in _INTS[RequestRow]:
         frame[col] = frame[col].astype("int64")

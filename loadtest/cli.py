@@ -52,15 +52,23 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
     return with_env_secrets(RunConfig.from_mapping(data), dict(os.environ))
 
 
-def preflight(cfg: RunConfig) -> None:
-    """Everything that can be checked before load; raises with one line."""
+def preflight(cfg: RunConfig) -> dict[str, object]:
+    """Everything that can be checked before load; raises with one line. Returns the manifest's
+    `answer_check`: {"enabled": true}, or {"enabled": false, "why": <the warning>} when the first answer's
+    text is empty or far from its expected text (printed as one `warning:` line; the run goes on)."""
     payloads = build_payloads(cfg)  # every image is read and encoded now: a bad file stops the run here
     # a malformed GPU spec is refused at once, before waiting on the server
     monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None,
                                    token=cfg.gpu_token or None)  # fmt: skip
     first = payloads.image_set.items[0]
-    check_first_answer(cfg, payloads.encoded[first.name])
+    answer = check_first_answer(cfg, payloads.encoded[first.name], expected_text=first.expected_text)
     monitor.check()
+    if not answer.warning:
+        return {"enabled": True}
+    print(f"warning: {answer.warning}", file=sys.stderr, flush=True)
+    if cfg.cer_fail_above is not None:  # the user asked for such answers to count: the check stays on
+        return {"enabled": True, "warning": answer.warning}
+    return {"enabled": False, "why": answer.warning}
 
 
 def _locust_base() -> list[str]:
@@ -138,12 +146,12 @@ def render(run_dir: Path) -> int:
 def cmd_run(ns: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(ns)
-        preflight(cfg)
+        answer_check = preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return fail(str(exc))
     run_dir = new_run_folder(Path(cfg.out))
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
-    write_manifest(run_dir, build_manifest(cfg, run_dir))
+    write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check))
     print(f"run folder: {run_dir}", flush=True)
     code = run_locust(cfg, run_dir, ns.remote_workers, ns.master_bind_host, ns.master_port)
     added = merge_worker_copies(run_dir)

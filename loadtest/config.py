@@ -6,8 +6,10 @@ web UI shows it) and a flag of `python -m loadtest run`. Units are in the names.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,10 +60,12 @@ class RunConfig:
     request_timeout_s: float = 120.0
     ready_wait_s: float = 30.0  # how long to wait for a server that answers 503 while it starts
     retry_max_attempts: int = 4
-    # A user turned away (503/429) waits this long, or the server's Retry-After, before its next
-    # request, as a real client would; 0 resends at once.
+    # A user whose request the server failed (503/429, 5xx, OOM, 4xx, redirect) waits this long, or the
+    # server's Retry-After, before its next request, as a real client would; 0 resends at once.
     reject_pause_s: float = 0.5
-    cer_fail_above: float = 0.5
+    # None (off): answer quality is measured (answer_kind, cer), never a failure. Set, an answer whose
+    # CER is above it also fails, so a server that degrades its answers under load shows a knee.
+    cer_fail_above: float | None = None
     abort_after_failures: int = 50  # consecutive failed requests that end the run (server down)
     slo_p95_s: float = 0.0
     out: str = "results"
@@ -80,9 +84,13 @@ class RunConfig:
 
     @property
     def stop_timeout_s(self) -> int:
-        """How long requests in flight at a step-down may finish: the request timeout, capped at 55 s
-        (above ~60 s Locust workers can drop out: LOCUST-FACTS.md)."""
-        return int(min(self.request_timeout_s, 55))
+        """How long requests in flight at a step-down may finish: the request timeout and a second, so
+        a request ends by its own timeout before Locust kills its user, rounded up (Locust takes whole
+        seconds; int() made 0.5 s a 0: every request in flight killed at once), capped at 55 s: above
+        ~60 s Locust workers can drop out (the master's heartbeat timeout is 60 s, LOCUST-FACTS.md).
+        Under the cap no request is killed; above it (REQUEST_TIMEOUT_S > 54) a request still in flight
+        55 s after a step-down is killed, and the user records it as a row with failure_kind "cut"."""
+        return math.ceil(min(self.request_timeout_s + 1.0, 55.0))
 
     def header_dict(self) -> dict[str, str]:
         return parse_headers(self.headers)
@@ -101,6 +109,8 @@ class RunConfig:
     def from_mapping(cls, data: dict[str, Any]) -> RunConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names and v is not None}
+        if "cer_fail_above" in kwargs:  # a web UI form or a worker message may carry it as text
+            kwargs["cer_fail_above"] = parse_optional_float(kwargs["cer_fail_above"], "CER_FAIL_ABOVE")
         return cls(**kwargs).checked()
 
     def checked(self) -> RunConfig:
@@ -122,6 +132,11 @@ class RunConfig:
         for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s", "reject_pause_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"bad {name.upper()}={getattr(self, name)}: must be >= 0")
+        if self.cer_fail_above is not None and not self.cer_fail_above >= 0:
+            raise ConfigError(
+                f"bad CER_FAIL_ABOVE={self.cer_fail_above}: use a character error rate >= 0 (e.g. 0.5),"
+                " or leave it empty to only measure answer quality"
+            )
         if self.step_s <= 0:
             raise ConfigError(f"bad STEP_S={self.step_s}: must be > 0 seconds")
         if self.baseline_rounds < 1 or self.baseline_round_requests < 1:
@@ -167,8 +182,15 @@ FIELD_HELP = {
     "request_timeout_s": "a request with no whole answer by then fails as a timeout",
     "ready_wait_s": "how long to wait for a server that answers 503 while it starts",
     "retry_max_attempts": "attempts per request with SCENARIO=retry",
-    "reject_pause_s": "a user turned away (503/429) waits this long, or the server's Retry-After; 0: resend at once",
-    "cer_fail_above": "an answer whose character error rate is above this is a wrong answer",
+    "reject_pause_s": (
+        "after any answer the server failed (503/429, 5xx, OOM, 4xx, redirect) a user waits this long, or the"
+        " server's Retry-After, before its next request; 0: resend at once (refused connections and timeouts"
+        " are never paused)"
+    ),
+    "cer_fail_above": (
+        "count an answer whose character error rate against the expected text is above this as a failure"
+        " (wrong_answer); empty (the default): answer quality is measured, never a failure"
+    ),
     "abort_after_failures": "consecutive failed requests (connection, timeout, OOM, 5xx) that end the run",
     "slo_p95_s": "also report the highest level whose P95 meets this many seconds; 0: off",
     "out": "folder where run folders go",
@@ -207,6 +229,26 @@ def parse_headers(text: str) -> dict[str, str]:
     return out
 
 
+def parse_optional_float(value: Any, name: str) -> float | None:
+    """A number, or None for an empty value, "none" or "off"; one clear line for anything else."""
+    if value is None or isinstance(value, float | int) and not isinstance(value, bool):
+        return None if value is None else float(value)
+    text = str(value).strip()
+    if text.lower() in ("", "none", "off"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"bad {name}={text!r}: give a number, or leave it empty for off") from None
+
+
+def _optional_float(text: str) -> float | None:
+    try:
+        return parse_optional_float(text, "value")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None  # argparse prints this message as it is
+
+
 def _parse_bool(text: str | bool) -> bool:
     if isinstance(text, bool):
         return text
@@ -231,7 +273,7 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
         default = getattr(defaults, f.name)
         kind = type(default)
         flag = prefix + f.name.replace("_", "-")
-        help_text = FIELD_HELP[f.name] + (f" (default: {default})" if default != "" else "")
+        help_text = FIELD_HELP[f.name] + (f" (default: {default})" if default not in ("", None) else "")
         kwargs: dict[str, Any] = {
             "default": default,
             "dest": f"ocr_{f.name}",
@@ -240,6 +282,8 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
         }
         if kind is bool:
             kwargs["type"] = _parse_bool
+        elif default is None:  # an optional number (cer_fail_above): None is off
+            kwargs["type"] = _optional_float
         else:
             kwargs["type"] = kind
         if web_ui:
@@ -263,6 +307,8 @@ def to_argv(cfg: RunConfig, prefix: str = "--ocr-") -> list[str]:
         if f.name in ("host", *SECRET_ENV.values()):
             continue  # Locust's own --host; secrets travel in the environment (see secret_env), not in argv
         value = getattr(cfg, f.name)
+        if value is None:
+            continue  # off: the option's own default
         argv += [
             prefix + f.name.replace("_", "-"),
             str(value).lower() if isinstance(value, bool) else str(value),

@@ -2,7 +2,8 @@
 
 A run folder (`results/<run-id>/`) holds, appended while the run goes:
 - `manifest.json`  run metadata (schema_version, config, target, scenario, levels, versions, hosts, gpu)
-- `requests.csv`   one `RequestRow` per request (exact latency, tagged with its step at request start)
+- `requests.csv`   one `RequestRow` per request (exact latency, tagged with its step at request start;
+                   a request cut at a step-down is a row too, failure_kind "cut")
 - `steps.jsonl`    one `StepRow` per phase of the plan (idle, warmup, baseline, step, cooldown)
 - `gpu.csv`        one `GpuSample` per GPU per sample
 - `server.csv`     one `ServerSample` per scrape of the server's Prometheus /metrics
@@ -54,8 +55,8 @@ class RequestRow(NamedTuple):
     bucket: str  # image size bucket, e.g. "1000x700"
     latency_ms: float  # wall time from request start to the end of the answer
     ttft_ms: float | None  # time to first streamed byte of the answer, when streamed
-    status_code: int  # 0 when no HTTP answer came (connection error, timeout)
-    ok: bool
+    status_code: int  # 0 when no HTTP answer came (connection error, timeout, cut)
+    ok: bool  # the server answered (2xx); a poor answer text is still ok unless CER_FAIL_ABOVE is set
     failure_kind: str  # "" when ok; see loadtest.failures for the kinds
     bytes_sent: int
     bytes_received: int
@@ -66,6 +67,10 @@ class RequestRow(NamedTuple):
     final_attempt: bool  # the last attempt of this logical request
     worker_id: str
     error_text: str  # first 200 characters of the error or answer body; untrusted text
+    # Last, with a default, so rows and readers from before it stay aligned (an old row is "").
+    # "" when the answer is fine or there is none; else bad_answer | empty_answer | wrong_answer
+    # (loadtest.failures): the answer's quality, measured apart from `ok`, which says the server failed.
+    answer_kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,10 @@ def guess_style(body: bytes, content_type: str) -> str | None:
     """ "openai" for chat completions (or their errors/streams), "json" for another JSON answer with
     text in it (the shape both multipart and json styles get), None when it is neither (HTML, empty)."""
     if "text/event-stream" in content_type.lower() or _looks_like_sse(body):
-        events = list(_sse_events(body))
+        try:
+            events = list(_sse_events(body))
+        except AnswerError:  # an event that is not JSON: a guess, not an error (the caller says what failed)
+            return None
         return "openai" if any(isinstance(e, dict) and "choices" in e for e in events) else None
     try:
         answer = json.loads(body)

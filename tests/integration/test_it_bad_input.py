@@ -1,12 +1,20 @@
-"""Bad input ends within seconds, before any load, in one line that names the problem."""
+"""Bad input ends within seconds, before any load, in one line that names the problem. A server that
+answers the right API with poor text is not bad input: one warning line, and the run goes on."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from it_procs import run_cli
+
+from analysis.loader import load_run
 
 
 def _closed_port() -> int:
@@ -45,3 +53,103 @@ def test_a_host_with_nothing_listening_exits_2_within_seconds(tmp_path):
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "nothing answers" in lines[0] and str(port) in lines[0], res.stderr
     assert time.monotonic() - t0 < 30
+
+
+_CHAT = {
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}}],
+}
+ANSWERS: dict[str, tuple[str, bytes]] = {
+    "/html": ("text/html", b"<html><body>Welcome to nginx!</body></html>"),
+    "/chat": (
+        "application/json",
+        json.dumps({**_CHAT, "choices": [{"message": {"content": "hi"}}]}).encode(),
+    ),
+    # a real vLLM server whose model answered nothing but newlines
+    "/blank": (
+        "application/json",
+        json.dumps({**_CHAT, "choices": [{"message": {"content": "\n\n"}}]}).encode(),
+    ),
+}
+
+
+class _Server(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        ctype, body = ANSWERS[self.path]
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "style", "needles"),
+    [
+        ("/html", "multipart", ("not a multipart answer", "ENDPOINT")),  # a web page: wrong HOST/ENDPOINT
+        ("/chat", "multipart", ("looks like STYLE=openai",)),  # another API style
+    ],
+)
+def test_an_answer_of_the_wrong_api_stops_before_load(endpoint, style, needles, server, tmp_path):
+    args = ["run", "--host", server, "--endpoint", endpoint, "--style", style, "--out", str(tmp_path)]
+    res = run_cli(args, timeout_s=60)
+    assert res.returncode == 2, res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and all(n in lines[0] for n in needles), res.stderr
+    assert not any(tmp_path.iterdir()), "no run folder is made for a run that never started"
+
+
+def test_blank_answers_warn_naming_the_field_and_fail_only_with_cer_fail_above(server, tmp_path):
+    quick = ["--levels", "1", "--workers", "1", "--step-s", "2", "--idle-s", "1", "--warmup-s", "0"]
+    quick += [
+        "--cooldown-s",
+        "1",
+        "--baseline-rounds",
+        "1",
+        "--baseline-round-requests",
+        "5",
+        "--refine",
+        "false",
+    ]
+    args = ["run", "--host", server, "--style", "openai", "--endpoint", "/blank", "--out", str(tmp_path)]
+    res = run_cli([*args, *quick, "--min-step-requests", "5", "--cer-fail-above", "0.5"], timeout_s=150)
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, res.stderr[-3000:]
+    for needle in (
+        "holds no text",
+        "choices[0].message.content",
+        '"\\n\\n"',
+        "JSON_PATH=",
+        "CER_FAIL_ABOVE=0.5",
+    ):
+        assert needle in warnings[0], warnings[0]
+    (run_dir,) = [
+        Path(line.split(": ", 1)[1]) for line in res.stdout.splitlines() if line.startswith("run folder: ")
+    ]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["answer_check"]["enabled"] is True  # the user asked such answers to count
+    assert manifest["config"]["cer_fail_above"] == 0.5
+    rows = load_run(run_dir).requests
+    rows = rows[rows["failure_kind"] != "cut"]
+    assert len(rows) >= 5, res.stdout[-2000:]
+    assert (~rows["ok"]).all() and (rows["failure_kind"] == "empty_answer").all(), rows[
+        "failure_kind"
+    ].value_counts()
+    assert (rows["answer_kind"] == "empty_answer").all() and (rows["cer"] == 1.0).all()

@@ -1,4 +1,7 @@
-"""Pre-flight against a real HTTP server on 127.0.0.1 that answers in chosen ways: one line each."""
+"""Pre-flight against a real HTTP server on 127.0.0.1 that answers in chosen ways: one line each.
+
+A wrong API (an HTML page, a redirect, an answer of another STYLE) stops the run; an answer that parses
+but holds no text, or text far from the page's, gives one warning line and the run goes on."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import pytest
 from lt_http import QuietHandler, serving
 
 from loadtest.config import RunConfig
-from loadtest.preflight import PreflightError, check_first_answer
+from loadtest.preflight import FirstAnswer, PreflightError, check_first_answer
 from scenarios import build_image_set, encode_request
 
 ANSWERS: dict[str, tuple[int, str, bytes]] = {
@@ -24,6 +27,18 @@ ANSWERS: dict[str, tuple[int, str, bytes]] = {
     ),
     "/html": (200, "text/html", b"<html><body>welcome to nginx</body></html>"),
     "/empty": (200, "application/json", b'{"text": ""}'),
+    "/constant": (200, "application/json", b'{"text": "OK"}'),
+    "/blank-openai": (
+        200,
+        "application/json",
+        json.dumps({"object": "chat.completion", "choices": [{"message": {"content": "\n\n"}}]}).encode(),
+    ),
+    "/blank-stream": (
+        200,
+        "text/event-stream",
+        b'data: {"choices": [{"index": 0, "delta": {"content": "\\n"}}]}\n\ndata: [DONE]\n\n',
+    ),
+    "/markdown": (200, "application/json", json.dumps({"text": "# Page\n\n" + "| x " * 60}).encode()),
     "/auth": (401, "application/json", b'{"error": "unauthorized"}'),
     "/bad": (422, "application/json", b'{"detail": "field required: image"}'),
 }
@@ -34,6 +49,13 @@ class _Handler(QuietHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.read_body()
+        if self.path.startswith("/redirect-"):  # /redirect-308 -> 308 to https://.../ocr
+            status = int(self.path.rsplit("-", 1)[1])
+            self.send_response(status)
+            self.send_header("Location", "https://ocr.example.com/ocr")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path == "/starting":
             if _Handler.busy_left > 0:
                 _Handler.busy_left -= 1
@@ -50,16 +72,20 @@ def server() -> Iterator[str]:
         yield url
 
 
-def _check(server: str, endpoint: str, style: str = "multipart", **kw: object) -> str:
+def _check(
+    server: str, endpoint: str, style: str = "multipart", expected: str | None = None, **kw: object
+) -> FirstAnswer:
     cfg = RunConfig(host=server, endpoint=endpoint, style=style, **kw)  # type: ignore[arg-type]
     item = build_image_set("fixed").items[0]
-    enc = encode_request(item, style, endpoint=cfg.endpoint_path)
-    return check_first_answer(cfg, enc, sleep=lambda _s: None)
+    enc = encode_request(item, style, endpoint=cfg.endpoint_path, stream=cfg.stream)
+    return check_first_answer(cfg, enc, sleep=lambda _s: None, expected_text=expected)
 
 
 def test_a_good_answer_passes_and_returns_its_text(server):
-    assert _check(server, "/ok") == "hello world"
-    assert _check(server, "/lines") == "a"
+    assert _check(server, "/ok") == FirstAnswer("hello world", "")
+    assert _check(server, "/lines") == FirstAnswer("a", "")
+    assert _check(server, "/ok", expected="Hello world!").warning == ""  # close to the page: no warning
+    assert _check(server, "/openai", "openai", expected="hi").warning == ""
 
 
 @pytest.mark.parametrize(
@@ -69,8 +95,12 @@ def test_a_good_answer_passes_and_returns_its_text(server):
         ("/auth", "multipart", "HEADERS"),
         ("/bad", "multipart", "HTTP 422"),
         ("/html", "multipart", "not a multipart answer"),
-        ("/empty", "json", "holds no text"),
+        ("/html", "openai", "ENDPOINT"),
         ("/ok", "openai", "looks like STYLE=json"),
+        ("/openai", "multipart", "looks like STYLE=openai"),
+        ("/openai", "json", "looks like STYLE=openai"),
+        ("/redirect-301", "multipart", 'redirect to "https://ocr.example.com/ocr"'),
+        ("/redirect-308", "openai", "HOST and ENDPOINT"),
     ],
 )
 def test_each_wrong_answer_gives_one_line_naming_the_fix(server, endpoint, style, needle):
@@ -82,7 +112,7 @@ def test_each_wrong_answer_gives_one_line_naming_the_fix(server, endpoint, style
 
 def test_a_server_still_starting_is_waited_for(server):
     _Handler.busy_left = 3
-    assert _check(server, "/starting", ready_wait_s=30.0) == "hello world"
+    assert _check(server, "/starting", ready_wait_s=30.0).text == "hello world"
 
 
 def test_a_server_that_never_gets_ready_gives_one_line(server):
@@ -94,3 +124,48 @@ def test_a_server_that_never_gets_ready_gives_one_line(server):
         check_first_answer(cfg, enc, sleep=lambda _s: None, clock=lambda: float(next(clock)))
     assert "503" in str(err.value) and "READY_WAIT_S" in str(err.value)
     _Handler.busy_left = 0
+
+
+def _one_warning_line(answer: FirstAnswer, *needles: str) -> str:
+    warning = answer.warning
+    assert warning and "\n" not in warning, warning
+    for needle in needles:
+        assert needle in warning, warning
+    return warning
+
+
+def test_a_blank_answer_warns_naming_the_field_read_and_the_run_goes_on(server):
+    # a real vLLM server whose model answered nothing but newlines: the path was right, do not stop
+    got = _check(server, "/blank-openai", "openai", expected="Invoice 42")
+    warning = _one_warning_line(
+        got, "holds no text", "choices[0].message.content", '"\\n\\n"', "JSON_PATH=", "answer check off"
+    )
+    assert got.text == "\n\n"
+    assert "set JSON_PATH" not in warning.split("(")[0], "the path may be right: the text is only whitespace"
+    _one_warning_line(_check(server, "/empty", "json"), "holds no text", "all strings of the answer")
+    _one_warning_line(_check(server, "/empty", "json", json_path="text"), "JSON_PATH=text", "is empty")
+    streamed = _check(server, "/blank-stream", "openai", stream=True)
+    _one_warning_line(streamed, "choices[0].delta.content", '"\\n"')
+
+
+def test_a_constant_answer_far_from_the_page_warns_with_its_cer_and_start(server):
+    got = _check(server, "/constant", expected="The quick brown fox jumps over the lazy dog")
+    _one_warning_line(
+        got, "far from", "CER 1.00 > 0.5", '"OK"', "all strings of the answer", "JSON_PATH=", "check off"
+    )
+    assert got.text == "OK"
+    # no expected text known: nothing to compare, nothing to warn about
+    assert _check(server, "/constant").warning == ""
+
+
+def test_the_answer_shown_is_cut_to_about_80_characters_on_one_line(server):
+    got = _check(server, "/markdown", expected="Page one of the report")
+    warning = _one_warning_line(got, '"# Page\\n\\n| x ', '"...;', "far from")
+    shown = warning.split("the answer is ", 1)[1].split('"...;', 1)[0]
+    assert 75 <= len(shown) <= 90, shown
+
+
+def test_with_cer_fail_above_set_the_warning_says_such_answers_fail(server):
+    got = _check(server, "/constant", expected="The quick brown fox", cer_fail_above=0.3)
+    warning = _one_warning_line(got, "CER_FAIL_ABOVE=0.3", "failures")
+    assert "check off" not in warning

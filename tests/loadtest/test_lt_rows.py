@@ -1,11 +1,15 @@
 """Request rows on their way: written to CSV, packed for the master, kept in a worker's local copy,
-merged back after a lost report. Exact values survive every hop."""
+merged back after a lost report, read by the analysis. Exact values survive every hop, and rows and
+files from before `answer_kind` (the last column) still read, with "" for it."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+import msgpack
+
+from analysis.loader import load_run
 from loadtest.merge import (
     LOCAL_COPY_SUFFIX,
     WORKER_COPY_DIR,
@@ -18,7 +22,7 @@ from loadtest.merge import (
 from runfolder import REQUESTS_FILE, CsvAppender, RequestRow, columns_of
 
 
-def _row(i: int, ok: bool = True, worker: str = "wa") -> RequestRow:
+def _row(i: int, ok: bool = True, worker: str = "wa", answer_kind: str = "") -> RequestRow:
     return RequestRow(
         request_id=f"{worker}-{i}",
         t_start_unix_s=1764489600.123456 + i / 7,
@@ -41,6 +45,7 @@ def _row(i: int, ok: bool = True, worker: str = "wa") -> RequestRow:
         final_attempt=ok,
         worker_id=worker,
         error_text="" if ok else 'queue full, "retry" later\nsecond line',
+        answer_kind=answer_kind,
     )
 
 
@@ -65,7 +70,7 @@ def test_csv_rows_write_bools_as_0_1_none_as_empty_and_floats_exactly(tmp_path):
 def test_rows_pack_and_unpack_unchanged_through_a_locust_message():
     from locust.rpc.protocol import Message
 
-    rows = [_row(i, ok=i % 3 != 0) for i in range(50)]
+    rows = [_row(i, ok=i % 3 != 0, answer_kind="wrong_answer" if i % 5 == 0 else "") for i in range(50)]
     wire = Message("stats", {"ocr_rows": pack_rows(rows)}, "worker-1").serialize()
     back = unpack_rows(Message.unserialize(wire).data["ocr_rows"])
     assert back == rows
@@ -102,3 +107,31 @@ def test_merge_adds_only_the_rows_the_master_never_got_once(tmp_path):
     assert len(ids) == len(set(ids)) == 16
     merged = next(r for r in rows if r["request_id"] == "wb-7")
     assert merged["ok"] == "1" and float(merged["latency_ms"]) == _row(7).latency_ms
+
+
+def test_answer_kind_is_the_last_column_and_reads_back_with_the_analysis(tmp_path):
+    assert columns_of(RequestRow)[-1] == "answer_kind"
+    sink = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
+    sink.append([_row(1, answer_kind="wrong_answer"), _row(2), _row(3, ok=False)])
+    sink.close()
+    frame = load_run(tmp_path).requests
+    assert list(frame["answer_kind"]) == ["wrong_answer", "", ""]
+    assert list(frame["ok"]) == [True, True, False]  # a wrong answer is measured, not a failure
+
+
+def test_a_requests_csv_from_before_answer_kind_loads_with_an_empty_answer_kind(tmp_path):
+    old = columns_of(RequestRow)[:-1]
+    with open(tmp_path / REQUESTS_FILE, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(old)
+        for row in (_row(1), _row(2, ok=False)):
+            writer.writerow(["" if v is None else int(v) if isinstance(v, bool) else v for v in row[:-1]])
+    frame = load_run(tmp_path).requests
+    assert len(frame) == 2 and list(frame["answer_kind"]) == ["", ""]
+    assert list(frame["failure_kind"]) == ["", "rejected"]
+
+
+def test_rows_packed_by_a_worker_from_before_answer_kind_unpack_with_it_empty():
+    old_blob = msgpack.packb([tuple(_row(1))[:-1]], use_bin_type=True)
+    (back,) = unpack_rows(old_blob)
+    assert back.answer_kind == "" and back.request_id == "wa-1"

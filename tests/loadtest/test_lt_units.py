@@ -24,6 +24,8 @@ from loadtest.users import retry_delay_s
         ({"headroom": 1.5}, "HEADROOM"),
         ({"step_s": 0}, "STEP_S"),
         ({"headers": "no colon here"}, "HEADERS"),
+        ({"cer_fail_above": "lots"}, "CER_FAIL_ABOVE"),
+        ({"cer_fail_above": -0.1}, "CER_FAIL_ABOVE"),
     ],
 )
 def test_bad_settings_give_one_line_naming_the_setting(fields, needle):
@@ -68,17 +70,60 @@ def test_argv_carries_every_field_but_host_and_token():
         (500, b'{"error": "CUDA out of memory"}', "", failures.OOM),
         (500, b"boom", "", failures.HTTP_5XX),
         (404, b"", "", failures.HTTP_4XX),
+        (302, b"", "", failures.REDIRECT),
+        (308, b"<html>moved</html>", "", failures.REDIRECT),
+        (0, b"", "RetriesExceeded: Redirection limit reached (30)", failures.REDIRECT),
     ],
 )
 def test_http_failures_are_classified(status, body, error, kind):
     assert failures.classify_http(status, body, error) == kind
 
 
-def test_answer_failures_are_their_own_kinds():
-    assert failures.classify_answer(None, None, 0.5) == failures.BAD_ANSWER
-    assert failures.classify_answer("  ", None, 0.5) == failures.EMPTY_ANSWER
-    assert failures.classify_answer("abc", 0.9, 0.5) == failures.WRONG_ANSWER
-    assert failures.classify_answer("abc", 0.1, 0.5) == failures.OK
+def test_answer_quality_has_its_own_kinds_far_meaning_cer_above_one_half():
+    assert failures.classify_answer(None, None) == failures.BAD_ANSWER
+    assert failures.classify_answer(" \n\n ", 1.0) == failures.EMPTY_ANSWER
+    assert failures.classify_answer("abc", 0.9) == failures.WRONG_ANSWER
+    assert failures.classify_answer("abc", failures.FAR_CER) == failures.OK  # above the limit, not at it
+    assert failures.classify_answer("abc", 0.1) == failures.OK
+    assert failures.classify_answer("abc", None) == failures.OK  # no expected text: nothing to compare
+    assert set(failures.ANSWER_KINDS) <= set(failures.KINDS) and failures.CUT in failures.KINDS
+
+
+def test_answer_quality_is_a_failure_only_with_cer_fail_above_set():
+    for kind, cer in [
+        (failures.WRONG_ANSWER, 0.9),
+        (failures.EMPTY_ANSWER, 1.0),
+        (failures.BAD_ANSWER, None),
+    ]:
+        assert failures.answer_failure(kind, cer, None) == failures.OK
+    assert failures.answer_failure(failures.WRONG_ANSWER, 0.9, 0.5) == failures.WRONG_ANSWER
+    assert failures.answer_failure(failures.EMPTY_ANSWER, 1.0, 0.5) == failures.EMPTY_ANSWER
+    assert failures.answer_failure(failures.BAD_ANSWER, None, 0.5) == failures.BAD_ANSWER
+    assert failures.answer_failure(failures.OK, 0.3, 0.2) == failures.WRONG_ANSWER  # the user's own limit
+    assert failures.answer_failure(failures.OK, 0.1, 0.2) == failures.OK
+
+
+def test_users_pause_after_answers_the_server_failed_never_after_no_answer():
+    assert {failures.REJECTED, failures.OOM, failures.HTTP_5XX, failures.HTTP_4XX, failures.REDIRECT} == set(
+        failures.PAUSE_AFTER
+    )
+    assert failures.CONNECTION not in failures.PAUSE_AFTER and failures.TIMEOUT not in failures.PAUSE_AFTER
+
+
+def test_cer_fail_above_is_off_by_default_and_travels_only_when_set():
+    assert RunConfig().cer_fail_above is None
+    assert "--ocr-cer-fail-above" not in to_argv(RunConfig())
+    argv = to_argv(RunConfig(cer_fail_above=0.25))
+    assert argv[argv.index("--ocr-cer-fail-above") + 1] == "0.25"
+    for text, value in [("", None), ("off", None), ("0.3", 0.3), (0.4, 0.4), (None, None)]:
+        assert RunConfig.from_mapping({"cer_fail_above": text}).cer_fail_above == value  # web UI text too
+
+
+@pytest.mark.parametrize(
+    ("request_timeout_s", "stop_s"), [(0.5, 2), (10, 11), (53.5, 55), (54, 55), (300, 55)]
+)
+def test_the_stop_timeout_outlasts_the_request_timeout_up_to_the_heartbeat_cap(request_timeout_s, stop_s):
+    assert RunConfig(request_timeout_s=request_timeout_s).stop_timeout_s == stop_s
 
 
 def test_retry_honours_retry_after_then_backs_off():
@@ -200,6 +245,10 @@ def test_every_setting_has_help_text_with_its_default():
     parser = argparse.ArgumentParser()
     add_arguments(parser, prefix="--", web_ui=False)
     text = " ".join(parser.format_help().split())
-    assert "--reject-pause-s REJECT_PAUSE_S a user turned away (503/429)" in text
+    assert "--reject-pause-s REJECT_PAUSE_S after any answer the server failed (503/429, 5xx" in text
     assert "(default: 0.5)" in text and "(default: multipart)" in text
+    assert "empty (the default): answer quality is measured, never a failure" in text
+    assert "(default: None)" not in text
     assert parser.parse_args(["--step-s", "4"]).ocr_step_s == 4.0
+    assert parser.parse_args([]).ocr_cer_fail_above is None
+    assert parser.parse_args(["--cer-fail-above", "0.5"]).ocr_cer_fail_above == 0.5

@@ -1,6 +1,11 @@
-"""The user class against the real simulator, in a real Locust runner: one exact row per request,
-Locust's own statistics (its web UI and CSVs) agree with the rows, failures and kinds included, and
-a user turned away (503/429) pauses before it asks again."""
+"""The user class against the real simulator and small loopback servers, in a real Locust runner: one
+exact row per request, Locust's own statistics (its web UI and CSVs) agree with the rows, failures and
+kinds included; an answer whose text is poor is measured (answer_kind, cer), not a failure, unless
+CER_FAIL_ABOVE is set; a user whose request the server failed pauses before it asks again; a request
+killed at a step-down is a "cut" row.
+
+The probe's own end (runner.quit with no stop timeout) cuts the requests in flight: at most one "cut"
+row per user, which tests about other things leave out (`_without_final_cuts`)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +53,12 @@ def _probe(host: str, seconds: float, n_users: int, *fields: str) -> dict[str, A
     return result
 
 
+def _without_final_cuts(rows: list[dict[str, Any]], n_users: int) -> list[dict[str, Any]]:
+    cut = [r for r in rows if r["failure_kind"] == "cut"]
+    assert len(cut) <= n_users, cut
+    return [r for r in rows if r["failure_kind"] != "cut"]
+
+
 def test_rows_and_locust_statistics_agree_request_by_request(faulty_sim):
     got = _probe(faulty_sim, 3.0, 4, "scenario=mixed")
     rows = got["rows"]
@@ -65,6 +77,7 @@ def test_rows_and_locust_statistics_agree_request_by_request(faulty_sim):
         assert r["ok"] == (r["error_text"] == ""), r
         if r["ok"]:
             assert r["cer"] is not None and r["cer"] < 0.05 and r["bytes_received"] > 0
+            assert r["answer_kind"] == "", r  # the simulator reads its pages well
         if r["failure_kind"] == "connection":
             assert r["status_code"] == 0 and r["error_text"], r
     assert len({r["request_id"] for r in rows}) == len(rows)
@@ -79,11 +92,11 @@ def test_streamed_answers_get_a_first_byte_time_and_token_counts_and_a_503_its_t
         got = _probe(url, 3.0, 2, "style=openai", "stream=1")
     finally:
         cli.stop_process(proc)
-    rows = got["rows"]
+    rows = _without_final_cuts(got["rows"], 2)
     ok = [r for r in rows if r["ok"]]
     rejected = [r for r in rows if not r["ok"]]
     assert ok and rejected and {r["failure_kind"] for r in rejected} == {"rejected"}, rows[:3]
-    assert got["locust_names"] == ["/v1/chat/completions"] and got["locust_requests"] == len(rows)
+    assert got["locust_names"] == ["/v1/chat/completions"] and got["locust_requests"] == len(got["rows"])
     for r in ok:
         assert 0 < r["ttft_ms"] < r["latency_ms"]
         assert r["completion_tokens"] and r["completion_tokens"] > 0
@@ -101,10 +114,11 @@ def _gaps_s(rows: list[dict[str, Any]]) -> list[float]:
 
 
 def test_a_user_turned_away_waits_retry_after_before_asking_again():
-    # 503 + Retry-After: 1 while the server "starts" (40 s x time scale 0.05 = 2 s)
-    proc, url, _dcgm = cli.start_simulator(extra=["--time-scale", "0.05", "--slow-start-s", "40"])
+    # 503 + Retry-After: 1 while the server "starts" (60 s x time scale 0.05 = 3 s from the simulator's
+    # start; the probe's own start, Locust's import, can take 2 s on a busy machine)
+    proc, url, _dcgm = cli.start_simulator(extra=["--time-scale", "0.05", "--slow-start-s", "60"])
     try:
-        paused = _probe(url, 3.5, 1)["rows"]
+        paused = _without_final_cuts(_probe(url, 4.5, 1)["rows"], 1)
     finally:
         cli.stop_process(proc)
     rejected = [r for r in paused if r["failure_kind"] == "rejected"]
@@ -128,8 +142,8 @@ def queue_full() -> Iterator[str]:
 
 
 def test_without_retry_after_a_rejected_user_pauses_reject_pause_s_or_not_at_all_with_0(queue_full):
-    paused = _probe(queue_full, 2.0, 1, "reject_pause_s=0.5")["rows"]
-    at_once = _probe(queue_full, 2.0, 1, "reject_pause_s=0")["rows"]
+    paused = _without_final_cuts(_probe(queue_full, 2.0, 1, "reject_pause_s=0.5")["rows"], 1)
+    at_once = _without_final_cuts(_probe(queue_full, 2.0, 1, "reject_pause_s=0")["rows"], 1)
     assert {r["failure_kind"] for r in paused + at_once} == {"rejected"}
     assert 3 <= len(paused) <= 5, len(paused)
     assert all(0.45 <= g <= 0.8 for g in _gaps_s(paused)), _gaps_s(paused)
@@ -140,6 +154,79 @@ def test_a_refused_connection_is_not_paused_so_a_dead_server_is_noticed_at_once(
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
         nothing = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    rows = _probe(nothing, 1.0, 1)["rows"]
+    rows = _without_final_cuts(_probe(nothing, 1.0, 1)["rows"], 1)
     assert {r["failure_kind"] for r in rows} == {"connection"}
     assert len(rows) > 50, len(rows)  # the run's abort_after_failures (50) is reached within a second
+
+
+class _Scripted(QuietHandler):
+    """Answers by path: constant text, blank text, a fast 500, a 302 with no Location, a slow good answer."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.read_body()
+        if self.path == "/constant":
+            self.answer(200, "application/json", b'{"text": "OK"}')
+        elif self.path == "/blank":
+            self.answer(200, "application/json", b'{"text": "\\n\\n"}')
+        elif self.path == "/oom":
+            self.answer(500, "application/json", b'{"error": "CUDA out of memory"}')
+        elif self.path == "/moved":
+            self.answer(302, "text/html", b"<html>moved somewhere</html>")
+        elif self.path == "/slow":
+            time.sleep(2.0)
+            self.answer(200, "application/json", b'{"text": "late"}')
+        else:
+            self.answer(404, "text/plain", b"not found")
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[str]:
+    with serving(_Scripted) as url:
+        yield url
+
+
+def test_a_constant_answer_is_measured_as_wrong_not_failed_unless_cer_fail_above_is_set(scripted):
+    got = _probe(scripted, 1.0, 2, "endpoint=/constant")
+    rows = _without_final_cuts(got["rows"], 2)
+    assert len(rows) > 20
+    for r in rows:
+        assert r["ok"] and r["failure_kind"] == "" and r["answer_kind"] == "wrong_answer", r
+        assert r["cer"] is not None and r["cer"] > 0.9 and r["status_code"] == 200, r
+        assert '"OK"' in r["error_text"], r  # the evidence: the start of the answer
+    assert got["locust_failures"] == len(got["rows"]) - len(rows)  # only the probe's own final cuts
+
+    strict = _probe(scripted, 1.0, 2, "endpoint=/constant", "cer_fail_above=0.5")
+    rows = _without_final_cuts(strict["rows"], 2)
+    assert rows and all(not r["ok"] and r["failure_kind"] == "wrong_answer" for r in rows), rows[:2]
+    assert all(r["answer_kind"] == "wrong_answer" and r["cer"] > 0.9 for r in rows)
+    assert strict["locust_failures"] == len(strict["rows"])  # Locust counts exactly the failed rows
+    assert strict["locust_errors"]["wrong_answer"] == len(rows)
+
+
+def test_a_blank_answer_is_an_empty_answer_with_cer_1(scripted):
+    rows = _without_final_cuts(_probe(scripted, 1.0, 1, "endpoint=/blank")["rows"], 1)
+    assert rows and all(r["ok"] and r["answer_kind"] == "empty_answer" and r["cer"] == 1.0 for r in rows)
+
+
+def test_a_user_pauses_after_a_500_and_a_redirect_is_its_own_kind(scripted):
+    oom = _without_final_cuts(_probe(scripted, 2.0, 1, "endpoint=/oom", "reject_pause_s=0.3")["rows"], 1)
+    assert {r["failure_kind"] for r in oom} == {"oom"}
+    assert 4 <= len(oom) <= 8, len(oom)  # unpaused, a fast 500 came back hundreds of times a second
+    assert all(0.28 <= g <= 0.6 for g in _gaps_s(oom)), _gaps_s(oom)
+    moved = _without_final_cuts(_probe(scripted, 1.0, 1, "endpoint=/moved", "reject_pause_s=0.3")["rows"], 1)
+    assert {(r["failure_kind"], r["status_code"]) for r in moved} == {("redirect", 302)}
+    assert 2 <= len(moved) <= 5, len(moved)
+
+
+def test_a_request_in_flight_past_the_stop_timeout_at_a_step_down_is_a_cut_row(scripted):
+    # 2 users start 2 s requests; at 0.5 s the plan steps down to 0 with a 1 s stop timeout
+    got = _probe(scripted, 0.5, 2, "endpoint=/slow", "_stop_timeout=1", "_step_down_to=0", "_then_s=1.5")
+    rows = got["rows"]
+    assert len(rows) == 2 and got["locust_requests"] == 2 and got["locust_failures"] == 2, rows
+    for r in rows:
+        assert r["failure_kind"] == "cut" and not r["ok"] and r["status_code"] == 0, r
+        assert 1300 <= r["latency_ms"] <= 2000, r  # the time so far: 0.5 s of step, 1 s of stop timeout
+        assert r["error_text"].startswith("cut:") and r["final_attempt"], r
+    # a stop timeout longer than the request lets it finish: a whole row, nothing cut
+    whole = _probe(scripted, 0.5, 2, "endpoint=/slow", "_stop_timeout=3", "_step_down_to=0", "_then_s=2.5")
+    assert [(r["ok"], r["failure_kind"]) for r in whole["rows"]] == [(True, ""), (True, "")], whole["rows"]

@@ -2,11 +2,13 @@
 
 LEVELS, HOST, STYLE, images (empty folder, zero-byte file, not an image, decompression bomb), the GPU
 source spec, and a missing or corrupt run folder given to `python -m reports` (what `make report` runs).
-Each case is a real CLI process; no run folder is left behind by a run that never started.
+Each case is a real CLI process; no run folder is left behind by a run that never started. An answer
+whose text is merely poor is not bad input: the run goes on with one warning line (the last test).
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import subprocess
 import sys
@@ -17,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from rel_procs import REPO, ScriptedServer, free_port, ok_answer, one_line
+from rel_procs import REPO, ScriptedServer, free_port, ok_answer, one_line, run_argv
+
+from analysis.loader import load_run
 
 
 def _cli(args: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -239,3 +243,27 @@ def test_reports_refuses_a_missing_or_corrupt_run_folder_in_one_line(case, tmp_p
     line = one_line(res.stderr)
     assert str(run) in line or "run folder" in line, line
     assert not (run / "report.html").exists() if run.is_dir() else True
+
+
+def test_a_server_whose_text_does_not_match_is_measured_with_one_warning_not_failed(procs, tmp_path):
+    """A healthy server answering text far from the page (markup, another model, a constant): the
+    pre-flight warns once, naming the field it read, and the run measures capacity: every answer is ok,
+    its quality recorded (answer_kind, cer), and the manifest marks the answer check off. Before, every
+    request was a `wrong_answer` failure and the verdict was "saturated at one user"."""
+    srv = procs.server(lambda _n: ok_answer("OK"))
+    out = tmp_path / "results"
+    run = procs.run(run_argv(srv, out, levels="1,2", step_s=2, gpu=False))
+    run_dir = run.run_dir()
+    run.finish_with_report(150)
+    warnings = [line for line in run.err if line.startswith("warning:")]
+    assert len(warnings) == 1, run.output()
+    for needle in ("far from", '"OK"', "all strings of the answer", "JSON_PATH=", "answer check off"):
+        assert needle in warnings[0], warnings[0]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["answer_check"] == {"enabled": False, "why": warnings[0].removeprefix("warning: ")}
+    rows = load_run(run_dir).requests
+    rows = rows[rows["failure_kind"] != "cut"]
+    assert len(rows) > 20 and rows["ok"].all(), rows["failure_kind"].value_counts()
+    assert (rows["answer_kind"] == "wrong_answer").all() and (rows["cer"] > 0.9).all()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["knee"].get("criterion") != "errors", summary["knee"]

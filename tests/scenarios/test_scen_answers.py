@@ -202,6 +202,7 @@ def test_usage_from_json_and_stream() -> None:
         (_j({"text": "hello"}), "application/json", "json"),
         (_j(SHAPES["paddlex serving"][0]), "application/json", "json"),
         (b"<html>Not Found</html>", "text/html", None),
+        (b"data: <html>oops</html>\n\n", "text/event-stream", None),  # a broken stream: no style, no error
         (_j({"detail": [{"loc": ["body", "file"], "msg": "Field required", "type": "missing"}]}), "", None),
         (_j({"status": "ok"}), "application/json", None),
         (b"", "", None),
