@@ -1,9 +1,11 @@
 """The Locust user: a closed-loop OCR client that records one exact row per request.
 
 Each user sends the next request as soon as the answer arrives (wait_time 0): concurrency equals the
-number of users, which is what a serving limit like `--max-num-seqs` counts. A user turned away
-(503/429) first waits the server's Retry-After or `reject_pause_s`. Payloads are built once
-per process and reused as bytes (see LOCUST-FACTS.md: never file objects, never per-request encoding).
+number of users, which is what a serving limit like `--max-num-seqs` counts. A user whose request the
+server failed (503/429, 5xx, OOM, 4xx, redirect) first waits the server's Retry-After or
+`reject_pause_s`, as a real client would. A request still in flight when Locust kills its user at a
+step-down is recorded as "cut". Payloads are built once per process and reused as bytes (see
+LOCUST-FACTS.md: never file objects, never per-request encoding).
 """
 
 from __future__ import annotations
@@ -11,17 +13,18 @@ from __future__ import annotations
 import random
 import re
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import gevent
-from locust import constant, task
+from gevent import GreenletExit
+from locust import task
 from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, FastHttpUser
 from locust.exception import CatchResponseError
 
 from loadtest import failures
 from loadtest.config import RunConfig
 from loadtest.payloads import Payloads
-from loadtest.state import STATE
+from loadtest.state import STATE, StepTag
 from runfolder import RequestRow
 from scenarios import (
     AnswerError,
@@ -64,9 +67,9 @@ class OcrUser(FastHttpUser):
     req/s ratio from 0.863 to 0.947 of bare Locust.
     """
 
-    wait_time = constant(0)
     network_timeout = 120.0
     connection_timeout = 10.0
+    _pause_s = 0.0  # set after an answer the server failed; taken by wait_time before the next request
 
     def on_start(self) -> None:
         cfg = _PAYLOADS.config if _PAYLOADS else RunConfig()
@@ -92,6 +95,13 @@ class OcrUser(FastHttpUser):
             target = self._targets[id(enc)] = (url, headers)
         return target
 
+    def wait_time(self) -> float:
+        """The pause before the next request: 0, or the pause after an answer the server failed. Taken
+        here, in Locust's waiting state, not inside the task: a step-down then stops a pausing user at
+        once instead of holding the stop timeout (a Retry-After can ask for 30 s)."""
+        pause, self._pause_s = self._pause_s, 0.0
+        return pause
+
     @task
     def ocr(self) -> None:
         payloads = _PAYLOADS
@@ -107,11 +117,12 @@ class OcrUser(FastHttpUser):
             if not row.final_attempt:
                 gevent.sleep(retry_delay_s(attempt, retry_after))
                 continue
-            if row.failure_kind == failures.REJECTED and cfg.reject_pause_s > 0:
+            if row.failure_kind in failures.PAUSE_AFTER and cfg.reject_pause_s > 0:
                 # without a pause, a user turned away in 1 ms asks again at once: one user sent 4,309
-                # rejected requests in a 5 s 503 storm, and the step's error rate measured that loop.
-                # A refused connection is not paused: a dead server must reach abort_after_failures fast.
-                gevent.sleep(retry_delay_s(1, retry_after, base_s=cfg.reject_pause_s))
+                # rejected requests in a 5 s 503 storm, and an OOM server answering fast 500s got hundreds
+                # a second from a handful of users; the step's error rate measured that loop. A refused
+                # connection and a timeout are not paused (see failures.PAUSE_AFTER).
+                self._pause_s = retry_delay_s(1, retry_after, base_s=cfg.reject_pause_s)
             return
 
     def _attempt(
@@ -123,10 +134,39 @@ class OcrUser(FastHttpUser):
         tag = STATE.tag  # the step current when this request starts
         t_start = STATE.now()  # this worker's clock; the master corrects its offset
         t0 = time.perf_counter()
+        try:
+            reply = self._send(url, headers, enc, t0)
+        except GreenletExit:
+            # Locust killed this user at a step-down, after the stop timeout, with the request in flight:
+            # the GPU still works on it, so it is a row ("cut"), not a silent loss. Then die as asked.
+            latency_ms = (time.perf_counter() - t0) * 1000.0
+            error_text = (
+                f"cut: its user was stopped at a step-down {latency_ms / 1000:.1f} s into the request"
+            )
+            self._report(enc, url, latency_ms, 0, None, t_start, CatchResponseError(error_text))
+            cut = _Verdict(failures.CUT, "", error_text, None, None, None)
+            STATE.add_row(self._row(cfg, item, enc, tag, t_start, latency_ms, None, 0, 0, cut, attempt, True))
+            raise
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        verdict = _judge(cfg, item, reply)
+        exc = (
+            CatchResponseError(f"{verdict.failure_kind}: {verdict.error_text}")
+            if verdict.failure_kind
+            else None
+        )
+        self._report(enc, url, latency_ms, len(reply.body), reply.resp, t_start, exc)
+        final = attempt == attempts or verdict.failure_kind not in _RETRYABLE
+        row = self._row(
+            cfg, item, enc, tag, t_start, latency_ms, reply.ttft_ms, reply.status, len(reply.body), verdict,
+            attempt, final,
+        )  # fmt: skip
+        return row, reply.retry_after
+
+    def _send(self, url: str, headers: dict[str, str], enc: EncodedRequest, t0: float) -> _Reply:
+        """POST through the session's agent; read the whole answer (timing the first byte of a stream)."""
         ttft_ms: float | None = None
         body = b""
         status = 0
-        error = ""
         retry_after = None
         resp: Any = None
         exc: Exception | None = None
@@ -148,38 +188,32 @@ class OcrUser(FastHttpUser):
                 exc, status = e, 0
             if status and resp.headers:
                 retry_after = resp.headers.get("Retry-After")
-        latency_ms = (time.perf_counter() - t0) * 1000.0
-        if status == 0 and exc is not None:
-            error = f"{type(exc).__name__}: {exc}"
-        kind = failures.classify_http(status, body, error)
-        text = cer = None
-        prompt_tokens = completion_tokens = None
-        if kind == failures.OK:
-            try:
-                text = extract_text(cfg.style, body, cfg.json_path or None)
-            except AnswerError as e:
-                error = str(e)
-            if text is not None and item.expected_text:
-                cer = character_error_rate(item.expected_text, text)
-            prompt_tokens, completion_tokens = extract_usage(body)
-            kind = failures.classify_answer(text, cer, cfg.cer_fail_above)
-        error_text = ""
-        if kind != failures.OK:
-            error_text = (error or body[:ERROR_TEXT_CHARS].decode("utf-8", "replace"))[:ERROR_TEXT_CHARS]
-            exc = CatchResponseError(f"{kind}: {error_text}")
+        error = f"{type(exc).__name__}: {exc}" if status == 0 and exc is not None else ""
+        return _Reply(status, body, ttft_ms, retry_after, resp, error)
+
+    def _report(
+        self, enc: EncodedRequest, url: str, latency_ms: float, length: int, resp: Any, t_start: float,
+        exc: Exception | None,
+    ) -> None:  # fmt: skip
+        """Locust's own request event, failed exactly when the row is not ok (answer quality alone is not)."""
         self._fire(
             request_type="POST",
             name=enc.path,
             response_time=latency_ms,
-            response_length=len(body),
+            response_length=length,
             response=resp,
             context={},
-            exception=exc if kind != failures.OK else None,
+            exception=exc,
             start_time=t_start,
             url=url,
         )
-        retryable = kind in _RETRYABLE
-        row = RequestRow(
+
+    def _row(
+        self, cfg: RunConfig, item: ImageItem, enc: EncodedRequest, tag: StepTag, t_start: float,
+        latency_ms: float, ttft_ms: float | None, status: int, received: int, verdict: _Verdict,
+        attempt: int, final: bool,
+    ) -> RequestRow:  # fmt: skip
+        return RequestRow(
             request_id=STATE.next_request_id(),
             t_start_unix_s=t_start,
             step_index=tag.step_index,
@@ -190,16 +224,58 @@ class OcrUser(FastHttpUser):
             latency_ms=latency_ms,
             ttft_ms=ttft_ms,
             status_code=status,
-            ok=kind == failures.OK,
-            failure_kind=kind,
+            ok=not verdict.failure_kind,
+            failure_kind=verdict.failure_kind,
             bytes_sent=len(enc.body),
-            bytes_received=len(body),
-            cer=cer,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
+            bytes_received=received,
+            cer=verdict.cer,
+            prompt_tokens=verdict.prompt_tokens,
+            completion_tokens=verdict.completion_tokens,
             attempt=attempt,
-            final_attempt=attempt == attempts or not retryable,
+            final_attempt=final,
             worker_id=STATE.worker_id,
-            error_text=error_text,
+            error_text=verdict.error_text,
+            answer_kind=verdict.answer_kind,
         )
-        return row, retry_after
+
+
+class _Reply(NamedTuple):
+    status: int  # 0 when no HTTP answer came
+    body: bytes
+    ttft_ms: float | None
+    retry_after: str | None
+    resp: Any
+    error: str  # the exception of a request without an answer, else ""
+
+
+class _Verdict(NamedTuple):
+    failure_kind: str  # did the server fail ("" = ok)
+    answer_kind: str  # how good a 2xx answer is ("" = fine or no answer)
+    error_text: str
+    cer: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def _judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
+    """The server's failure kind and, for a 2xx answer, its quality: text, CER, tokens, answer kind.
+    A 2xx answer is ok whatever its text, unless CER_FAIL_ABOVE makes a far one a failure."""
+    body, error = reply.body, reply.error
+    kind = failures.classify_http(reply.status, body, error)
+    answer_kind = ""
+    cer = prompt_tokens = completion_tokens = None
+    if kind == failures.OK:
+        text = None
+        try:
+            text = extract_text(cfg.style, body, cfg.json_path or None)
+        except AnswerError as e:
+            error = str(e)
+        if text is not None and item.expected_text is not None:
+            cer = character_error_rate(item.expected_text, text)  # an empty answer: 1.0
+        prompt_tokens, completion_tokens = extract_usage(body)
+        answer_kind = failures.classify_answer(text, cer)
+        kind = failures.answer_failure(answer_kind, cer, cfg.cer_fail_above)
+    error_text = ""
+    if kind or answer_kind:  # the evidence: the error, or the start of the answer the server gave
+        error_text = (error or body[:ERROR_TEXT_CHARS].decode("utf-8", "replace"))[:ERROR_TEXT_CHARS]
+    return _Verdict(kind, answer_kind, error_text, cer, prompt_tokens, completion_tokens)
