@@ -14,7 +14,7 @@ from analysis.estimate import (
     parse_levels,
     plan_levels,
 )
-from analysis.knee import Knee, find_knee, next_refine_level
+from analysis.knee import Knee, find_knee, next_refine_level, probe_level
 from analysis.loader import RunData, RunFolderError, load_run
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
@@ -52,6 +52,7 @@ __all__ = [
     "parse_levels",
     "plan_levels",
     "predicted_memory",
+    "probe_level",
     "recommend_config",
     "server_kind",
     "slo_level",

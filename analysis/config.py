@@ -70,7 +70,8 @@ def build_config(
     else:
         concurrency = level
         comments["server.max_concurrency"] = (
-            f"highest level measured, no knee yet (estimate {estimate.estimate}); test above {level}"
+            f"at least {level}: the highest level measured, no knee yet (estimate {estimate.estimate});"
+            f" test above {level}"
         )
     row = _row_at(table, level if level is not None else 1)
     p95_s = _num(row, "p95_ms") / 1000.0

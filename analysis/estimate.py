@@ -149,6 +149,28 @@ def estimate_from_baseline(
     """Pick the dimension from the data: GPU memory if one request visibly moves it, else the KV cache.
 
     `headroom` applies to the GPU-memory dimension, `kv_headroom` to the KV cache (see the module doc)."""
+    return cap_by_server(_estimate_from_baseline(requests, steps, gpu, server, headroom, total_mib, kv_headroom), server)
+
+
+def cap_by_server(estimate: Estimate, server: pd.DataFrame) -> Estimate:
+    """No more than the server's own `max_num_seqs` where it exports it: levels above it only queue."""
+    seqs = server["max_num_seqs"].dropna() if "max_num_seqs" in server.columns else pd.Series(dtype="float64")
+    if estimate.estimate is None or seqs.empty or estimate.estimate <= int(seqs.max()):
+        return estimate
+    cap = int(seqs.max())
+    reason = f"{estimate.reason}; capped at the server's max_num_seqs {cap} (it runs no more at once)"
+    return Estimate(**{**asdict(estimate), "estimate": cap, "reason": reason})
+
+
+def _estimate_from_baseline(
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    gpu: pd.DataFrame,
+    server: pd.DataFrame,
+    headroom: float,
+    total_mib: float | None,
+    kv_headroom: float,
+) -> Estimate:
     card = gpu_of(gpu)
     idle_idx, base_idx = _phase_steps(steps, "idle"), _phase_steps(steps, "baseline")
     idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()

@@ -1,26 +1,50 @@
-"""The knee: the first load level past which the server stops paying for more users.
+"""The knee: the smallest load level at which the server already gives nearly all the throughput it has.
 
-Algorithm (walk the measured "step" rows in level order; the baseline row, level 1, is the reference
-for the first step):
-1. Failures end the safe range. Step k is past the knee when its error rate exceeds `max_error_rate`
-   (default 0.01) or it has any OOM failure or any 5xx status (`server_error_codes`, default 500-599),
-   whatever its sample count.
-2. Latency knee. Step k is past the knee against the reference step p (the last trusted step that still
-   scaled, see b; so a slow creep over small steps adds up instead of hiding) when BOTH
-   a. its P95 rises clearly: p95_k / p95_p > `p95_rise_ratio` (default 1.25) AND the lower bound of
-      k's 95% P95 confidence interval is above the upper bound of p's (order statistics, see stats.py),
-      so noise between two similar steps never reads as a rise; and
-   b. throughput per added user falls away: (thr_k - thr_p) / (level_k - level_p) is below
-      `plateau_frac` (default 0.5) x thr_p / level_p, the throughput one user brought at step p.
-   A P95 jump while throughput still scales (batching) is not a knee; nor is a plateau without a
-   P95 jump (the load generator, not the server, stopped pushing).
-3. Noise guard. A step with fewer than `min_requests` (default 20) requests is flagged and not trusted
-   alone: it is neither a reference nor the recommendation, and it is the knee only when the next
-   trusted step confirms it (also past the knee against the same reference).
-Recommended level = the level of the last trusted step before the knee (the baseline's level 1 when
-the first step is already past it and the baseline was clean; none when even the baseline failed).
-No knee: say so and suggest doubling the highest level. When the knee and the last good level are more
-than 1 apart, `refine_between = (last_good, knee_level)`; `next_refine_level` bisects it.
+What "the knee" means. A closed-loop client with C users in flight gets throughput T(C). Up to the
+server's capacity T grows with C; past it T stays flat and every added user only waits (Little's law:
+latency = C / T grows linearly with C). Servers do not all bend sharply: continuous batching makes T(C)
+a smooth concave curve whose gain per added user shrinks slowly. So the knee is defined on the
+throughput curve, as the simulator's `truth()` defines it:
+
+    plateau      = the throughput of the clean levels (rule 1) at the top of the curve: the mean of those
+                   within two standard errors of the highest (the highest alone is the luckiest)
+    recommended  = the smallest clean level whose throughput reaches `knee_share` (0.95) of the plateau:
+                   the highest level that still paid for its users; past it, users only buy latency
+    knee         = the next measured level above it
+
+On a hockey-stick server with S slots this is S (for S <= 20: S - 1 users give (S - 1) / S < 95% of
+the plateau). On a smooth curve it is where the curve comes within 5% of its plateau; one level there
+moves throughput by a few percent, so noise can move the answer by one: rule 3 states by how much.
+
+Algorithm. Points: the baseline (level 1) and every "step" row, the latest per level, sorted by level.
+1. Failures end the safe range. A point fails when it has any OOM, or its failed requests (every kind
+   but requests cut at a step-down) number at least `min_failures` (2) and are more than
+   `max_error_rate` (1%) of its requests, or its answers got worse under load than in the baseline:
+   the share of bad answers (empty, unparseable, far from the expected text) exceeds the baseline's by
+   more than `max_answer_drop` (0.05) and by 3 standard errors. A mismatch present from the first
+   request is a format or model matter, shown in the report, never a failure. The lowest failing level
+   F bounds the clean points (those below it).
+2. The plateau is seen when a clean point below the highest already reaches 95% of the plateau: the
+   levels above it added under 5%. No gain-per-user bar: on a smooth curve the gain per added user
+   falls under half the average long before the curve flattens (a bar of 0.5 stopped climbing at 8
+   on a curve whose 95% point is 11). Then:
+   - plateau seen: recommended and knee as above (criterion "latency"), unless latency did not rise
+     with it (mean latency grew by less than a third of what Little's law requires at that throughput):
+     then the load generator, not the server, stopped pushing, and no knee is claimed;
+   - still scaling with a failing level F above: the knee is F (criterion "errors"), recommended the
+     highest clean level;
+   - still scaling and nothing failed: no knee yet; the answer is "at least" the highest level.
+   A point with fewer than `min_requests` (20) requests is flagged and never the plateau or the
+   recommendation (it can still fail: errors are errors). When only the baseline and a step far above
+   it are measured, throughput cannot tell slow scaling from a plateau: `probe_level` asks for half
+   the step first (the plan's downward search).
+3. Confidence. Each throughput has a batch-means standard error (steps.py). Rule 2 is rerun on `draws`
+   (400) throughputs drawn within those errors (a fixed seed keeps this pure); the 2.5% and 97.5%
+   quantiles of the recommended level are its 95% interval.
+4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
+   the smallest level reaching the plateau lies in (B, R]: bisect. When the knee is a failing level F
+   more than 1 above R, bisect (R, F). A concurrency limit the server shows (`server_limit`: requests
+   running that stop growing while others wait) inside the bracket is measured first.
 """
 
 from __future__ import annotations
@@ -29,15 +53,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 DEFAULTS: dict[str, Any] = {
     "max_error_rate": 0.01,
-    "p95_rise_ratio": 1.25,
-    "plateau_frac": 0.5,
+    "min_failures": 2,
+    "max_answer_drop": 0.05,
+    "knee_share": 0.95,
     "min_requests": 20,
-    "server_error_codes": (500, 599),
+    "draws": 400,
 }
+CUT_KIND = "cut"
+NEAR_SE = 2.0  # plateau points: within this many standard errors of the highest
 
 
 @dataclass(frozen=True)
@@ -49,8 +77,13 @@ class Knee:
     reason: str
     refine_between: tuple[int, int] | None = None
     first_step_is_knee: bool = False
-    criterion: str = ""  # "errors" | "latency" | "" when none
+    criterion: str = ""  # "errors" | "latency" | "driver" (the load generator's limit) | "" when none
     flagged_steps: tuple[int, ...] = field(default=())  # step indexes with too few requests
+    at_least: bool = False  # no knee within the measured levels: the recommendation is a lower bound
+    plateau_rps: float | None = None
+    confidence: tuple[int, int] | None = None  # 95% interval of the recommended level
+    server_limit: int | None = None  # requests the server runs at once at most, where it shows it
+    narrow_hint: str = ""  # what would narrow the interval
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,10 +96,16 @@ class Knee:
             "first_step_is_knee": self.first_step_is_knee,
             "criterion": self.criterion,
             "flagged_steps": list(self.flagged_steps),
+            "at_least": self.at_least,
+            "plateau_rps": self.plateau_rps,
+            "confidence": list(self.confidence) if self.confidence else None,
+            "server_limit": self.server_limit,
+            "narrow_hint": self.narrow_hint,
         }
 
 
-def _num(row: Any, name: str) -> float:
+def num(row: Any, name: str) -> float:
+    """A number from a step row; NaN when absent or not a number."""
     value = row.get(name) if isinstance(row, dict) else getattr(row, name, math.nan)
     try:
         return float(value) if value is not None else math.nan
@@ -74,156 +113,307 @@ def _num(row: Any, name: str) -> float:
         return math.nan
 
 
+def fmt(value: float, spec: str = ".0f", unit: str = "") -> str:
+    """A number for a sentence: "n/a" instead of nan, so no sentence ever says "nan ms"."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:{spec}}{unit}"
+
+
 def _count(row: dict[str, Any]) -> int:
-    value = _num(row, "requests")
+    value = num(row, "requests")
     return 0 if math.isnan(value) else int(value)
 
 
-def _failure(row: dict[str, Any], p: dict[str, Any]) -> str:
-    """Why this step's failures end the safe range, or "" when they do not."""
-    errors = row.get("errors") or {}
-    codes = row.get("status_codes") or {}
-    low, high = p["server_error_codes"]
-    server = sum(int(n) for c, n in codes.items() if low <= int(c) <= high)
-    oom = sum(int(n) for k, n in errors.items() if "oom" in str(k).lower())
-    rate = _num(row, "error_rate")
+def _answers_worse(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
+    share, n = num(row, "bad_answer_share"), num(row, "ok_requests")
+    base_share = 0.0 if base is None else num(base, "bad_answer_share")
+    base_n = 1.0 if base is None else num(base, "ok_requests")
+    if any(math.isnan(v) for v in (share, n, base_share, base_n)) or n <= 0 or base_n <= 0:
+        return ""
+    noise = 3.0 * math.sqrt(share * (1 - share) / n + base_share * (1 - base_share) / base_n)
+    if share - base_share <= max(p["max_answer_drop"], noise):
+        return ""
+    return f"bad answers {share:.0%} against {base_share:.0%} in the baseline (answers got worse under load)"
+
+
+def _failure(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
+    """Why this point's failures end the safe range, or "" when they do not."""
+    errors = {str(k): int(v) for k, v in (row.get("errors") or {}).items() if str(k) != CUT_KIND}
+    oom = sum(n for k, n in errors.items() if "oom" in k.lower())
+    failed = sum(errors.values())
+    counted = _count(row) - int(num(row, "cut_requests") if not math.isnan(num(row, "cut_requests")) else 0)
     parts = []
     if oom:
         parts.append(f"{oom} OOM failure(s)")
-    if server:
-        parts.append(f"{server} 5xx answer(s)")
-    if not math.isnan(rate) and rate > p["max_error_rate"]:
-        parts.append(f"error rate {rate:.1%} above {p['max_error_rate']:.1%}")
-    return ", ".join(parts)
+    if counted > 0 and failed >= p["min_failures"] and failed / counted > p["max_error_rate"]:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(errors.items(), key=lambda kv: -kv[1])[:3])
+        parts.append(f"{failed / counted:.1%} of requests failed ({kinds}), above {p['max_error_rate']:.0%}")
+    if row is not base:
+        worse = _answers_worse(row, base, p)
+        if worse:
+            parts.append(worse)
+    return "; ".join(parts)
 
 
-def _gain(row: dict[str, Any], ref: dict[str, Any]) -> tuple[float, float]:
-    """(throughput gained per added user from ref to row, throughput per user at ref); NaNs if unknown."""
-    thr, ref_thr = _num(row, "throughput_rps"), _num(ref, "throughput_rps")
-    added = int(row["level"]) - int(ref["level"])
-    if added <= 0 or math.isnan(thr) or math.isnan(ref_thr):
-        return math.nan, math.nan
-    return (thr - ref_thr) / added, ref_thr / int(ref["level"])
+def plateau_and_reach(thr: np.ndarray, se: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """(plateau, index of the first point reaching `share` of it) for each row of throughputs.
+
+    The plateau is the mean of the points within two standard errors of the highest, not the highest
+    alone: with several levels on a noisy plateau the highest is the luckiest, and 95% of it was more
+    than the plateau's own levels reached (on the family of curves in bench/curves.py, 1 standard
+    error let one low outlier on a noisy plateau push the answer to 5x the truth)."""
+    thr2 = np.atleast_2d(thr)
+    err = np.nan_to_num(np.broadcast_to(se, thr2.shape), nan=0.0)
+    best = thr2.argmax(axis=1)
+    rows = np.arange(thr2.shape[0])
+    top, top_err = thr2[rows, best][:, None], err[rows, best][:, None]
+    near = thr2 >= top - NEAR_SE * np.sqrt(err**2 + top_err**2)
+    plateau = (thr2 * near).sum(axis=1) / near.sum(axis=1)
+    first = (thr2 >= share * plateau[:, None]).argmax(axis=1)
+    return plateau, first
 
 
-def _scales(row: dict[str, Any], ref: dict[str, Any], p: dict[str, Any]) -> bool:
-    gain, per_user = _gain(row, ref)
-    return not math.isnan(gain) and gain >= p["plateau_frac"] * per_user
+def recommend(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any]) -> tuple[int, bool, float]:
+    """(recommended level, plateau seen, plateau rps) from clean, trusted points sorted by level (rule 2):
+    the plateau is seen when a point below the highest already reaches `knee_share` of it."""
+    plateau, first = plateau_and_reach(thr, se, p["knee_share"])
+    index = int(first[0])
+    return int(levels[index]), index < levels.size - 1, float(plateau[0])
 
 
-def _latency_rise(row: dict[str, Any], ref: dict[str, Any], p: dict[str, Any]) -> str:
-    """Words for a clear P95 rise with throughput falling away against `ref`, or "" when not."""
-    p95, ref_p95 = _num(row, "p95_ms"), _num(ref, "p95_ms")
-    low, ref_high = _num(row, "p95_ci_low_ms"), _num(ref, "p95_ci_high_ms")
-    gain, per_user = _gain(row, ref)
-    if any(math.isnan(v) for v in (p95, ref_p95, low, ref_high, gain)) or ref_p95 <= 0:
-        return ""
-    ratio = p95 / ref_p95
-    if ratio <= p["p95_rise_ratio"] or low <= ref_high or gain >= p["plateau_frac"] * per_user:
-        return ""
-    return (
-        f"P95 {p95:.0f} ms is {ratio:.2f}x level {ref['level']}'s {ref_p95:.0f} ms (CI low {low:.0f} ms above"
-        f" {ref_high:.0f} ms) while throughput gained {gain:.3f} rps per added user, below"
-        f" {p['plateau_frac']:.0%} of the {per_user:.3f} rps per user at level {ref['level']}"
-    )
+def _confidence(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any]) -> tuple[int, int]:
+    """95% interval of the recommended level under the throughputs' own errors (rule 3): rule 2 run on
+    every draw at once (one row of throughputs per draw)."""
+    rng = np.random.default_rng(0)
+    noise = np.nan_to_num(se, nan=0.0)
+    draws = np.maximum(thr + noise * rng.standard_normal((p["draws"], thr.size)), 0.0)
+    picks = levels[plateau_and_reach(draws, noise, p["knee_share"])[1]].astype(np.float64)
+    low, high = np.quantile(picks, [0.025, 0.975], method="inverted_cdf")
+    return int(low), int(high)
 
 
-def _clean(row: dict[str, Any] | None, p: dict[str, Any]) -> bool:
-    return row is not None and not _failure(row, p) and _count(row) > 0
+def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
+    """A level to measure below the highest before climbing on, or None.
+
+    With only the baseline (1 user) and a step far above it, throughput cannot tell a server still
+    scaling slowly from one long past its knee. When the highest step looks saturated (each user gets
+    under `saturated_frac` (0.5) of the baseline's throughput per user: users mostly wait) and no level
+    is measured between half of it and it, measuring half of it tells which: reaching 95% of the
+    highest's throughput puts the knee below (refinement then searches downward), else climbing goes on.
+    vLLM's KV-cache estimate can sit 30x above the compute knee: the first step is then far past it."""
+    p = {"saturated_frac": 0.5, **params}
+    if knee.found or knee.recommended_level is None or table.empty:
+        return None
+    points, baseline = _points(table)
+    top = next((r for r in points if int(r["level"]) == knee.recommended_level), None)
+    if top is None or baseline is None or int(top["level"]) < 4:
+        return None
+    level = int(top["level"])
+    per_user, base_per_user = num(top, "throughput_rps") / level, num(baseline, "throughput_rps")
+    if not per_user < p["saturated_frac"] * base_per_user:
+        return None
+    if any(level / 2 <= int(r["level"]) < level for r in points):
+        return None
+    return level // 2
+
+
+def _points(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """(the baseline and step rows, the latest per level, sorted by level; the baseline row)."""
+    rows = [] if table.empty else table.to_dict("records")
+    base_rows = [r for r in rows if r["phase"] == "baseline"]
+    baseline = base_rows[-1] if base_rows else None
+    latest: dict[int, dict[str, Any]] = {}
+    for row in sorted((r for r in rows if r["phase"] == "step"), key=lambda r: int(r["step_index"])):
+        latest[int(row["level"])] = row
+    if baseline is not None and int(baseline["level"]) not in latest:
+        latest[int(baseline["level"])] = baseline
+    return [latest[k] for k in sorted(latest)], baseline
+
+
+def server_limit(table: pd.DataFrame) -> int | None:
+    """Requests the server runs at once at most, where it shows it: the most requests running stays the
+    same at two or more steps while other requests wait (vllm:num_requests_running / _waiting)."""
+    if table.empty or "server_running_max" not in table.columns:
+        return None
+    rows = table[(table["phase"] == "step") & (table["server_waiting_max"].astype(float) > 0)]
+    running = rows["server_running_max"].astype(float).dropna().round()
+    if running.empty:
+        return None
+    top = running.max()
+    return int(top) if top >= 1 and int((running == top).sum()) >= 2 else None
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """What rules 1-2 found on the points, before words."""
+
+    points: list[dict[str, Any]]
+    baseline: dict[str, Any] | None
+    clean: list[dict[str, Any]]  # trusted points below the first failure
+    failing: dict[str, Any] | None
+    failure: str
+
+
+def _walk(table: pd.DataFrame, p: dict[str, Any]) -> _Walk:
+    points, baseline = _points(table)
+    failing, failure = None, ""
+    for row in points:
+        why = _failure(row, baseline, p)
+        if why:
+            failing, failure = row, why
+            break
+    bound = int(failing["level"]) if failing is not None else math.inf
+    clean = [r for r in points if int(r["level"]) < bound and _count(r) >= p["min_requests"]]
+    return _Walk(points, baseline, clean, failing, failure)
 
 
 def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
-    """Walk the step table (see the module docstring); params override DEFAULTS."""
+    """Rules 1-4 of the module docstring; params override DEFAULTS."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"find_knee: unknown parameter(s) {', '.join(sorted(unknown))}")
     p = {**DEFAULTS, **params}
-    rows = [] if table.empty else table.to_dict("records")
-    base_rows = [r for r in rows if r["phase"] == "baseline"]
-    baseline = base_rows[-1] if base_rows else None
-    walk = sorted(
-        (r for r in rows if r["phase"] == "step"), key=lambda r: (int(r["level"]), int(r["step_index"]))
-    )
-    flagged = tuple(int(r["step_index"]) for r in walk if _count(r) < p["min_requests"])
-    if not walk:
-        return Knee(
-            False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged
-        )
-    ref = baseline if _clean(baseline, p) else None
-    last_good: dict[str, Any] | None = None
-    pending: tuple[dict[str, Any], str] | None = None
-    for position, row in enumerate(walk):
-        trusted = _count(row) >= p["min_requests"]
-        failure = _failure(row, p)
-        if failure:
-            return _knee(row, "errors", failure, last_good, baseline, position == 0, p, flagged)
-        rise = _latency_rise(row, ref, p) if ref is not None else ""
-        if rise and not trusted:
-            pending = pending or (row, rise)
-            continue
-        if rise:
-            knee_row, words = (
-                (pending[0], f"{pending[1]}; confirmed by level {row['level']}") if pending else (row, rise)
-            )
-            first = knee_row is walk[0]
-            return _knee(knee_row, "latency", words, last_good, baseline, first, p, flagged)
-        pending = None
-        if trusted:
-            last_good = row
-            if ref is None or _scales(row, ref, p):
-                ref = row  # the reference is the last step that still paid for its users
-    if pending is not None:
-        row = pending[0]
-        return Knee(
-            False, None, None, None if last_good is None else int(last_good["level"]),
-            f"level {row['level']} looks past the knee ({pending[1]}) but has only {row['requests']} requests"
-            f" (< {p['min_requests']}): rerun it with a longer measured window",
-            flagged_steps=flagged,
-        )  # fmt: skip
-    if last_good is None:
-        return Knee(False, None, None, None, f"every step has fewer than {p['min_requests']} requests: "
-                    "lengthen the measured window", flagged_steps=flagged)  # fmt: skip
-    top = int(last_good["level"])
+    steps = [] if table.empty else table[table["phase"] == "step"].to_dict("records")
+    flagged = tuple(int(r["step_index"]) for r in steps if _count(r) < p["min_requests"])
+    if not steps:
+        return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)
+    w = _walk(table, p)
+    limit = server_limit(table)
+    if not w.clean:
+        return _no_clean_level(w, p, flagged, limit)
+    levels = np.array([int(r["level"]) for r in w.clean], dtype=np.int64)
+    thr = np.array([num(r, "throughput_rps") for r in w.clean], dtype=np.float64)
+    thr = np.nan_to_num(thr, nan=0.0)
+    se = np.array([num(r, "throughput_se_rps") for r in w.clean], dtype=np.float64)
+    rec, plateau, peak = recommend(levels, thr, se, p)
+    if plateau:
+        return _plateau_knee(w, rec, peak, _confidence(levels, thr, se, p), flagged, limit)
+    top = w.clean[-1]
+    if w.failing is not None:
+        return _error_knee(w, top, p, flagged, limit)
+    gain = (thr[-1] - thr[-2]) / (levels[-1] - levels[-2]) if levels.size > 1 else math.nan
     return Knee(
-        False, None, None, top,
-        f"no knee: the highest level {top} still scales (P95 {_num(last_good, 'p95_ms'):.0f} ms,"
-        f" {_num(last_good, 'throughput_rps'):.2f} rps): try levels up to {2 * top}",
-        flagged_steps=flagged,
+        False, None, None, rec,
+        f"no knee yet: the highest level {rec} still scales ({fmt(thr[-1], '.2f')} rps,"
+        f" {fmt(gain, '+.2f')} rps per added user): the server takes at least {rec}; measure up to {2 * rec}",
+        flagged_steps=flagged, at_least=True, server_limit=limit,
     )  # fmt: skip
 
 
-def _knee(
-    row: dict[str, Any],
-    criterion: str,
-    words: str,
-    last_good: dict[str, Any] | None,
-    baseline: dict[str, Any] | None,
-    first: bool,
-    p: dict[str, Any],
-    flagged: tuple[int, ...],
-) -> Knee:
-    level = int(row["level"])
-    head = f"knee at level {level} (step {row['step_index']}): {words}"
-    if last_good is not None:
-        good: int | None = int(last_good["level"])
-        reason = f"{head}; recommended level {good}, the last step before it"
-    elif _clean(baseline, p) and level > 1:
-        good = 1
-        reason = f"{head}; the first step is already past the knee: recommended the baseline's level 1"
+def _no_clean_level(w: _Walk, p: dict[str, Any], flagged: tuple[int, ...], limit: int | None) -> Knee:
+    failing = w.failing
+    if failing is None:
+        return Knee(False, None, None, None, f"every step has fewer than {p['min_requests']} requests: "
+                    "lengthen the measured window", flagged_steps=flagged, server_limit=limit)  # fmt: skip
+    level = int(failing["level"])
+    if failing is w.baseline:
+        why = f"the baseline itself failed at one user ({w.failure}): no safe level, fix the server first"
     else:
-        good = None
-        reason = f"{head}; the server is saturated at one user: no safe level, fix the server first"
-    refine = (good, level) if good is not None and level - good > 1 else None
-    return Knee(True, int(row["step_index"]), level, good, reason, refine, first, criterion, flagged)
+        why = f"knee at level {level}: {w.failure}; no level below it has {p['min_requests']} clean requests"
+    return Knee(True, int(failing["step_index"]), level, None, why, None, True, "errors", flagged,
+                server_limit=limit)  # fmt: skip
+
+
+def _error_knee(w: _Walk, top: dict[str, Any], p: dict[str, Any], flagged: tuple[int, ...],
+                limit: int | None) -> Knee:  # fmt: skip
+    failing = w.failing
+    assert failing is not None
+    level, good = int(failing["level"]), int(top["level"])
+    first = failing is next(r for r in w.points if r["phase"] == "step")
+    reason = (
+        f"knee at level {level} (step {failing['step_index']}): {w.failure}; recommended {good}, the highest"
+        f" level below it, which still paid for its users ({fmt(num(top, 'throughput_rps'), '.2f')} rps)"
+    )
+    refine = (good, level) if level - good > 1 else None
+    return Knee(True, int(failing["step_index"]), level, good, reason, refine, first, "errors", flagged,
+                server_limit=limit)  # fmt: skip
+
+
+def _driver_limited(lo: dict[str, Any], hi: dict[str, Any]) -> str:
+    """Words when throughput stopped growing from lo to hi but latency did not rise as Little's law
+    requires (latency = users / throughput): the users were not all in flight, the driver was the limit."""
+    t_lo, t_hi = num(lo, "throughput_rps"), num(hi, "throughput_rps")
+    m_lo, m_hi = num(lo, "mean_ms"), num(hi, "mean_ms")
+    if any(math.isnan(v) or v <= 0 for v in (t_lo, t_hi, m_lo, m_hi)):
+        return ""
+    expected = (int(hi["level"]) / t_hi) / (int(lo["level"]) / t_lo)
+    observed = m_hi / m_lo
+    if expected < 1.5 or observed - 1 >= (expected - 1) / 3:
+        return ""
+    return (
+        f"throughput stopped growing from level {lo['level']} to {hi['level']} but mean latency went only"
+        f" {observed:.2f}x (Little's law expects {expected:.2f}x at that throughput): the users were not"
+        " all in flight, so the load generator (driver CPU or network) is the limit, not the server;"
+        " add workers or driver machines"
+    )
+
+
+def _plateau_knee(
+    w: _Walk,
+    rec: int,
+    peak: float,
+    confidence: tuple[int, int],
+    flagged: tuple[int, ...],
+    limit: int | None,
+) -> Knee:
+    rec_row = next(r for r in w.clean if int(r["level"]) == rec)
+    below = [r for r in w.points if int(r["level"]) < rec]
+    above = [r for r in w.points if int(r["level"]) > rec]
+    lower = below[-1] if below else None
+    driver = _driver_limited(lower if lower is not None else rec_row, w.clean[-1])
+    if driver:
+        return Knee(False, None, None, rec, driver, criterion="driver", flagged_steps=flagged, at_least=True,
+                    plateau_rps=peak, server_limit=limit)  # fmt: skip
+    words = [f"level {rec} reaches {num(rec_row, 'throughput_rps') / peak:.0%} of the plateau {peak:.2f} rps"]
+    if lower is not None:
+        words.append(f"level {lower['level']} only {num(lower, 'throughput_rps') / peak:.0%}")
+    knee_row = above[0] if above else None
+    if knee_row is not None:
+        words.insert(0, _knee_words(knee_row, rec_row, w))
+    refine = (int(lower["level"]), rec) if lower is not None and rec - int(lower["level"]) > 1 else None
+    if refine:
+        words.append(f"the smallest level that reaches it lies in {refine[0] + 1}..{rec}")
+    low, high = confidence
+    hint = "a longer measured window (STEP_S) narrows it: throughput errors shrink with its square root"
+    head = f"recommended {rec} ({low}-{high} at 95%)" if high > low else f"recommended {rec}"
+    first_step = next(r for r in w.points if r["phase"] == "step")
+    first = knee_row is first_step
+    return Knee(
+        True, int(knee_row["step_index"]) if knee_row is not None else None,
+        int(knee_row["level"]) if knee_row is not None else None, rec,
+        f"{head}: " + "; ".join(words), refine, bool(first), "latency", flagged,
+        plateau_rps=peak, confidence=confidence, server_limit=limit, narrow_hint=hint if high > low else "",
+    )  # fmt: skip
+
+
+def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: _Walk) -> str:
+    """What happened at the knee level against the recommended one."""
+    level, rec = knee_row["level"], rec_row["level"]
+    if knee_row is w.failing:
+        return f"knee at level {level} (step {knee_row['step_index']}): {w.failure}"
+    t_k, t_r = num(knee_row, "throughput_rps"), num(rec_row, "throughput_rps")
+    p_k, p_r = num(knee_row, "p95_ms"), num(rec_row, "p95_ms")
+    gain = (t_k / t_r - 1) if t_r > 0 else math.nan
+    rise = p_k / p_r if p_r > 0 else math.nan
+    return (
+        f"knee at level {level} (step {knee_row['step_index']}): throughput {fmt(t_k, '.2f')} rps is"
+        f" {fmt(gain, '+.0%')} over level {rec}'s {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"
+        f" ({fmt(p_r)} -> {fmt(p_k)} ms)"
+    )
 
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
-    """The bisection midpoint between the last good level and the knee; None when adjacent or measured."""
+    """The next level to measure inside `refine_between`: the server's own limit when it lies inside and
+    is unmeasured, else the bisection midpoint; None when the bracket is adjacent or measured."""
     if knee.refine_between is None:
         return None
-    good, bad = knee.refine_between
-    mid = (good + bad) // 2
-    if mid <= good or mid >= bad:
-        return None
+    low, high = knee.refine_between
     measured = set() if table.empty else {int(v) for v in table.loc[table["phase"] == "step", "level"]}
+    limit = knee.server_limit
+    if limit is not None and low < limit < high and limit not in measured:
+        return limit
+    mid = (low + high) // 2
+    if mid <= low or mid >= high:
+        return None
     return None if mid in measured else mid

@@ -27,13 +27,18 @@ SERVER_ERROR_KINDS = ("oom",)  # failure kinds that mean the server broke, whate
 
 STEP_COLUMNS = [
     "step_index", "phase", "level", "status", "t_start_unix_s", "t_end_unix_s", "duration_s",
-    "requests", "ok_requests", "failed_requests", "error_rate", "throughput_rps",
-    "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "p95_all_ms", "p95_ci_low_ms", "p95_ci_high_ms",
-    "errors", "status_codes", "cer_mean", "ttft_p50_ms", "ttft_p95_ms",
+    "requests", "ok_requests", "failed_requests", "cut_requests", "error_rate",
+    "throughput_rps", "throughput_se_rps", "throughput_ci_low_rps", "throughput_ci_high_rps",
+    "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "latency_cv", "p95_all_ms", "p95_ci_low_ms",
+    "p95_ci_high_ms", "errors", "status_codes", "cer_mean", "cer_median", "bad_answers", "bad_answer_share",
+    "ttft_p50_ms", "ttft_p95_ms",
     "gpu_mem_peak_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
-    "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_waiting_max",
-    "kv_cache_peak_frac", "preemptions",
+    "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
+    "server_waiting_max", "kv_cache_peak_frac", "preemptions",
 ]  # fmt: skip
+THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
+_T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
+CUT_KIND = "cut"  # a request in flight when Locust stopped its user at a step-down: slow, not failed
 BUCKET_COLUMNS = ["step_index", "level", "bucket", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps"]
 
 
@@ -49,46 +54,73 @@ def _failure_label(kind: str, code: int) -> str:
     return f"http_{code}" if code else "unknown"
 
 
-def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
-    if rows.size == 0:
-        empty = np.empty(0)
-        return {"requests": 0, "ok_requests": 0, "failed_requests": 0, "error_rate": math.nan,
-                "p50_ms": math.nan, "p95_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan,
-                "mean_ms": math.nan, "p95_all_ms": math.nan, "p95_ci_low_ms": math.nan,
-                "p95_ci_high_ms": math.nan, "errors": {}, "status_codes": {}, "cer_mean": _stat(empty, "mean"),
-                "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan}  # fmt: skip
-    part = req.iloc[rows]
-    ok = part["ok"].to_numpy(dtype=bool)
-    latency = part["latency_ms"].to_numpy(dtype=np.float64)
-    good = np.sort(latency[ok])
-    ci_low, ci_high = quantile_ci(good, 0.95)
-    failed = part[~ok]
+_EMPTY_REQUEST_COLUMNS: dict[str, Any] = {
+    "requests": 0, "ok_requests": 0, "failed_requests": 0, "cut_requests": 0, "error_rate": math.nan,
+    "p50_ms": math.nan, "p95_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "mean_ms": math.nan,
+    "latency_cv": math.nan, "p95_all_ms": math.nan, "p95_ci_low_ms": math.nan, "p95_ci_high_ms": math.nan, "errors": {},
+    "status_codes": {}, "cer_mean": math.nan, "cer_median": math.nan, "bad_answers": 0,
+    "bad_answer_share": math.nan, "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan,
+}  # fmt: skip
+
+
+def _error_counts(failed: pd.DataFrame) -> dict[str, int]:
     errors: dict[str, int] = {}
     pairs = failed.groupby([failed["failure_kind"].astype(str), "status_code"], observed=True).size()
     for (kind, code), count in pairs.items():
         label = _failure_label(str(kind), int(code))
         errors[label] = errors.get(label, 0) + int(count)
+    return dict(sorted(errors.items()))
+
+
+def _answer_columns(part: pd.DataFrame, ok: np.ndarray) -> dict[str, Any]:
+    """CER of the answers and how many answers were bad (empty, unparseable, far from the text)."""
+    cer = part["cer"].to_numpy(dtype=np.float64)
+    cer = cer[~np.isnan(cer)]
+    bad = 0
+    if "answer_kind" in part.columns:
+        kinds = part["answer_kind"].astype(object).fillna("").astype(str).to_numpy()
+        bad = int((ok & (kinds != "") & (kinds != "nan")).sum())
+    answered = int(ok.sum())
+    return {
+        "cer_mean": _stat(cer, "mean"),
+        "cer_median": _stat(cer, "median"),
+        "bad_answers": bad,
+        "bad_answer_share": bad / answered if answered else math.nan,
+    }
+
+
+def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
+    if rows.size == 0:
+        return dict(_EMPTY_REQUEST_COLUMNS)
+    part = req.iloc[rows]
+    ok = part["ok"].to_numpy(dtype=bool)
+    cut = (part["failure_kind"].astype(str) == CUT_KIND).to_numpy()
+    latency = part["latency_ms"].to_numpy(dtype=np.float64)
+    good = np.sort(latency[ok])
+    ci_low, ci_high = quantile_ci(good, 0.95)
+    failed = ~ok & ~cut  # a request cut at a step-down is slow (its latency counts in p95_all), not failed
+    counted = int(rows.size - cut.sum())
     codes = part["status_code"].value_counts()
     ttft = part.loc[ok, "ttft_ms"].to_numpy(dtype=np.float64)
     ttft = ttft[~np.isnan(ttft)]
-    cer = part["cer"].to_numpy(dtype=np.float64)
-    cer = cer[~np.isnan(cer)]
     return {
         "requests": int(rows.size),
         "ok_requests": int(ok.sum()),
-        "failed_requests": int((~ok).sum()),
-        "error_rate": float((~ok).sum()) / rows.size,
+        "failed_requests": int(failed.sum()),
+        "cut_requests": int(cut.sum()),
+        "error_rate": float(failed.sum()) / counted if counted else math.nan,
         "p50_ms": percentile(good, 50),
         "p95_ms": percentile(good, 95),
         "p99_ms": percentile(good, 99),
         "max_ms": _stat(good, "max"),
         "mean_ms": _stat(good, "mean"),
+        "latency_cv": float(good.std(ddof=1) / good.mean()) if good.size > 1 and good.mean() > 0 else math.nan,
         "p95_all_ms": percentile(latency, 95),
         "p95_ci_low_ms": ci_low,
         "p95_ci_high_ms": ci_high,
-        "errors": dict(sorted(errors.items())),
+        "errors": _error_counts(part[failed]),
         "status_codes": {str(int(c)): int(n) for c, n in sorted(codes.items())},
-        "cer_mean": _stat(cer, "mean"),
+        **_answer_columns(part, ok),
         "ttft_p50_ms": percentile(ttft, 50),
         "ttft_p95_ms": percentile(ttft, 95),
     }
@@ -142,6 +174,31 @@ def window_throughput(shares: np.ndarray, t0: float, t1: float) -> float:
     return float(shares.sum()) / duration if duration > 0 else math.nan
 
 
+def throughput_with_error(
+    intervals: WindowShares, t0: float, t1: float, latency_ms: FloatArray
+) -> dict[str, float]:
+    """The step's throughput with its standard error and 95% interval.
+
+    Two estimates of the error, the larger kept: batch means (the window cut into THROUGHPUT_BATCHES
+    parts, the spread of their throughputs) and renewal theory (each user's completions are a renewal
+    process: relative error = CV of latency / sqrt(answers)). Batch means alone understate it when a
+    request lasts longer than a batch, since a request's share spreads over the batches it spans. Without
+    an error, a 3% dip at one level (the size of a counting error once fixed here) moved the knee by 4."""
+    total = window_throughput(intervals.shares(t0, t1)[1], t0, t1)
+    edges = np.linspace(t0, t1, THROUGHPUT_BATCHES + 1)
+    parts = np.array([window_throughput(intervals.shares(a, b)[1], a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+    parts = parts[~np.isnan(parts)]
+    if parts.size < 2 or math.isnan(total) or latency_ms.size < 2:
+        return {"throughput_rps": total, "throughput_se_rps": math.nan,
+                "throughput_ci_low_rps": math.nan, "throughput_ci_high_rps": math.nan}  # fmt: skip
+    batch_se = float(parts.std(ddof=1)) / math.sqrt(parts.size)
+    renewal_se = total * float(latency_ms.std(ddof=1) / latency_ms.mean()) / math.sqrt(latency_ms.size)
+    se = max(batch_se, renewal_se)
+    half = 1.96 * se if renewal_se >= batch_se else _T_975[parts.size] * se
+    return {"throughput_rps": total, "throughput_se_rps": se,
+            "throughput_ci_low_rps": max(0.0, total - half), "throughput_ci_high_rps": total + half}  # fmt: skip
+
+
 def _indices(frame: pd.DataFrame) -> dict[int, np.ndarray]:
     if frame.empty:
         return {}
@@ -167,6 +224,8 @@ def step_table(run: RunData) -> pd.DataFrame:
     gpu_host = host[host["host_role"] == "gpu"].reset_index(drop=True)
     driver_idx, gpu_host_idx = _indices(driver_host), _indices(gpu_host)
     intervals = WindowShares(req)
+    latency_ms = req["latency_ms"].to_numpy(dtype=np.float64) if not req.empty else np.empty(0)
+    ok = req["ok"].to_numpy(dtype=bool) if not req.empty else np.empty(0, dtype=bool)
     rows: list[dict[str, Any]] = []
     for step in measured_steps(run.steps).itertuples(index=False):
         index = int(step.step_index)
@@ -177,8 +236,10 @@ def step_table(run: RunData) -> pd.DataFrame:
             "t_start_unix_s": float(step.t_start_unix_s), "t_end_unix_s": float(step.t_end_unix_s),
             "duration_s": duration,
         }  # fmt: skip
-        row.update(_request_columns(req, req_idx.get(index, np.empty(0, dtype=np.int64))))
-        row["throughput_rps"] = window_throughput(intervals.shares(t0, t1)[1], t0, t1)
+        own = req_idx.get(index, np.empty(0, dtype=np.int64))
+        row.update(_request_columns(req, own))
+        ok_latency = latency_ms[own][ok[own]] if own.size else np.empty(0)
+        row.update(throughput_with_error(intervals, t0, t1, ok_latency))
         mem = _column(card, gpu_idx.get(index), "mem_used_mib")
         util = _column(card, gpu_idx.get(index), "util_pct")
         row["gpu_mem_peak_mib"] = _stat(mem, "max")
@@ -189,7 +250,9 @@ def step_table(run: RunData) -> pd.DataFrame:
         row["driver_cpu_mean_pct"] = _stat(_column(driver_host, driver_idx.get(index), "cpu_pct"), "mean")
         row["gpu_host_cpu_mean_pct"] = _stat(_column(gpu_host, gpu_host_idx.get(index), "cpu_pct"), "mean")
         srv = server_idx.get(index)
-        row["server_running_mean"] = _stat(_column(server, srv, "num_requests_running"), "mean")
+        running = _column(server, srv, "num_requests_running")
+        row["server_running_mean"] = _stat(running, "mean")
+        row["server_running_max"] = _stat(running, "max")
         row["server_waiting_max"] = _stat(_column(server, srv, "num_requests_waiting"), "max")
         row["kv_cache_peak_frac"] = _stat(_column(server, srv, "kv_cache_usage_frac"), "max")
         row["preemptions"] = _positive_increase(_column(server, srv, "num_preemptions_total"))

@@ -124,6 +124,18 @@ def missing_parts(run: RunData) -> list[str]:
     return missing
 
 
+def answer_text(knee: Knee) -> str | None:
+    """The answer as a person reads it: "10", "10; 9-11 at 95%", or "at least 16" when no knee showed."""
+    level = knee.recommended_level
+    if level is None:
+        return None
+    if knee.at_least:
+        return f"at least {level}"
+    if knee.confidence and knee.confidence[0] != knee.confidence[1]:
+        return f"{level}; {knee.confidence[0]}-{knee.confidence[1]} at 95%"
+    return str(level)
+
+
 @dataclass(frozen=True)
 class Analysis:
     """Everything one analysis computed: the summary plus the objects the writers need."""
@@ -192,6 +204,7 @@ def analyze_run(
         "buckets": buckets.to_dict("records"),
         "knee": knee.to_dict(),
         "recommended_level": knee.recommended_level,
+        "answer": answer_text(knee),
         "diagnosis": diagnosis.to_dict(),
         "config": config,
         "soak": soak_trend(run.gpu, run.steps, run.manifest),

@@ -192,10 +192,9 @@ def parse_server_metrics(text: str, values_out: dict[str, float] | None = None) 
             sums[name] = sums.get(name, 0.0) + value
         elif name in VLLM_KV_USAGE:
             kv_usage.setdefault(name, []).append(value)
-        if "kv_cache_size_tokens" in labels:
-            tokens = _label_float(labels["kv_cache_size_tokens"])
-            if tokens is not None:
-                kv_tokens.append(tokens)
+        tokens = _kv_tokens(labels)
+        if tokens is not None:
+            kv_tokens.append(tokens)
         if "max_num_seqs" in labels:
             seqs = _label_float(labels["max_num_seqs"])
             if seqs is not None:
@@ -213,6 +212,18 @@ def parse_server_metrics(text: str, values_out: dict[str, float] | None = None) 
         kv_cache_size_tokens=_finite(sum(kv_tokens)) if kv_tokens else None,
         max_num_seqs=_finite(max(max_seqs)) if max_seqs else None,
     )
+
+
+def _kv_tokens(labels: dict[str, str]) -> float | None:
+    """KV-cache size in tokens from an info series: kv_cache_size_tokens, else num_gpu_blocks x block_size
+    (vLLM versions that do not label the size in tokens)."""
+    if "kv_cache_size_tokens" in labels:
+        return _label_float(labels["kv_cache_size_tokens"])
+    if "num_gpu_blocks" in labels and "block_size" in labels:
+        blocks, size = _label_float(labels["num_gpu_blocks"]), _label_float(labels["block_size"])
+        if blocks is not None and size is not None:
+            return blocks * size
+    return None
 
 
 def _label_float(text: str) -> float | None:

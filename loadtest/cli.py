@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--profile", default="pytorch-24g")
     demo.add_argument("--simulator-args", default="", help="extra simulator flags, e.g. '--gateway-slots 6'")
     demo.set_defaults(
-        ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=2.0, ocr_cooldown_s=10.0, ocr_refine_budget=2
+        ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=2.0, ocr_cooldown_s=10.0
     )
     ui = sub.choices["ui"]
     ui.add_argument("--web-host", default="127.0.0.1")

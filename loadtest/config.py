@@ -56,7 +56,8 @@ class RunConfig:
     soak_s: float = 600.0
     headroom: float = 0.7
     refine: bool = True
-    refine_budget: int = 3
+    refine_budget: int = 12  # a safety cap: refinement goes on until the answer is exact (adjacent levels)
+    climb_budget: int = 3  # levels doubled past the plan when no knee shows within it
     request_timeout_s: float = 120.0
     ready_wait_s: float = 30.0  # how long to wait for a server that answers 503 while it starts
     retry_max_attempts: int = 4
@@ -177,8 +178,9 @@ FIELD_HELP = {
     "cooldown_min_s": "shortest cooldown after a step",
     "soak_s": "seconds SCENARIO=soak holds its level",
     "headroom": "fraction of GPU memory the estimate may plan for",
-    "refine": "bisect between the last good level and the knee",
-    "refine_budget": "most extra levels the bisection may measure",
+    "refine": "bisect until the answer is exact: the smallest level that reaches the plateau, between adjacent levels",
+    "refine_budget": "most extra levels the refinement may measure (a safety cap; it stops once levels are adjacent)",
+    "climb_budget": "when no knee shows within the planned levels, most levels added by doubling the highest",
     "request_timeout_s": "a request with no whole answer by then fails as a timeout",
     "ready_wait_s": "how long to wait for a server that answers 503 while it starts",
     "retry_max_attempts": "attempts per request with SCENARIO=retry",

@@ -21,7 +21,8 @@ import analysis
 from gpu_sampler import GpuMonitor
 from loadtest import failures
 from loadtest.config import RunConfig
-from loadtest.plan import LevelChoice, PhaseSpec, choose_levels, plan_phases, stop_climbing
+from loadtest.live import LiveSteps
+from loadtest.plan import LevelChoice, PhaseSpec, choose_levels, expected_minutes, plan_phases, refine_guess
 from loadtest.state import STATE, StepTag
 from runfolder import (
     EVENTS_FILE,
@@ -45,7 +46,8 @@ from runfolder import (
 
 log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
-SERVER_DOWN_KINDS = (failures.CONNECTION, failures.TIMEOUT, failures.OOM, failures.HTTP_5XX)
+# only a server that stops answering is down; fast 5xx/OOM answers are a knee, which the plan handles
+SERVER_DOWN_KINDS = (failures.CONNECTION, failures.TIMEOUT)
 
 
 def progress(line: str) -> None:
@@ -89,7 +91,10 @@ class Controller:
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
         self.finished = False
-        self._plan = plan_phases(cfg, self._choose_levels, self._knee_reached, self._refine_level)
+        self.live = LiveSteps()
+        self._plan = plan_phases(
+            cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level
+        )
         self._last_progress = 0.0
         # live view (web UI panel): bounded
         self.estimate: dict[str, Any] | None = None
@@ -104,6 +109,7 @@ class Controller:
     # --- inputs ------------------------------------------------------------------------
     def on_rows(self, rows: list[RequestRow]) -> None:
         self.requests.append(rows)
+        self.live.add_rows(rows)
         for row in rows:
             self.rows_per_step[row.step_index] += 1
             if row.step_index == self.step_index:
@@ -134,6 +140,7 @@ class Controller:
 
     def on_server(self, samples: list[ServerSample]) -> None:
         self.server.append(samples)
+        self.live.add_server(samples)
         if samples:
             self.last_server = samples[-1]
 
@@ -164,7 +171,10 @@ class Controller:
             return None
         if spec.phase in MEASURED and now - self._last_progress >= 5:
             self._print_live(elapsed)
-        done = elapsed >= spec.min_s and self.rows_per_step[self.step_index] >= spec.min_requests
+        rows = self.rows_per_step[self.step_index]
+        done = elapsed >= spec.min_s and rows >= spec.min_requests
+        if spec.target_requests and rows < spec.target_requests and elapsed < spec.target_max_s:
+            done = False  # a noisy server: more requests for a precise throughput (plan.target_requests)
         if spec.phase == Phase.COOLDOWN:
             done = done and user_count == 0 and self._memory_settled()
         if done or elapsed >= spec.max_s:
@@ -184,8 +194,8 @@ class Controller:
         """Why the run must end because the server stopped answering, or "" while it answers."""
         if self.failures_in_a_row >= self.cfg.abort_after_failures:
             return (
-                f"{self.failures_in_a_row} requests in a row failed (connection, timeout, OOM or 5xx):"
-                " the server looks down; run ended"
+                f"{self.failures_in_a_row} requests in a row failed (refused or reset connections,"
+                " timeouts): the server looks down; run ended"
             )
         # a hung server fails slowly (one timeout per user at a time): also end on a long silence
         silence_s = max(60.0, 3 * self.cfg.request_timeout_s)
@@ -234,6 +244,7 @@ class Controller:
         note = self.aborted or self.phase_degraded or spec.note  # the report shows why a step ended early
         row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note)
         self.steps.append([row])
+        self.live.close(row)
         if spec.phase in MEASURED:
             self.measured_levels.append(spec.level)
             self._print_live(now - self.phase_start, final=True)
@@ -310,32 +321,53 @@ class Controller:
             self._update_manifest(estimate=self.estimate)
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
-        choice = choose_levels(cfg, estimate)
+        choice = choose_levels(cfg, estimate, self._baseline_cv())
         self.choice = choice
         self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
-        progress(f"levels: {', '.join(map(str, choice.levels))} ({choice.why})")
+        refine = refine_guess(choice.levels) if cfg.refine else 0
+        minutes = expected_minutes(cfg, len(choice.levels) + refine)
+        progress(
+            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee, then"
+            f" about {refine} refinement level(s): about {minutes:.0f} min at most"
+        )
         return choice
 
-    def _knee(self) -> tuple[Any, Any] | None:
+    def _baseline_cv(self) -> float | None:
+        """The baseline's latency CV, from the running totals: how noisy the server is."""
         try:
-            run = self._load()
-            table = analysis.step_table(run)
+            table = self.live.table()
+            base = table[table["phase"] == "baseline"]
+            return None if base.empty else float(base["latency_cv"].iloc[-1])
+        except Exception as exc:
+            self.event("warning", f"could not read the baseline's latency spread: {exc}")
+            return None
+
+    def _knee(self) -> tuple[Any, Any] | None:
+        """The step table from the running totals and the knee on it (no run folder reload)."""
+        try:
+            table = self.live.table()
             return table, analysis.find_knee(table)
         except Exception as exc:
             self.event("warning", f"could not evaluate the knee: {exc}")
             return None
 
-    def _knee_reached(self) -> bool:
-        """Stop climbing when going higher only hurts: failures past the knee, or the doubling plan's knee."""
+    def _knee_now(self) -> Any:
         found = self._knee()
         if found is None:
-            return False
-        table, knee = found
-        if not knee.found:
-            return False
-        return stop_climbing(table, knee, self.choice is not None and self.choice.climb_until_knee)
+            return None
+        knee = found[1]
+        if knee.found:
+            self.event("knee", f"past the knee, climbing stops: {knee.reason}")
+        return knee
+
+    def _probe_level(self) -> int | None:
+        found = self._knee()
+        level = None if found is None else analysis.probe_level(*found)
+        if level is not None:
+            self.event("probe", f"the highest level looks saturated: measuring {level} below it first")
+        return level
 
     def _refine_level(self) -> int | None:
         found = self._knee()
@@ -345,7 +377,8 @@ class Controller:
         level = analysis.next_refine_level(table, knee)
         if level is not None:
             self._refined += 1
-            self.event("refine", f"knee between {knee.refine_between}: measuring {level}")
+            low, high = knee.refine_between
+            self.event("refine", f"the answer lies in {low}..{high}: measuring {level}")
         return level
 
     def _update_manifest(self, **fields: Any) -> None:

@@ -135,6 +135,7 @@ OPTIONAL_COLUMNS = (
     "gpu_host_cpu_mean_pct",
     "server_waiting_max",
     "kv_cache_peak_frac",
+    "cer_median",
 )
 
 
@@ -226,6 +227,7 @@ def build_context(
         "recommended": recommended,
         "knee": knee,
         "knee_step": knee_step,
+        "answer_check": mapping(manifest.get("answer_check")) if manifest.get("answer_check") else None,
         "estimate": estimate,
         "estimate_formula": estimate_formula(estimate),
         "at_rec": at_rec,

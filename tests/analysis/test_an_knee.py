@@ -1,24 +1,29 @@
-"""Table-driven knee tests on hand-made step tables."""
+"""Table-driven knee tests on hand-made step tables (the rule is in analysis/knee.py's docstring)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import find_knee, next_refine_level
+from analysis import find_knee, next_refine_level, probe_level
 
 
 def _row(level: int, p95: float, thr: float, n: int = 300, ci: float = 0.05, phase: str = "step",
-         errors: dict[str, int] | None = None, codes: dict[str, int] | None = None, index: int = 0) -> dict[str, Any]:  # fmt: skip
+         errors: dict[str, int] | None = None, codes: dict[str, int] | None = None, index: int = 0,
+         se: float = 0.0, mean: float | None = None, bad: float = 0.0, running: float = np.nan,
+         waiting: float = np.nan) -> dict[str, Any]:  # fmt: skip
     errors = errors or {}
     failed = sum(errors.values())
     return {
         "step_index": index, "phase": phase, "level": level, "requests": n, "ok_requests": n - failed,
-        "failed_requests": failed, "error_rate": failed / n, "throughput_rps": thr, "p95_ms": p95,
+        "failed_requests": failed, "cut_requests": 0, "error_rate": failed / n, "throughput_rps": thr,
+        "throughput_se_rps": se, "p95_ms": p95, "mean_ms": 0.8 * p95 if mean is None else mean,
         "p95_ci_low_ms": p95 * (1 - ci), "p95_ci_high_ms": p95 * (1 + ci), "errors": errors,
-        "status_codes": codes or {"200": n - failed},
+        "status_codes": codes or {"200": n - failed}, "bad_answer_share": bad,
+        "server_running_max": running, "server_waiting_max": waiting,
     }  # fmt: skip
 
 
@@ -31,29 +36,38 @@ def table(*steps: tuple[Any, ...], baseline: dict[str, Any] | None = None) -> pd
     return pd.DataFrame(rows)
 
 
+HOCKEY = table((2, 200, 10), (4, 205, 20), (8, 210, 38), (16, 420, 40))
 CASES: list[tuple[str, pd.DataFrame, dict[str, Any]]] = [
-    ("clean knee", table((2, 200, 10), (4, 205, 20), (8, 210, 38), (16, 420, 40)),
-     {"found": True, "knee_level": 16, "recommended_level": 8, "refine_between": (8, 16), "criterion": "latency"}),
-    ("noisy steps: P95 up 1.3x but intervals overlap", table((2, 200, 10), (4, 260, 12, {"ci": 0.3}), (8, 270, 13, {"ci": 0.3})),
-     {"found": False, "recommended_level": 8}),
-    ("plateau without a P95 jump", table((2, 200, 10), (4, 202, 20), (8, 205, 21), (16, 210, 21)),
-     {"found": False, "recommended_level": 16}),
-    ("P95 jump without a plateau", table((2, 200, 10), (4, 300, 20), (8, 450, 40), (16, 700, 78)),
-     {"found": False, "recommended_level": 16}),
-    ("errors first: 5xx above the error limit", table((2, 200, 10), (4, 205, 20, {"errors": {"http_5xx": 30}, "codes": {"200": 270, "500": 30}}), (8, 600, 21)),
+    ("hockey stick: 8 reaches 95% of the plateau, 4 does not", HOCKEY,
+     {"found": True, "knee_level": 16, "recommended_level": 8, "refine_between": (4, 8), "criterion": "latency"}),
+    ("P95 up but throughput still growing: no knee yet", table((2, 200, 10), (4, 260, 12, {"ci": 0.3}), (8, 270, 13, {"ci": 0.3})),
+     {"found": False, "recommended_level": 8, "at_least": True}),
+    ("plateau whose latency did not rise: the driver's limit", table((2, 200, 10), (4, 202, 20), (8, 205, 21), (16, 210, 21)),
+     {"found": False, "recommended_level": 4, "criterion": "driver", "at_least": True}),
+    ("P95 jump while throughput scales (batching) is not a knee", table((2, 200, 10), (4, 300, 20), (8, 450, 40), (16, 700, 78)),
+     {"found": False, "recommended_level": 16, "at_least": True}),
+    ("5xx above the error rate end the safe range", table((2, 200, 10), (4, 205, 20, {"errors": {"http_5xx": 30}, "codes": {"200": 270, "500": 30}}), (8, 600, 21)),
      {"found": True, "knee_level": 4, "recommended_level": 2, "criterion": "errors", "refine_between": (2, 4)}),
-    ("one OOM ends the safe range below the error limit", table((2, 200, 10), (4, 205, 20), (6, 210, 30, {"errors": {"oom": 1}, "codes": {"200": 299, "500": 1}})),
+    ("one OOM ends the safe range below the error rate", table((2, 200, 10), (4, 205, 20), (6, 210, 30, {"errors": {"oom": 1}, "codes": {"200": 299, "500": 1}})),
      {"found": True, "knee_level": 6, "recommended_level": 4, "criterion": "errors", "refine_between": (4, 6)}),
+    ("one 502 from a balancer among 5,000 is not a knee", table((2, 200, 10), (4, 205, 20, {"n": 5000, "errors": {"http_5xx": 1}, "codes": {"200": 4999, "502": 1}})),
+     {"found": False, "recommended_level": 4}),
+    ("rejections above the rate are a knee like 5xx", table((2, 200, 10), (4, 205, 20), (8, 210, 30, {"errors": {"rejected": 40}, "codes": {"200": 260, "503": 20, "429": 20}})),
+     {"found": True, "knee_level": 8, "recommended_level": 4, "criterion": "errors"}),
     ("all fine", table((2, 200, 10), (4, 201, 20), (8, 203, 40)),
-     {"found": False, "recommended_level": 8, "knee_level": None}),
-    ("knee at step 1: baseline clean", table((4, 700, 6), (8, 1400, 6)),
-     {"found": True, "knee_level": 4, "recommended_level": 1, "first_step_is_knee": True, "refine_between": (1, 4)}),
-    ("slow creep over adjacent levels adds up", table((4, 200, 20), (6, 205, 30), (7, 238, 30.2), (8, 275, 30.3)),
-     {"found": True, "knee_level": 8, "recommended_level": 7, "refine_between": None}),
-    ("few-sample step confirmed by the next one", table((2, 200, 10), (4, 205, 20), (6, 400, 21, {"n": 10}), (8, 420, 21)),
-     {"found": True, "knee_level": 6, "recommended_level": 4, "refine_between": (4, 6)}),
-    ("few-sample step not confirmed is noise", table((2, 200, 10), (4, 205, 20), (6, 400, 21, {"n": 10}), (8, 210, 40)),
-     {"found": False, "recommended_level": 8}),
+     {"found": False, "recommended_level": 8, "knee_level": None, "at_least": True}),
+    ("the first step already on the plateau: the answer lies between the baseline and it", table((4, 700, 6), (8, 1400, 6)),
+     {"found": True, "knee_level": 8, "recommended_level": 4, "refine_between": (1, 4)}),
+    ("the knee between two levels two apart is refined, not passed", table((4, 200, 20), (6, 340, 25), (8, 450, 25)),
+     {"found": True, "recommended_level": 6, "knee_level": 8, "refine_between": (4, 6)}),
+    ("a step that added nothing is never the recommendation", table((4, 200, 20), (6, 205, 30), (7, 238, 30.2), (8, 275, 30.3)),
+     {"found": True, "knee_level": 7, "recommended_level": 6, "refine_between": (4, 6)}),
+    ("few-sample steps are never the plateau or the answer", table((2, 200, 10), (4, 205, 20), (6, 400, 29, {"n": 10}), (8, 420, 21)),
+     {"found": True, "recommended_level": 4, "knee_level": 6, "flagged_steps": (16,)}),
+    ("answers that got worse under load are a knee", table((2, 200, 10), (4, 205, 20), (8, 210, 40, {"bad": 0.4})),
+     {"found": True, "knee_level": 8, "recommended_level": 4, "criterion": "errors"}),
+    ("answers unlike ours from the first request are not failures", table((2, 200, 10, {"bad": 1.0}), (4, 205, 20, {"bad": 1.0}), (8, 210, 38, {"bad": 1.0}), (16, 420, 40, {"bad": 1.0}), baseline=_row(1, 200, 5.0, n=60, phase="baseline", index=2, bad=1.0)),
+     {"found": True, "knee_level": 16, "recommended_level": 8, "criterion": "latency"}),
 ]  # fmt: skip
 
 
@@ -64,34 +78,45 @@ def test_knee_cases(name: str, steps: pd.DataFrame, expected: dict[str, Any]) ->
         assert getattr(knee, key) == value, f"{name}: {key} = {getattr(knee, key)!r}, reason: {knee.reason}"
 
 
-def test_reasons_carry_the_numbers() -> None:
-    knee = find_knee(table((2, 200, 10), (4, 205, 20), (8, 210, 38), (16, 420, 40)))
-    assert "420 ms" in knee.reason and "2.00x" in knee.reason and "level 8" in knee.reason
+def test_reasons_carry_the_numbers_and_never_nan() -> None:
+    knee = find_knee(HOCKEY)
+    assert "knee at level 16" in knee.reason and "420 ms" in knee.reason and "2.00x" in knee.reason
+    assert "reaches 95% of the plateau" in knee.reason and "level 4 only 50%" in knee.reason
     assert knee.knee_step_index == 19
     none = find_knee(table((2, 200, 10), (4, 201, 20), (8, 203, 40)))
-    assert "no knee" in none.reason and "up to 16" in none.reason
+    assert "no knee yet" in none.reason and "at least 8" in none.reason and "up to 16" in none.reason
+    gaps = table((2, 200, 10), (4, float("nan"), 20), (8, float("nan"), 20.5))
+    assert "nan" not in find_knee(gaps).reason.lower()
 
 
-def test_saturated_at_one_user_recommends_nothing() -> None:
+def test_confidence_is_stated_and_names_what_narrows_it() -> None:
+    sharp = find_knee(table((4, 200, 20, {"se": 0.1}), (5, 240, 25, {"se": 0.1}), (6, 290, 25, {"se": 0.1})))
+    assert sharp.recommended_level == 5 and sharp.confidence == (5, 5) and sharp.narrow_hint == ""
+    noisy = find_knee(table((4, 200, 20, {"se": 1.5}), (5, 240, 23.5, {"se": 1.5}), (6, 290, 25, {"se": 1.5})))
+    low, high = noisy.confidence or (0, 0)
+    assert low < high and "at 95%" in noisy.reason and "STEP_S" in noisy.narrow_hint
+
+
+def test_a_baseline_that_fails_is_saturation_at_one_user() -> None:
     bad_base = _row(
         1, 200, 5.0, n=60, phase="baseline", index=2, errors={"http_5xx": 10}, codes={"200": 50, "500": 10}
     )
     knee = find_knee(table((2, 200, 10, {"errors": {"oom": 5}}), baseline=bad_base))
-    assert knee.found and knee.first_step_is_knee and knee.recommended_level is None
-    assert "saturated at one user" in knee.reason
+    assert knee.found and knee.recommended_level is None and "baseline itself failed" in knee.reason
 
 
-def test_few_samples_are_flagged_and_a_lone_suspect_at_the_top_is_not_a_knee() -> None:
-    knee = find_knee(table((2, 200, 10), (4, 205, 20), (8, 500, 21, {"n": 5})))
-    assert not knee.found and knee.recommended_level == 4
-    assert knee.flagged_steps == (16,) and "only 5 requests" in knee.reason
+def test_the_first_step_failing_searches_downward_instead_of_answering_one() -> None:
+    steps = table((8, 50, 60, {"errors": {"oom": 200}, "codes": {"200": 100, "500": 200}}))
+    knee = find_knee(steps)
+    assert knee.found and knee.criterion == "errors" and knee.recommended_level == 1
+    assert knee.refine_between == (1, 8) and next_refine_level(steps, knee) == 4
+    assert "saturated" not in knee.reason
 
 
 def test_parameters_override_defaults_and_unknown_ones_fail() -> None:
-    steps = table((2, 200, 10), (4, 205, 20), (8, 210, 38), (16, 420, 40))
-    assert not find_knee(steps, p95_rise_ratio=2.5).found
+    assert find_knee(HOCKEY, knee_share=0.99).recommended_level == 16
     with pytest.raises(TypeError, match="p95_ratio"):
-        find_knee(steps, p95_ratio=2)
+        find_knee(HOCKEY, p95_ratio=2)
 
 
 def test_empty_table_says_no_steps() -> None:
@@ -100,17 +125,32 @@ def test_empty_table_says_no_steps() -> None:
 
 
 def test_next_refine_level_bisects_until_adjacent() -> None:
-    steps = table((2, 200, 10), (4, 205, 20), (8, 210, 38), (16, 420, 40))
+    assert next_refine_level(HOCKEY, find_knee(HOCKEY)) == 6
+    six = table((2, 200, 10), (4, 205, 20), (6, 207, 30), (8, 210, 38), (16, 420, 40))
+    assert find_knee(six).refine_between == (6, 8) and next_refine_level(six, find_knee(six)) == 7
+    seven = table((2, 200, 10), (4, 205, 20), (6, 207, 30), (7, 209, 35), (8, 210, 38), (16, 420, 40))
+    assert find_knee(seven).recommended_level == 8 and next_refine_level(seven, find_knee(seven)) is None
+    assert next_refine_level(HOCKEY, find_knee(table((2, 200, 10)))) is None
+
+
+def test_the_servers_own_limit_is_measured_first() -> None:
+    steps = table((2, 200, 10, {"running": 2, "waiting": 0}), (12, 1400, 30, {"running": 6, "waiting": 6}),
+                  (24, 2800, 30, {"running": 6, "waiting": 18}))  # fmt: skip
     knee = find_knee(steps)
-    assert next_refine_level(steps, knee) == 12
-    refined = table((2, 200, 10), (4, 205, 20), (8, 210, 38), (12, 215, 56), (16, 420, 40))
-    knee2 = find_knee(refined)
-    assert knee2.refine_between == (12, 16) and next_refine_level(refined, knee2) == 14
-    adjacent = table((2, 200, 10), (4, 205, 20), (5, 420, 20))
-    assert next_refine_level(adjacent, find_knee(adjacent)) is None
-    assert next_refine_level(steps, find_knee(table((2, 200, 10)))) is None
+    assert knee.server_limit == 6 and knee.refine_between == (2, 12) and next_refine_level(steps, knee) == 6
+
+
+def test_probe_below_a_saturated_step_far_above_the_baseline() -> None:
+    far = table((98, 30000, 43))  # 1 user: 5 rps; 98 users: 43 rps, each user gets 0.44 rps
+    knee = find_knee(far)
+    assert not knee.found and probe_level(far, knee) == 49
+    scaling = table((98, 210, 450))
+    assert probe_level(scaling, find_knee(scaling)) is None
+    probed = table((49, 15000, 43), (98, 30000, 43))
+    assert find_knee(probed).found and probe_level(probed, find_knee(probed)) is None
 
 
 def test_to_dict_is_plain() -> None:
-    data = find_knee(table((2, 200, 10), (4, 205, 20), (8, 210, 38), (16, 420, 40))).to_dict()
-    assert data["refine_between"] == [8, 16] and data["found"] is True and data["criterion"] == "latency"
+    data = find_knee(HOCKEY).to_dict()
+    assert data["refine_between"] == [4, 8] and data["found"] is True and data["criterion"] == "latency"
+    assert data["confidence"] == [8, 8] and data["plateau_rps"] == pytest.approx(40.0)

@@ -7,6 +7,7 @@ knee concurrency within one level, exactly as the end-to-end demo test demands o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -25,17 +26,32 @@ def _row(index: int, phase: str, point: Any) -> dict[str, Any]:
             "status_codes": {"200": 300 - point.failures}}  # fmt: skip
 
 
+def _point(true: Any, level: int) -> Any:
+    """The truth's curve point at `level`; past its end, an OOM step (past the OOM concurrency) or the
+    plateau with latency growing as users / throughput (Little's law)."""
+    points = {p.concurrency: p for p in true.curve}
+    if level in points:
+        return points[level]
+    if true.oom_concurrency is not None and level >= true.oom_concurrency:
+        return replace(points[max(points)], concurrency=level, failures=100)
+    last = points[max(points)]
+    stretch = level / last.concurrency
+    return replace(last, concurrency=level, p50_ms=last.p50_ms * stretch, p95_ms=last.p95_ms * stretch)
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("size", [(1000, 700), (640, 480)])
 def test_knee_and_refinement_find_the_true_knee(profile: str, size: tuple[int, int]) -> None:
+    """The plan's moves on the truth's curve: climb (doubling) while no knee shows, then refine."""
     true = truth(profile, *size)
-    points = {p.concurrency: p for p in true.curve}
-    levels = [lv for lv in plan_levels(max(true.estimate, 1)) if lv in points] or sorted(points)[::4]
-    for _ in range(10):
-        table = pd.DataFrame([_row(0, "baseline", points[1])] + [_row(10 + i, "step", points[lv]) for i, lv in enumerate(levels)])  # fmt: skip
+    levels = plan_levels(max(true.estimate, 1))
+    for _ in range(16):
+        rows = [_row(0, "baseline", _point(true, 1))]
+        rows += [_row(10 + i, "step", _point(true, lv)) for i, lv in enumerate(levels)]
+        table = pd.DataFrame(rows)
         knee = find_knee(table)
-        nxt = next_refine_level(table, knee)
-        if nxt is None or nxt not in points:
+        nxt = (2 * max(levels)) if knee.at_least and not knee.criterion else next_refine_level(table, knee)
+        if nxt is None:
             break
         levels = sorted({*levels, nxt})
     assert knee.recommended_level is not None, knee.reason

@@ -134,15 +134,23 @@ def test_retry_honours_retry_after_then_backs_off():
     assert retry_delay_s(2, "Wed, 21 Oct 2015 07:28:00 GMT") == 1.0  # a date falls back to backoff
 
 
-def _phases(cfg, choice, knee_after=None, refine=()):
+def _knee(found=False, at_least=False, criterion=""):
+    from analysis import Knee
+
+    return Knee(found, None, None, None, "test", criterion=criterion, at_least=at_least)
+
+
+def _phases(cfg, choice, knee_after=None, refine=(), at_least=False, probes=()):
     done = {"steps": 0}
-    refine_iter = iter(refine)
+    refine_iter, probe_iter = iter(refine), iter(probes)
 
-    def knee_reached():
+    def knee_now():
         done["steps"] += 1
-        return knee_after is not None and done["steps"] >= knee_after
+        return _knee(found=knee_after is not None and done["steps"] >= knee_after, at_least=at_least)
 
-    return list(plan_phases(cfg, lambda: choice, knee_reached, lambda: next(refine_iter, None)))
+    return list(
+        plan_phases(cfg, lambda: choice, knee_now, lambda: next(refine_iter, None), lambda: next(probe_iter, None))
+    )
 
 
 def test_plan_runs_idle_baseline_then_each_level_with_cooldowns():
@@ -167,9 +175,34 @@ def test_plan_runs_idle_baseline_then_each_level_with_cooldowns():
 
 def test_plan_stops_climbing_at_the_knee_and_refines_within_budget():
     cfg = RunConfig(refine=True, refine_budget=2, warmup_s=0)
-    phases = _phases(cfg, LevelChoice([1, 2, 4, 8, 16], "doubling", True), knee_after=4, refine=[6, 7, 5])
+    phases = _phases(cfg, LevelChoice([1, 2, 4, 8, 16], "doubling"), knee_after=4, refine=[6, 7, 5])
     steps = [p.level for p in phases if p.phase == "step"]
     assert steps == [1, 2, 4, 8, 6, 7]
+
+
+def test_plan_keeps_climbing_by_doubling_within_its_budget_when_no_knee_shows():
+    cfg = RunConfig(refine=False, climb_budget=2, warmup_s=0)
+    phases = _phases(cfg, LevelChoice([3, 5], "estimate"), at_least=True)
+    assert [p.level for p in phases if p.phase == "step"] == [3, 5, 10, 20]
+    given = _phases(cfg, LevelChoice([3, 5], "LEVELS given", extend=False), at_least=True)
+    assert [p.level for p in given if p.phase == "step"] == [3, 5]
+
+
+def test_plan_probes_below_before_climbing_on():
+    cfg = RunConfig(refine=False, warmup_s=0)
+    phases = _phases(cfg, LevelChoice([98, 195], "estimate 390"), probes=[49, None], knee_after=2)
+    assert [p.level for p in phases if p.phase == "step"] == [98, 49]
+
+
+def test_noisy_servers_get_more_requests_per_step():
+    from loadtest.plan import choose_levels, target_requests
+
+    assert target_requests(None) == 0 and target_requests(0.1) == 25 and target_requests(0.5) == 625
+    assert target_requests(5.0) == 2000  # capped
+    cfg = RunConfig(refine=False, step_s=10.0)
+    choice = choose_levels(cfg, None, latency_cv=0.5)
+    step = next(p for p in _phases(cfg, choice, knee_after=1) if p.phase == "step")
+    assert (step.target_requests, step.target_max_s, step.min_requests) == (625, 40.0, cfg.min_step_requests)
 
 
 def test_plan_refinement_ends_when_no_level_is_left():
@@ -213,26 +246,24 @@ def test_levels_come_from_levels_then_the_estimate_then_doubling():
     assert est.estimate == 10
     assert choose_levels(RunConfig(levels="1,3"), est).levels == [1, 3]
     led = choose_levels(RunConfig(), est)
-    assert led.levels == [3, 5, 8, 10, 12] and not led.climb_until_knee
+    assert led.levels == [3, 5, 8, 10, 12] and led.extend
     assert choose_levels(RunConfig(scenario="soak"), est).levels == [10]
     fallback = choose_levels(RunConfig(), None)
-    assert fallback.levels == DOUBLING_LEVELS and fallback.climb_until_knee
+    assert fallback.levels == DOUBLING_LEVELS and fallback.extend
+    assert not choose_levels(RunConfig(levels="1,3"), est).extend
 
 
-def test_climbing_stops_at_a_failing_knee_or_at_any_knee_when_doubling():
-    import pandas as pd
+def test_climbing_stops_at_any_confirmed_knee_and_goes_on_only_without_one():
+    from loadtest.plan import climb_further, keep_climbing
 
-    from analysis import Knee
-    from loadtest.plan import stop_climbing
-
-    table = pd.DataFrame({"step_index": [5, 8], "error_rate": [0.0, 0.5]})
-    failing = Knee(True, 8, 8, 4, "errors", criterion="errors")
-    slow = Knee(True, 5, 4, 2, "latency", criterion="latency")
-    none = Knee(False, None, None, None, "no knee")
-    assert stop_climbing(table, failing, climb_until_knee=False)
-    assert not stop_climbing(table, slow, climb_until_knee=False)
-    assert stop_climbing(table, slow, climb_until_knee=True)
-    assert not stop_climbing(table, none, climb_until_knee=True)
+    cfg = RunConfig()
+    choice = LevelChoice([3, 5], "estimate")
+    assert not keep_climbing(_knee(found=True, criterion="latency"))
+    assert not keep_climbing(_knee(found=True, criterion="errors"))
+    assert keep_climbing(_knee(at_least=True)) and keep_climbing(None)
+    assert climb_further(_knee(at_least=True), choice, [3, 5], 0, cfg) == 10
+    assert climb_further(_knee(at_least=True), choice, [3, 5], cfg.climb_budget, cfg) is None
+    assert climb_further(_knee(at_least=True, criterion="driver"), choice, [3, 5], 0, cfg) is None
 
 
 def test_every_setting_has_help_text_with_its_default():

@@ -1,0 +1,99 @@
+"""Running totals of the measured steps on the master, for the plan's decisions between steps.
+
+After every step the plan asks: keep climbing? where to refine? Reloading the whole run folder with
+pandas for that stalled the master's event loop for seconds on a long run, while worker reports and
+heartbeats waited. Here the rows of recent phases are kept in memory as they arrive; each measured
+step's row is computed once, with the analysis's own `step_table` (so the decision and the report
+cannot disagree), when a decision first needs it, then cached and its rows let go. The run folder stays
+the record for the analysis and the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import analysis
+from runfolder import Event, GpuSample, HostSample, Phase, RequestRow, ServerSample, StepRow, columns_of
+
+MEASURED = (Phase.BASELINE, Phase.STEP)
+_FLOATS = ("t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens")
+_INTS = ("step_index", "level", "status_code", "bytes_sent", "bytes_received", "attempt")
+
+
+def _frame(records: list[Any], record_type: type) -> pd.DataFrame:
+    columns = columns_of(record_type)
+    if not records:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+    rows = records if isinstance(records[0], tuple) else [dataclasses.astuple(r) for r in records]
+    return pd.DataFrame.from_records(rows, columns=columns)
+
+
+def requests_frame(rows: list[RequestRow]) -> pd.DataFrame:
+    """Request rows as the loader gives them: floats with NaN for None, bools, ints, text."""
+    frame = _frame(rows, RequestRow)
+    if frame.empty:
+        return frame
+    for name in _FLOATS:
+        frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
+    for name in _INTS:
+        frame[name] = frame[name].astype("int64")
+    frame["ok"] = frame["ok"].astype(bool)
+    frame["failure_kind"] = frame["failure_kind"].astype(str)
+    if "answer_kind" in frame.columns:
+        frame["answer_kind"] = frame["answer_kind"].fillna("").astype(str)
+    return frame
+
+
+class LiveSteps:
+    """Rows and server samples per step index as they arrive; measured step rows on demand."""
+
+    def __init__(self) -> None:
+        self._rows: defaultdict[int, list[RequestRow]] = defaultdict(list)
+        self._server: defaultdict[int, list[ServerSample]] = defaultdict(list)
+        self._closed: dict[int, StepRow] = {}
+        self._table_rows: dict[int, dict[str, Any]] = {}
+
+    def add_rows(self, rows: list[RequestRow]) -> None:
+        for row in rows:
+            if row.step_index not in self._table_rows:  # a late row of a step already decided on is only on disk
+                self._rows[row.step_index].append(row)
+
+    def add_server(self, samples: list[ServerSample]) -> None:
+        for sample in samples:
+            self._server[sample.step_index].append(sample)
+
+    def close(self, step: StepRow) -> None:
+        self._closed[step.step_index] = step
+
+    def table(self) -> pd.DataFrame:
+        """The step table (analysis.STEP_COLUMNS) of every measured step closed so far."""
+        for index, step in sorted(self._closed.items()):
+            if step.phase in MEASURED and index not in self._table_rows:
+                self._table_rows[index] = self._row(step)
+                for old in [i for i in self._rows if i <= index]:
+                    del self._rows[old]  # the next decision needs only later steps' rows
+        rows = [self._table_rows[i] for i in sorted(self._table_rows)]
+        if not rows:
+            return pd.DataFrame({c: pd.Series(dtype="object") for c in analysis.STEP_COLUMNS})
+        return pd.DataFrame(rows, columns=analysis.STEP_COLUMNS)
+
+    def _row(self, step: StepRow) -> dict[str, Any]:
+        # requests that overlap the window: the step's own and those of the phase before it (its warm-up)
+        rows = self._rows.get(step.step_index - 1, []) + self._rows.get(step.step_index, [])
+        run = analysis.RunData(
+            run_dir=Path("."),
+            manifest={},
+            requests=requests_frame(rows),
+            steps=pd.DataFrame([dataclasses.asdict(step)]),
+            gpu=_frame([], GpuSample),
+            server=_frame(self._server.get(step.step_index, []), ServerSample),
+            host=_frame([], HostSample).assign(host_role=pd.Series(dtype="object")),
+            events=_frame([], Event),
+        )
+        table = analysis.step_table(run)
+        return {str(k): v for k, v in table.iloc[0].to_dict().items()}
