@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.estimate import Estimate
-from analysis.knee import Knee
+from analysis.knee import Knee, fmt
 
 ABOVE_TOL = 0.15
 ABOVE_FLOOR_MIB = 64.0
@@ -119,7 +119,7 @@ def diagnose(table: pd.DataFrame, estimate: Estimate, knee: Knee) -> Diagnosis:
     )
     numbers = (
         f"at level {at['level']} memory {_num(at['measured'], unit)} vs predicted {_num(at['predicted'], unit)},"
-        f" P95 {at['p95_ms']:.0f} ms ({latency_ratio:.2f}x level {first['level']}), GPU utilisation"
+        f" P95 {fmt(at['p95_ms'], '.0f', ' ms')} ({fmt(latency_ratio, '.2f', 'x')} level {first['level']}), GPU utilisation"
         f" {_num(util, '%', '.0f')}, GPU-host CPU {_num(host, '%', '.0f')}, driver CPU {_num(driver, '%', '.0f')}"
     )
     if climbs and used_part < BELOW_FRAC:

@@ -1,178 +1,117 @@
-"""Time to answer: the estimate-led plan vs a doubling sweep, on the simulator, against its true knee.
+"""Time to answer across a family of servers: our plan vs doubling + refinement vs a fixed 8-level sweep.
 
-    python bench/bench_time_to_answer.py [--quick | --full]
+    python bench/bench_time_to_answer.py [--seeds 10]
 
-`--quick` (default) runs the pytorch-24g profile; `--full` also vllm-24g and pytorch-24g behind a gateway
-of 6 slots (`--gateway-slots 6 --gateway-queue 32`: a true knee of 6, not a power of two; both plain
-profiles have their knee at 8, which a doubling sweep measures directly). For each case and plan, a fresh
-simulator (`python -m simulator`, its DCGM exporter and /metrics read as in `make demo`) and one
-`python -m loadtest run` with short steps (`--step-s 5 --idle-s 1 --warmup-s 1 --cooldown-s 3
---baseline-rounds 3`):
-    estimate-led      no LEVELS: baseline -> estimate -> x0.25..x1.2 of it -> refinement (our default)
-    doubling          --levels 1,2,4,8,16 --refine false
-    doubling+refine   --levels 1,2,4,8,16 (refinement on)
-From each run folder: the measured steps (phase `step`, refinement included) and the time until the
-knee is known = from the run's first phase to the end of the last measured step (the answer cannot be
-final before that step ends; the final cooldown, analysis and report are left out). Every plan runs
-the same baseline first (it is how `python -m loadtest run` works); the table also shows the sweeps'
-time from their first level, as a plain sweep without our baseline would take. Found =
-`summary.json` `recommended_level` == `knee_concurrency` of `simulator.truth(profile, 1000, 700, ...)`
-(the default fixed image is 1000x700).
-Goal, per case: the estimate-led plan finds the true knee, in no more time than doubling+refine.
-Exits 1 when missed; the estimate-led figures are printed last.
-Takes ~5 minutes with --quick and ~15 with --full (three runs of 80-110 s per case).
+The family is bench/curves.py's (hockey sticks of 3-13 slots, smooth continuous-batching bends, noisy
+latencies, estimates absent / at the knee / 3x / 30x above it, OOM before compute), each with its true
+knee. Every step is measured in virtual time through the product's own step table and knee rule, at the
+default window (STEP_S 10 s, warm-up 2 s, cooldown cap 15 s), so the whole family runs in a minute or two
+and a plan's time is the sum of its phases. Plans:
+    ours             the default: levels from the estimate (doubling without one), stop at a confirmed
+                     knee, probe below a saturated far first step, climb on when no knee, refine until
+                     adjacent levels
+    doubling+refine  LEVELS=1,2,4,...,128: stops at the knee and refines, but ignores the estimate
+    sweep-8          LEVELS=1,2,4,...,128 run whole (no stop, no refinement), the knee read at the end,
+                     as a plain fixed sweep does
+Hit: the recommendation within the tolerance (exact for a sharp steady curve, one level for a smooth or
+noisy one). Goal: ours hits at least 95% of runs, never above the truth + 1 on a steady curve, and takes
+no more time in total than doubling+refine. Exits 1 when missed.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from support import run_bounded  # noqa: E402
+import analysis  # noqa: E402
+from bench.curves import Curve, family, measure, run_plan  # noqa: E402
+from loadtest.config import RunConfig  # noqa: E402
 
-from loadtest.cli import start_simulator  # noqa: E402
-from loadtest.cli import stop_process as stop  # noqa: E402
-from runfolder import STEPS_FILE  # noqa: E402
-from simulator import truth  # noqa: E402
-
-SHORT_STEPS = [
-    "--step-s",
-    "5",
-    "--idle-s",
-    "1",
-    "--warmup-s",
-    "1",
-    "--cooldown-s",
-    "3",
-    "--baseline-rounds",
-    "3",
-]
-DOUBLING = "1,2,4,8,16"
-CASES = {  # name: (profile, simulator flags, truth options)
-    "pytorch-24g": ("pytorch-24g", [], {}),
-    "vllm-24g": ("vllm-24g", [], {}),
-    "pytorch-24g-gw6": (
-        "pytorch-24g",
-        ["--gateway-slots", "6", "--gateway-queue", "32"],
-        {"gateway_slots": 6, "gateway_queue": 32},
-    ),
-}
-PLANS = {
-    "estimate-led": [],
-    "doubling": ["--levels", DOUBLING, "--refine", "false"],
-    "doubling+refine": ["--levels", DOUBLING],
-}
+SWEEP = [1, 2, 4, 8, 16, 32, 64, 128]
 
 
 @dataclass(frozen=True)
 class Outcome:
+    curve: Curve
     plan: str
-    levels: list[int]  # measured levels in order, refinement included
-    time_to_knee_s: float  # from the run's first phase
-    levels_only_s: float  # from the first level's warm-up (without the baseline)
-    wall_s: float
-    recommended_level: int | None
-    true_knee: int
+    recommended: int | None
+    levels: int
+    seconds: float
 
     @property
-    def found(self) -> bool:
-        return self.recommended_level == self.true_knee
+    def truth(self) -> int:
+        return self.curve.truth()
+
+    @property
+    def hit(self) -> bool:
+        tolerance = 0 if self.curve.bend == 0 and self.curve.noise_sigma < 0.3 else 1
+        return self.recommended is not None and abs(self.recommended - self.truth) <= tolerance
+
+    @property
+    def above(self) -> bool:
+        return self.recommended is None or self.recommended > self.truth + 1
 
 
-def run_plan(case: str, plan: str, out: Path, true_knee: int) -> Outcome:
-    profile, flags, _ = CASES[case]
-    sim, url, dcgm = start_simulator(profile, flags)
-    cmd = [sys.executable, "-m", "loadtest", "run", "--host", url, "--gpu", f"dcgm:{dcgm}"]
-    cmd += ["--server-metrics", f"{url}/metrics", "--out", str(out), *SHORT_STEPS, *PLANS[plan]]
-    t0 = time.monotonic()
-    try:
-        code, out_text, err_text = run_bounded(cmd, 900)
-    finally:
-        stop(sim)
-    wall_s = time.monotonic() - t0
-    if code != 0:
-        print(out_text[-2000:], err_text[-2000:], sep="\n")
-        raise SystemExit(f"{plan} on {case}: `python -m loadtest run` exited with {code}")
-    run_dir = next(out.iterdir())
-    steps = [json.loads(line) for line in (run_dir / STEPS_FILE).read_text().splitlines() if line.strip()]
-    measured = [s for s in steps if s["phase"] == "step"]
-    if not measured:
-        raise SystemExit(f"{plan} on {case}: no measured step in {run_dir}")
-    baseline = max(i for i, s in enumerate(steps) if s["phase"] == "baseline")
-    first_level = next(s for s in steps[baseline + 1 :] if s["phase"] in ("warmup", "step"))
-    end = measured[-1]["t_end_unix_s"]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return Outcome(
-        plan=plan,
-        levels=[int(s["level"]) for s in measured],
-        time_to_knee_s=end - steps[0]["t_start_unix_s"],
-        levels_only_s=end - first_level["t_start_unix_s"],
-        wall_s=wall_s,
-        recommended_level=summary.get("recommended_level"),
-        true_knee=true_knee,
-    )
+def _sweep(curve: Curve, seed: int, cfg: RunConfig) -> Outcome:
+    """Every level of SWEEP measured, the knee read once at the end (a plain fixed sweep)."""
+    rows = [measure(curve, 1, max(cfg.step_s, 60 * curve.single_s), "baseline", 2, seed)]
+    rows += [measure(curve, level, cfg.step_s, "step", 4 + 2 * i, seed) for i, level in enumerate(SWEEP)]
+    import pandas as pd
+
+    knee = analysis.find_knee(pd.DataFrame(rows, columns=analysis.STEP_COLUMNS))
+    seconds = len(SWEEP) * (cfg.warmup_s + cfg.step_s + cfg.cooldown_s)
+    return Outcome(curve, "sweep-8", knee.recommended_level, len(SWEEP), seconds)
+
+
+def run_all(seeds: int) -> list[Outcome]:
+    cfg = RunConfig()
+    doubling = RunConfig(levels=",".join(map(str, SWEEP)))
+    out = []
+    for curve in family():
+        for seed in range(seeds):
+            ours = run_plan(curve, seed, cfg)
+            out.append(Outcome(curve, "ours", ours.recommended, len(ours.levels), ours.seconds))
+            dbl = run_plan(replace(curve, estimate=None), seed, doubling)
+            out.append(Outcome(curve, "doubling+refine", dbl.recommended, len(dbl.levels), dbl.seconds))
+            out.append(_sweep(curve, seed, cfg))
+    return out
+
+
+def _kind(curve: Curve) -> str:
+    shape = "smooth" if curve.bend else "oom" if curve.oom_at else "hockey"
+    return f"{shape}{'-noisy' if curve.noise_sigma >= 0.3 else ''}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true", help="pytorch-24g only (the default)")
-    group.add_argument("--full", action="store_true", help="pytorch-24g, vllm-24g, pytorch-24g-gw6")
+    parser.add_argument("--seeds", type=int, default=10)
     args = parser.parse_args()
-    cases = list(CASES) if args.full else ["pytorch-24g"]
-
-    results: dict[str, list[Outcome]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-tta-") as tmp:
-        for case in cases:
-            profile, _, options = CASES[case]
-            knee = truth(profile, 1000, 700, **options).knee_concurrency
-            results[case] = []
-            for plan in PLANS:
-                out = Path(tmp) / case / plan
-                out.mkdir(parents=True)
-                o = run_plan(case, plan, out, knee)
-                results[case].append(o)
-                print(
-                    f"{case} {plan}: levels {o.levels}, recommended {o.recommended_level} (true knee {knee}), "
-                    f"{o.time_to_knee_s:.0f} s to the knee, {o.wall_s:.0f} s wall",
-                    flush=True,
-                )
-
-    print(
-        f"\n{'case':<16} {'plan':<16} {'steps':>5} {'levels measured':<24} {'to knee s':>9} "
-        f"{'w/o baseline s':>14} {'wall s':>6} {'recommended':>11} {'true knee':>9} {'found':>5}"
-    )
-    ok = True
-    last = []
-    for case, outcomes in results.items():
-        for o in outcomes:
-            alone = "-" if o.plan == "estimate-led" else f"{o.levels_only_s:.0f}"
-            print(
-                f"{case:<16} {o.plan:<16} {len(o.levels):>5} {','.join(map(str, o.levels)):<24} "
-                f"{o.time_to_knee_s:>9.0f} {alone:>14} {o.wall_s:>6.0f} {o.recommended_level!s:>11} "
-                f"{o.true_knee:>9} {'yes' if o.found else 'no':>5}"
-            )
-        ours, rival = outcomes[0], outcomes[2]
-        goal = ours.found and ours.time_to_knee_s <= rival.time_to_knee_s
-        ok = ok and goal
-        last.append(
-            f"{case}: estimate-led {'found' if ours.found else 'missed'} the knee "
-            f"({ours.recommended_level} vs {ours.true_knee}) in {len(ours.levels)} steps, "
-            f"{ours.time_to_knee_s:.0f} s vs doubling+refine {len(rival.levels)} steps, "
-            f"{rival.time_to_knee_s:.0f} s (time ratio {ours.time_to_knee_s / rival.time_to_knee_s:.2f}) "
-            f"{'OK' if goal else 'MISSED'}"
-        )
-    print("goal: the estimate-led plan finds the true knee, in no more time than doubling+refine")
-    for line in last:
-        print(line)
+    t0 = time.perf_counter()
+    outcomes = run_all(args.seeds)
+    plans = ["ours", "doubling+refine", "sweep-8"]
+    print(f"{len(family())} curves x {args.seeds} seeds, virtual time at STEP_S 10 s ({time.perf_counter() - t0:.0f} s)")
+    print(f"{'plan':16s} {'kind':14s} {'runs':>5s} {'hit':>6s} {'>truth+1':>9s} {'levels':>7s} {'minutes':>8s}")
+    for plan in plans:
+        mine = [o for o in outcomes if o.plan == plan]
+        for kind in sorted({_kind(o.curve) for o in mine}) + ["all"]:
+            part = [o for o in mine if kind == "all" or _kind(o.curve) == kind]
+            print(f"{plan:16s} {kind:14s} {len(part):5d} {sum(o.hit for o in part) / len(part):6.1%}"
+                  f" {sum(o.above for o in part):9d} {sum(o.levels for o in part) / len(part):7.1f}"
+                  f" {sum(o.seconds for o in part) / len(part) / 60:8.1f}")  # fmt: skip
+    ours = [o for o in outcomes if o.plan == "ours"]
+    dbl = [o for o in outcomes if o.plan == "doubling+refine"]
+    hit = sum(o.hit for o in ours) / len(ours)
+    steady_above = sum(o.above for o in ours if o.curve.noise_sigma < 0.3)
+    ratio = sum(o.seconds for o in ours) / sum(o.seconds for o in dbl)
+    ok = hit >= 0.95 and steady_above == 0 and ratio <= 1.0
+    print(f"ours: hit {hit:.1%} (goal >= 95%), above truth+1 on steady curves {steady_above} (goal 0),"
+          f" time vs doubling+refine {ratio:.2f} (goal <= 1): {'met' if ok else 'MISSED'}")
     return 0 if ok else 1
 
 

@@ -337,7 +337,7 @@ class Controller:
     def _baseline_cv(self) -> float | None:
         """The baseline's latency CV, from the running totals: how noisy the server is."""
         try:
-            table = self.live.table()
+            table = self.live.table(self.clock())
             base = table[table["phase"] == "baseline"]
             return None if base.empty else float(base["latency_cv"].iloc[-1])
         except Exception as exc:
@@ -347,7 +347,7 @@ class Controller:
     def _knee(self) -> tuple[Any, Any] | None:
         """The step table from the running totals and the knee on it (no run folder reload)."""
         try:
-            table = self.live.table()
+            table = self.live.table(self.clock())
             return table, analysis.find_knee(table)
         except Exception as exc:
             self.event("warning", f"could not evaluate the knee: {exc}")

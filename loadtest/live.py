@@ -3,8 +3,8 @@
 After every step the plan asks: keep climbing? where to refine? Reloading the whole run folder with
 pandas for that stalled the master's event loop for seconds on a long run, while worker reports and
 heartbeats waited. Here the rows of recent phases are kept in memory as they arrive; each measured
-step's row is computed once, with the analysis's own `step_table` (so the decision and the report
-cannot disagree), when a decision first needs it, then cached and its rows let go. The run folder stays
+step's row is computed with the analysis's own `step_table` (so the decision and the report cannot
+disagree) when a decision needs it, and kept, its rows let go, once late rows can no longer arrive. The run folder stays
 the record for the analysis and the report.
 """
 
@@ -21,6 +21,7 @@ import analysis
 from runfolder import Event, GpuSample, HostSample, Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
+SETTLE_S = 10.0  # rows of a step may still arrive this long after it ended (reports every ~3 s)
 _FLOATS = ("t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens")
 _INTS = ("step_index", "level", "status_code", "bytes_sent", "bytes_received", "attempt")
 
@@ -70,14 +71,21 @@ class LiveSteps:
     def close(self, step: StepRow) -> None:
         self._closed[step.step_index] = step
 
-    def table(self) -> pd.DataFrame:
-        """The step table (analysis.STEP_COLUMNS) of every measured step closed so far."""
+    def table(self, now: float) -> pd.DataFrame:
+        """The step table (analysis.STEP_COLUMNS) of every measured step closed so far. A step's row is
+        kept for good once SETTLE_S have passed since it ended: workers report every ~3 s, so rows of a
+        step that just ended may still be on their way (a decision taken on a part of them measured 9
+        after 11 on vllm-far); until then it is computed afresh at each call."""
+        rows = []
         for index, step in sorted(self._closed.items()):
-            if step.phase in MEASURED and index not in self._table_rows:
-                self._table_rows[index] = self._row(step)
+            if step.phase not in MEASURED:
+                continue
+            row = self._table_rows.get(index) or self._row(step)
+            if index not in self._table_rows and now - step.t_end_unix_s >= SETTLE_S:
+                self._table_rows[index] = row
                 for old in [i for i in self._rows if i <= index]:
-                    del self._rows[old]  # the next decision needs only later steps' rows
-        rows = [self._table_rows[i] for i in sorted(self._table_rows)]
+                    del self._rows[old]  # later decisions need only later steps' rows
+            rows.append(row)
         if not rows:
             return pd.DataFrame({c: pd.Series(dtype="object") for c in analysis.STEP_COLUMNS})
         return pd.DataFrame(rows, columns=analysis.STEP_COLUMNS)

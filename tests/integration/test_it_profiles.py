@@ -1,0 +1,133 @@
+"""The whole method, as real processes, against our default server and servers unlike it, each with its truth.
+
+One `python -m loadtest demo` per server, all started together (each its own simulator, master and
+worker; short steps, the simulator at --time-scale 0.5) so the module takes one run's time:
+    pytorch-24g     the demo's own server: a hockey stick at 8 slots; every run-folder file is checked
+    smooth-24g      continuous batching that bends slowly (no corner)
+    noisy-24g       answers of varying length: latency CV ~0.4
+    vllm-far        vLLM whose KV estimate (519, capped at max_num_seqs 256) is 47x the compute knee
+    oom-first-24g   memory runs out (fast 500 "CUDA out of memory") before compute saturates
+    constant        pytorch-24g answering "OK" to every page: a healthy server whose answers we cannot
+                    match must be measured, with one warning, not called "saturated at one user"
+Tolerance: a sharp curve within one level of the truth; a smooth one at a level whose true throughput
+is at least 90% of the plateau; never above the truth + 1; never a level above the first planned one
+when that one was already past the knee.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from it_procs import spawn_cli
+
+from simulator import truth
+
+SCALE = 0.5
+CASES: dict[str, tuple[str, str]] = {  # name: (profile, extra simulator flags)
+    "pytorch-24g": ("pytorch-24g", ""),
+    "smooth-24g": ("smooth-24g", ""),
+    "noisy-24g": ("noisy-24g", ""),
+    "vllm-far": ("vllm-far", ""),
+    "oom-first-24g": ("oom-first-24g", ""),
+    "constant": ("pytorch-24g", "--answer-shape constant"),
+}
+SHARP = {"pytorch-24g", "oom-first-24g", "constant", "noisy-24g"}
+EXPECTED_FILES = ["manifest.json", "requests.csv", "steps.jsonl", "gpu.csv", "server.csv", "host.csv",
+                  "events.jsonl", "summary.json", "steps.csv", "capacity.md", "recommended-config.yaml",
+                  "report.html"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    procs = {}
+    for name, (profile, extra) in CASES.items():
+        out = tmp_path_factory.mktemp(name)
+        args = ["demo", "--profile", profile, "--out", str(out), "--workers", "1", "--step-s", "4",
+                "--cooldown-s", "4", "--idle-s", "1", "--warmup-s", "1",
+                "--simulator-args", f"--time-scale {SCALE} {extra}".strip()]  # fmt: skip
+        procs[name] = (spawn_cli(args), out)
+    results = {}
+    for name, (proc, out) in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=420)
+        except subprocess.TimeoutExpired:
+            for other, _ in procs.values():
+                other.kill()
+            raise
+        folders = [p for p in Path(out).iterdir() if (p / "summary.json").is_file()]
+        summary = json.loads((folders[0] / "summary.json").read_text()) if folders else {}
+        manifest = json.loads((folders[0] / "manifest.json").read_text()) if folders else {}
+        results[name] = {"rc": proc.returncode, "out": Path(out), "stdout": stdout, "stderr": stderr, "summary": summary,
+                         "manifest": manifest, "dir": folders[0] if folders else None}  # fmt: skip
+    return results
+
+
+def _levels(summary: dict[str, Any]) -> list[int]:
+    return [int(s["level"]) for s in summary["steps"] if s["phase"] == "step"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_answer_holds_on_a_server_unlike_ours(runs: dict[str, dict[str, Any]], name: str) -> None:
+    run = runs[name]
+    assert run["rc"] == 0, run["stdout"][-3000:] + run["stderr"][-2000:]
+    summary = run["summary"]
+    profile, extra = CASES[name]
+    true = truth(profile, 1000, 700, time_scale=SCALE)
+    rec = summary["recommended_level"]
+    why = (rec, true.knee_concurrency, _levels(summary), summary["knee"]["reason"])
+    assert rec is not None and "saturated" not in summary["knee"]["reason"], why
+    assert rec <= true.knee_concurrency + 1, why
+    if name in SHARP:
+        assert abs(rec - true.knee_concurrency) <= 1, why
+    else:
+        thr = {p.concurrency: p.throughput_rps for p in true.curve}
+        assert thr.get(rec, max(thr.values())) >= 0.9 * max(thr.values()), why
+    first = int(summary["manifest"]["levels"][0])
+    assert max(_levels(summary)) <= max(first, 2 * true.knee_concurrency + 4), why
+
+
+def test_a_far_estimate_is_capped_and_probed_downward(runs: dict[str, dict[str, Any]]) -> None:
+    run = runs["vllm-far"]
+    assert "capped at the server's max_num_seqs 256" in run["summary"]["estimate"]["reason"]
+    levels = _levels(run["summary"])
+    assert levels[0] == 64 and levels[1] == 32, levels  # the probe below the first step, not 128
+    assert "[probe]" in run["stdout"]
+
+
+def test_oom_before_compute_is_a_knee_not_an_outage(runs: dict[str, dict[str, Any]]) -> None:
+    summary = runs["oom-first-24g"]["summary"]
+    assert summary["complete"], summary["missing"]
+    assert any("oom" in (s.get("errors") or {}) for s in summary["steps"]), "no OOM step was measured"
+    assert not [e for e in summary["events"] if e["kind"] == "abort"]
+
+
+def test_answers_we_cannot_match_warn_once_and_are_measured(runs: dict[str, dict[str, Any]]) -> None:
+    run = runs["constant"]
+    assert run["manifest"]["answer_check"]["enabled"] is False
+    assert "the run goes on measuring capacity" in run["stdout"] + run["stderr"]
+    steps = run["summary"]["steps"]
+    assert all(s["failed_requests"] == 0 for s in steps)
+    assert all(s["bad_answer_share"] == 1.0 for s in steps if s["ok_requests"])
+    html = (run["dir"] / "report.html").read_text()
+    assert 'id="answer-check-off"' in html
+
+
+def test_the_demo_writes_the_whole_run_folder_and_ends_with_the_report(runs: dict[str, dict[str, Any]]) -> None:
+    run = runs["pytorch-24g"]
+    last = run["stdout"].strip().splitlines()[-1]
+    assert last.startswith("report: "), run["stdout"][-2000:]
+    run_dir = Path(last.split(" ", 1)[1]).parent
+    assert run_dir == run["dir"] and run["manifest"]["schema_version"] == 1
+    for name in EXPECTED_FILES:
+        assert (run_dir / name).is_file(), name
+    rows = pd.read_csv(run_dir / "requests.csv")
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert set(rows["step_index"]) <= {s["step_index"] for s in steps}
+    assert rows["request_id"].is_unique
+    assert (pd.read_csv(run_dir / "gpu.csv")["mem_used_mib"].notna()).any()

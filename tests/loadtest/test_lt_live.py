@@ -1,0 +1,63 @@
+"""The master's running totals give the analysis's own step rows, late rows included until they settle."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import step_table
+from analysis.loader import RunData, empty_frame
+from loadtest.live import SETTLE_S, LiveSteps, requests_frame
+from runfolder import Event, GpuSample, HostSample, RequestRow, ServerSample, StepRow
+
+
+def _row(i: int, step: int, t: float, latency_ms: float, ok: bool = True) -> RequestRow:
+    return RequestRow(
+        request_id=f"w-{i}", t_start_unix_s=t, step_index=step, phase="step", level=2, scenario="fixed",
+        bucket="b", latency_ms=latency_ms, ttft_ms=None, status_code=200 if ok else 500, ok=ok,
+        failure_kind="" if ok else "http_5xx", bytes_sent=1, bytes_received=1, cer=None, prompt_tokens=None,
+        completion_tokens=None, attempt=1, final_attempt=True, worker_id="w", error_text="",
+    )  # fmt: skip
+
+
+STEPS = [StepRow(1, "warmup", 2, 0.0, 2.0, "complete", ""), StepRow(2, "step", 2, 2.0, 12.0, "complete", "")]
+
+
+def _rows() -> list[RequestRow]:
+    rows = [_row(i, 1, 0.5 * i, 400.0) for i in range(4)]
+    rows += [_row(10 + i, 2, 2.0 + 0.25 * i, 500.0, ok=i % 9 != 0) for i in range(40)]
+    return rows
+
+
+def test_the_live_row_is_the_analysis_row() -> None:
+    live = LiveSteps()
+    live.add_rows(_rows())
+    for step in STEPS:
+        live.close(step)
+    mine = live.table(now=100.0).iloc[0]
+    run = RunData(
+        run_dir=Path("."), manifest={}, requests=requests_frame(_rows()),
+        steps=pd.DataFrame([dataclasses.asdict(s) for s in STEPS]),
+        gpu=empty_frame(GpuSample), server=empty_frame(ServerSample),
+        host=empty_frame(HostSample).assign(host_role=pd.Series(dtype="object")), events=empty_frame(Event),
+    )  # fmt: skip
+    theirs = step_table(run).iloc[0]
+    for column in ("requests", "failed_requests", "throughput_rps", "p95_ms", "throughput_se_rps"):
+        assert mine[column] == theirs[column], column
+
+
+def test_rows_arriving_after_the_step_count_until_it_settles() -> None:
+    rows = _rows()
+    live = LiveSteps()
+    live.add_rows(rows[:20])  # the worker's last report of the step is still on its way
+    for step in STEPS:
+        live.close(step)
+    early = live.table(now=STEPS[1].t_end_unix_s + 1.0)
+    live.add_rows(rows[20:])
+    later = live.table(now=STEPS[1].t_end_unix_s + 2.0)
+    assert early.iloc[0]["requests"] < later.iloc[0]["requests"] == 40
+    settled = live.table(now=STEPS[1].t_end_unix_s + SETTLE_S + 1)
+    live.add_rows([_row(99, 2, 5.0, 500.0)])  # past the settle time: only on disk
+    assert live.table(now=1e9).iloc[0]["requests"] == settled.iloc[0]["requests"] == 40
