@@ -118,3 +118,13 @@ def test_unreachable_exporter_is_one_clear_line() -> None:
         DcgmReader(dead + "/metrics", timeout_s=1.0).read()
     message = str(info.value)
     assert "\n" not in message and "unreachable" in message and dead in message
+
+
+def test_kv_cache_size_from_blocks_when_tokens_are_not_labelled() -> None:
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="640",gpu_memory_utilization="0.9"} 1.0\n'
+    )
+    assert parse_server_metrics(text).kv_cache_size_tokens == 640 * 16
+    labelled = text.replace('block_size="16"', 'block_size="16",kv_cache_size_tokens="9999"')
+    assert parse_server_metrics(labelled).kv_cache_size_tokens == 9999
