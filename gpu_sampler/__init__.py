@@ -6,23 +6,28 @@ when the process already runs it (see `realthread`). Never locust or pandas.
 
 from gpu_sampler.client import SamplesPage, SidecarClient
 from gpu_sampler.errors import SamplerError
-from gpu_sampler.monitor import GpuMonitor, parse_spec
+from gpu_sampler.monitor import GpuMonitor, parse_gpu_spec, parse_spec
 from gpu_sampler.readers import (
     DcgmReader,
     FakeGpuReader,
     HostReader,
     NvmlReader,
+    ProcessSplit,
     Reader,
     ServerMetricsReader,
 )
 from gpu_sampler.sampler import Ring, Sampler, StepStats
+from gpu_sampler.selection import ALL_GPUS, GpuSelection, card_of, combine_gpus, parse_selection
 
 __all__ = [
+    "ALL_GPUS",
     "DcgmReader",
     "FakeGpuReader",
     "GpuMonitor",
+    "GpuSelection",
     "HostReader",
     "NvmlReader",
+    "ProcessSplit",
     "Reader",
     "Ring",
     "Sampler",
@@ -31,5 +36,9 @@ __all__ = [
     "ServerMetricsReader",
     "SidecarClient",
     "StepStats",
+    "card_of",
+    "combine_gpus",
+    "parse_gpu_spec",
+    "parse_selection",
     "parse_spec",
 ]

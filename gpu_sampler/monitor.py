@@ -1,6 +1,8 @@
 """The facade the Locust master uses: one GPU source from a spec, plus server metrics and host samples.
 
-Spec: "none" | "nvml" | "sidecar:URL" | "dcgm:URL" | "fake" (a deterministic local fake GPU, for demos).
+Spec: "none" | "nvml[:SEL]" | "sidecar:URL[#SEL]" | "dcgm:URL[#SEL]" | "fake" (a deterministic local fake
+GPU, for demos). SEL names the server's GPUs (`0`, `0,1`, `GPU-<uuid>`, `MIG-<uuid>`; see
+`gpu_sampler.selection`); without it every GPU the source sees counts as the server's.
 - Producers run in real OS threads (`Sampler`s for nvml/dcgm/fake, server /metrics and this host; a
   poller for the sidecar) and only append to deques, which need no lock and no gevent.
 - Callbacks (`on_gpu`, `on_server`, `on_host`, `on_event`) run in the caller's world: a greenlet when
@@ -28,24 +30,42 @@ from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import DcgmReader, FakeGpuReader, HostReader, NvmlReader, ServerMetricsReader
 from gpu_sampler.realthread import RealThread, flush_logs, gevent_patched, real_sleep
 from gpu_sampler.sampler import Sampler
+from gpu_sampler.selection import GpuSelection, parse_selection, split_source
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
 log = logging.getLogger(__name__)
 
-SPEC_FORMS = "none, nvml, sidecar:http://HOST:9410, dcgm:http://HOST:9400/metrics or fake"
+SPEC_FORMS = (
+    "none, nvml (every GPU), nvml:0, nvml:0,1, nvml:GPU-<uuid>, sidecar:http://HOST:9410[#0], "
+    "dcgm:http://HOST:9400/metrics[#0,1] or fake"
+)
 NONE_WHY = "GPU=none: no GPU source was asked for"
 PAGE = 5000
 
 
-def parse_spec(spec: str) -> tuple[str, str | None]:
-    """("none"|"nvml"|"fake", None) or ("sidecar"|"dcgm", URL); a bad spec is a one-line `SamplerError`."""
+def parse_gpu_spec(spec: str) -> tuple[str, str | None, GpuSelection]:
+    """(kind, URL or None, the server's GPUs); a bad spec is a one-line `SamplerError` naming the forms."""
     text = (spec or "").strip()
     if text in ("none", "nvml", "fake"):
-        return text, None
-    kind, _, url = text.partition(":")
+        return text, None, GpuSelection()
+    kind, _, rest = text.partition(":")
+    if kind == "nvml" and rest:
+        return kind, None, parse_selection(rest, "GPU=nvml:")
+    url, selection = split_source(rest)
     if kind in ("sidecar", "dcgm") and url.startswith(("http://", "https://")) and len(url) > 8:
-        return kind, url
+        if kind == "sidecar" and selection.uuids:
+            raise SamplerError(
+                f"GPU={text}: the sidecar's samples carry indices, not UUIDs: use #0 here, "
+                "or --source nvml:GPU-<uuid> on the sidecar"
+            )
+        return kind, url, selection
     raise SamplerError(f"bad GPU spec {spec!r}: use {SPEC_FORMS}")
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """("none"|"nvml"|"fake", None) or ("sidecar"|"dcgm", URL); a bad spec is a one-line `SamplerError`."""
+    kind, url, _selection = parse_gpu_spec(spec)
+    return kind, url
 
 
 def _ignore(_item: Any) -> None:
@@ -72,7 +92,7 @@ class GpuMonitor:
         host_reader: Any = None,
         deliver_interval_s: float = 0.25,
     ) -> None:
-        self.kind, self.url = parse_spec(spec)
+        self.kind, self.url, self.selection = parse_gpu_spec(spec)
         if server_metrics_url is not None and not server_metrics_url.startswith(("http://", "https://")):
             raise SamplerError(f"bad server metrics URL {server_metrics_url!r}: use http://HOST:PORT/metrics")
         self.step_of, self.clock, self.scrape_interval_s = step_of, clock, scrape_interval_s
@@ -111,14 +131,14 @@ class GpuMonitor:
 
     @classmethod
     def from_spec(cls, spec: str, **kwargs: Any) -> GpuMonitor:
-        """Build from a spec ("none" | "nvml" | "sidecar:URL" | "dcgm:URL" | "fake"); keywords as `__init__`'s."""
+        """Build from a spec (see the module docstring); keywords as `__init__`'s."""
         return cls(spec, **kwargs)
 
     def _make_gpu_reader(self, pid: int | None) -> Any:
         if self.kind == "nvml":
-            return NvmlReader(pid=pid)
+            return NvmlReader(self.selection, pid=pid)
         if self.kind == "dcgm" and self.url:
-            return DcgmReader(self.url)
+            return DcgmReader(self.url, selection=self.selection)
         if self.kind == "fake":
             return FakeGpuReader(clock=self.clock, step_of=self.step_of)
         return None
@@ -178,9 +198,17 @@ class GpuMonitor:
                 self._why_missing = str(err)
             except Exception as err:  # an odd reader; info() must not raise
                 self._why_missing = f"{type(err).__name__}: {err}"
-        base: dict[str, Any] = {"name": None, "total_mib": None, "driver": None, "gpu_count": None}
+        base: dict[str, Any] = {
+            "name": None,
+            "total_mib": None,
+            "driver": None,
+            "gpu_count": None,
+            "gpus": None,
+            "memory_call": None,
+        }
         found = self._info or {}
         base.update({k: found[k] for k in base if k in found})
+        base["selection"] = self.selection.text() or "all"
         available = self._info is not None and bool(found.get("available", True))
         why = None if available else (self._why_missing or found.get("why_missing") or "no answer yet")
         return base | {"source": self.kind, "url": self.url, "available": available, "why_missing": why}
@@ -208,9 +236,12 @@ class GpuMonitor:
             log.warning("could not mark step %s on the sidecar: %s", step_index, err)
 
     def latest_mem_used_mib(self) -> float | None:
-        """GPU memory in use now (MiB), summed over the GPUs read; None before any sample or without one."""
-        values = [v for v in list(self._latest_mem.values()) if v is not None]
-        return sum(values) if values else None
+        """GPU memory in use now (MiB), summed over the server's GPUs (the rule of `combine_gpus`);
+        None before any sample, without a GPU, or while one of them gives no memory reading."""
+        values = list(self._latest_mem.values())
+        if not values or any(v is None for v in values):
+            return None
+        return sum(v for v in values if v is not None)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop sampling and deliver what is left, in the caller."""
@@ -279,6 +310,8 @@ class GpuMonitor:
             records = getattr(page, kind)
             if kind == "server" and self.server_reader is not None:
                 continue  # scraped here already
+            if kind == "gpu" and not self.selection.everything:
+                records = [r for r in records if self.selection.takes(r.gpu_index)]
             if records:
                 self._queues[kind].append(records)
                 if kind == "gpu":

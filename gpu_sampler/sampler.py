@@ -10,7 +10,8 @@ Algorithm (parameters: `interval_s`, `clock`, `ring_size`, `reservoir_size`, `ma
   folded into the per-step statistics and handed to `sink` (which runs in the sampler's thread).
 - A failing read (or sink) is counted per kind, logged once per kind, and never ends the thread;
   `on_health(ok, message)` is called when reads start failing and when they work again.
-- Per step (and GPU): count, mean and peak exactly; P95 from a reservoir of `reservoir_size` values per
+- Per step (and GPU, and for several GPUs their sum per tick as `combine_gpus` gives it, the statistic
+  `step_stats(i)` answers): count, mean and peak exactly; P95 from a reservoir of `reservoir_size` values per
   series (exact while the step has fewer samples; 10,000 is 8 minutes at 20 Hz). Only the last
   `max_steps` steps are kept, so memory stays bounded in a soak.
 """
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_sampler.realthread import RealThread, flush_logs, log_safely, real_lock, real_sleep
+from gpu_sampler.selection import ALL_GPUS, combine_gpus
+from runfolder import GpuSample
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +214,9 @@ class Sampler:
             log_safely(log, logging.WARNING, "%s health callback failed: %s", self.name, err)
 
     def _fold(self, records: list[Any]) -> None:
+        gpus = [r for r in records if isinstance(r, GpuSample)]
+        if len({r.gpu_index for r in gpus}) > 1:  # the server's GPUs together: one more series
+            records = records + combine_gpus(gpus)
         with self._lock:
             for r in records:
                 key = (r.step_index, getattr(r, "gpu_index", 0))
@@ -236,9 +242,12 @@ class Sampler:
         return self.ring.last()
 
     def step_stats(self, step_index: int, gpu_index: int | None = None) -> StepStats | None:
-        """Peak, mean and P95 of memory and utilisation in one step; all GPUs pooled when `gpu_index` is None."""
+        """Peak, mean and P95 of memory and utilisation in one step, of one GPU or (None) of the GPUs
+        read summed per tick (`combine_gpus`)."""
         with self._lock:
             accs = [a for (s, g), a in self._steps.items() if s == step_index and gpu_index in (None, g)]
+            if gpu_index is None and (combined := self._steps.get((step_index, ALL_GPUS))) is not None:
+                accs = [combined]
             if not accs:
                 return None
             mem_peak, mem_mean, mem_p95, mem_exact = _summary([a.mem for a in accs])

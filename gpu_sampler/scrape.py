@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_sampler.errors import SamplerError
+from gpu_sampler.selection import GpuSelection, mig_gpu_index
 from runfolder import GpuSample, ServerSample
 
 log = logging.getLogger(__name__)
@@ -87,34 +88,68 @@ def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
         raise SamplerError(f"not Prometheus text ({err}): point the URL at a /metrics page") from None
 
 
+def _total(samples: list[GpuSample]) -> float | None:
+    """The selected GPUs' total memory together: their memory is summed (`combine_gpus`), so is it."""
+    totals = [s.mem_total_mib for s in samples]
+    return None if not totals or None in totals else sum(t for t in totals if t is not None)
+
+
+def _dcgm_index(labels: dict[str, str]) -> int | None:
+    """The sample's gpu_index: the card's `gpu` label, or its MIG slice's when `GPU_I_ID` is set."""
+    try:
+        card = int(labels["gpu"])
+        instance = labels.get("GPU_I_ID", "")
+        return mig_gpu_index(card, int(instance)) if instance.strip() else card
+    except (KeyError, ValueError):
+        return None
+
+
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
 class DcgmReader:
-    """Reads a DCGM exporter's /metrics: one `GpuSample` per `gpu` label (MiB, %, °C, W as DCGM gives them)."""
+    """Reads a DCGM exporter's /metrics: one `GpuSample` per `gpu` label (MiB, %, °C, W as DCGM gives them).
+
+    A MIG slice (a `GPU_I_ID` label) is its own sample, `gpu_index` as `selection.mig_gpu_index` gives
+    it, so the slices of one card never overwrite each other; `selection` keeps the server's GPUs
+    (by `gpu` index or by the `UUID` label).
+    """
 
     source = "dcgm"
 
-    def __init__(self, url: str, fetch: Fetch | None = None, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        fetch: Fetch | None = None,
+        timeout_s: float = 2.0,
+        selection: GpuSelection | None = None,
+    ) -> None:
         self.url = url
+        self.selection = selection or GpuSelection()
         self._fetch: Fetch = fetch or (lambda u: fetch_text(u, timeout_s))
         self._labels: dict[int, dict[str, str]] = {}
 
     def read(self) -> list[GpuSample]:
         fields: dict[int, dict[str, float]] = {}
+        seen: set[int] = set()
         for name, labels, value in parse_samples(select_lines(self._fetch(self.url), DCGM_FIELDS)):
             key = DCGM_FIELDS.get(name)
-            if key is None or "gpu" not in labels:
+            gpu = _dcgm_index(labels) if key is not None else None
+            if key is None or gpu is None:
                 continue
-            try:
-                gpu = int(labels["gpu"])
-            except ValueError:
+            seen.add(gpu)
+            if not self.selection.takes(gpu, labels.get("UUID")):
                 continue
             fields.setdefault(gpu, {})[key] = value
             self._labels[gpu] = labels
-        if not fields:
+        if not seen:
             raise SamplerError(f"no DCGM_FI_DEV_FB_USED at {self.url}: point GPU=dcgm:URL at a DCGM exporter")
+        if not fields:
+            raise SamplerError(
+                f"no GPU {self.selection.text()} at {self.url} (it exports gpu {sorted(seen)}): "
+                "fix the selection after # in GPU=dcgm:URL#0"
+            )
         return [self._sample(gpu, f) for gpu, f in sorted(fields.items())]
 
     @staticmethod
@@ -147,7 +182,7 @@ class DcgmReader:
             "source": self.source,
             "name": first.get("modelName") or first.get("device"),
             "driver": first.get("DCGM_FI_DRIVER_VERSION") or first.get("driver_version"),
-            "total_mib": samples[0].mem_total_mib if samples else None,
+            "total_mib": _total(samples),
             "gpu_count": len(samples),
             "hostname": first.get("Hostname"),
         }

@@ -32,21 +32,28 @@ from gpu_sampler.client import record_to_json
 from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import DcgmReader, FakeGpuReader, NvmlReader
 from gpu_sampler.sampler import Ring, Sampler
+from gpu_sampler.selection import parse_selection, split_source
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 5000  # samples per /samples answer: ~1 MB of JSON at most
 
 
+SOURCE_FORMS = (
+    "nvml, nvml:0, nvml:0,1, nvml:GPU-<uuid>, nvml:MIG-<uuid>, fake or dcgm:http://HOST:9400/metrics[#0]"
+)
+
+
 def build_gpu_reader(source: str, step_of: Callable[[], int], pid: int | None = None) -> Any:
-    """`nvml` | `dcgm:URL` | `fake` -> a reader; anything else is a one-line `SamplerError`."""
-    if source == "nvml":
-        return NvmlReader(pid=pid)
+    """`nvml[:SEL]` | `dcgm:URL[#SEL]` | `fake` -> a reader; anything else is a one-line `SamplerError`."""
+    if source == "nvml" or source.startswith("nvml:"):
+        return NvmlReader(parse_selection(source[5:], "--source nvml:"), pid=pid)
     if source == "fake":
         return FakeGpuReader(step_of=step_of)
     if source.startswith("dcgm:") and source[5:].startswith(("http://", "https://")):
-        return DcgmReader(source[5:])
-    raise SamplerError(f"bad --source {source!r}: use nvml, fake or dcgm:http://HOST:9400/metrics")
+        url, selection = split_source(source[5:])
+        return DcgmReader(url, selection=selection)
+    raise SamplerError(f"bad --source {source!r}: use {SOURCE_FORMS}")
 
 
 class Sidecar:
@@ -118,9 +125,13 @@ class Sidecar:
         if describe is None:
             return base | {"available": True, "why_missing": None}
         try:
-            return base | describe() | {"available": True, "why_missing": None}
+            found = base | describe() | {"available": True, "why_missing": None}
         except Exception as err:  # the driver may be gone; the sidecar keeps answering
             return base | {"available": False, "why_missing": str(err).splitlines()[0]}
+        processes = getattr(self.gpu_reader, "last_processes", None)
+        if processes:  # the server's memory apart from other jobs' on the same GPU
+            found["processes"] = [dataclasses.asdict(p) for p in processes.values()]
+        return found
 
     def samples(self, cursor: int, limit: int) -> dict[str, Any]:
         records, next_cursor, dropped = self.ring.since(cursor, min(limit, MAX_PAGE))

@@ -20,10 +20,15 @@ class FakeNvml:
 
     `unsupported` names calls that raise NVMLError_NotSupported; `no_library` makes nvmlInit raise
     NVMLError_LibraryNotFound; `lost` makes every device call raise NVMLError_GpuIsLost.
+    `mig[card]` puts a card in MIG mode with those slices (`FakeSlice`); a slice's handle is
+    ("mig", card, slot), a card's its index. `processes_on[handle]` overrides the process list.
     """
 
     NVML_ERROR_UNINITIALIZED = 1
+    NVML_ERROR_INVALID_ARGUMENT = 2
     NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_ERROR_NOT_FOUND = 6
+    NVML_DEVICE_MIG_ENABLE = 1
     NVML_ERROR_DRIVER_NOT_LOADED = 9
     NVML_ERROR_LIBRARY_NOT_FOUND = 12
     NVML_ERROR_FUNCTION_NOT_FOUND = 13
@@ -62,8 +67,12 @@ class FakeNvml:
             SimpleNamespace(pid=4242, usedGpuMemory=1500 * MIB),
             SimpleNamespace(pid=7, usedGpuMemory=None),
         ]
+        self.processes_on: dict[Any, list[SimpleNamespace]] = {}
+        self.mig: dict[int, list[FakeSlice]] = {}
+        self.calls: dict[str, int] = {}
 
     def _check(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
         if self.lost:
             raise self.NVMLError_GpuIsLost()
         if name in self.unsupported:
@@ -88,11 +97,51 @@ class FakeNvml:
         self._check("name")
         return "NVIDIA Fake H100"
 
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        self._check("uuid")
+        if isinstance(handle, tuple):
+            return self.mig[handle[1]][handle[2]].uuid
+        return f"GPU-{handle:08d}-fake-uuid"
+
+    def nvmlDeviceGetIndex(self, handle: int) -> int:
+        return handle
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any:
+        for card in range(self.gpus):
+            if uuid == f"GPU-{card:08d}-fake-uuid":
+                return card
+            for slot, piece in enumerate(self.mig.get(card, [])):
+                if piece.uuid == uuid:
+                    return ("mig", card, slot)
+        raise self.NVMLError(self.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        self._check("mig mode")
+        return [1, 1] if handle in self.mig else [0, 0]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        return 7 if handle in self.mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, slot: int) -> tuple[str, int, int]:
+        if slot >= len(self.mig.get(handle, [])):
+            raise self.NVMLError(self.NVML_ERROR_NOT_FOUND)
+        return ("mig", handle, slot)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: tuple[str, int, int]) -> int:
+        return handle[1]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple[str, int, int]) -> int:
+        return self.mig[handle[1]][handle[2]].gpu_instance_id
+
     def nvmlSystemGetDriverVersion(self) -> bytes:
         return b"550.54.15"
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
         self._check("memory")
+        if isinstance(handle, tuple):  # a MIG slice: its own memory (v1 and v2 alike, no reserved)
+            piece = self.mig[handle[1]][handle[2]]
+            total, used_slice = piece.total_mib * MIB, piece.used_mib * MIB
+            return SimpleNamespace(total=total, used=used_slice, reserved=0, free=total - used_slice)
         used = (self.used_mib + handle * 100) * MIB
         if version:
             if self.v1_only:
@@ -104,8 +153,10 @@ class FakeNvml:
         used_v1 = used + self.reserved_mib * MIB  # v1 counts reserved memory as used
         return SimpleNamespace(total=self.total_mib * MIB, used=used_v1, free=self.total_mib * MIB - used_v1)
 
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> SimpleNamespace:
         self._check("utilisation")
+        if isinstance(handle, tuple):
+            raise self.NVMLError_NotSupported()  # as on real MIG slices
         return SimpleNamespace(gpu=37, memory=12)
 
     def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
@@ -116,9 +167,40 @@ class FakeNvml:
         self._check("power")
         return 215_500  # milliwatts
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         self._check("processes")
+        if handle in self.processes_on:
+            return self.processes_on[handle]
         return self.processes if handle == 0 else []
+
+
+class FakeSlice:
+    """One MIG slice of a FakeNvml card."""
+
+    def __init__(self, gpu_instance_id: int, uuid: str, used_mib: float, total_mib: float) -> None:
+        self.gpu_instance_id, self.uuid = gpu_instance_id, uuid
+        self.used_mib, self.total_mib = used_mib, total_mib
+
+
+class FakePsutil:
+    """psutil's `Process(pid).children(recursive=True)` and `Error`, from a {pid: [child pids]} map."""
+
+    class Error(Exception):
+        pass
+
+    class NoSuchProcess(Error):
+        pass
+
+    def __init__(self, children: dict[int, list[int]]) -> None:
+        self.children_of = children
+        self.walks = 0
+
+    def Process(self, pid: int) -> SimpleNamespace:  # noqa: N802 - psutil's name
+        if pid not in self.children_of:
+            raise self.NoSuchProcess(f"no process {pid}")
+        self.walks += 1
+        kids = [SimpleNamespace(pid=c) for c in self.children_of[pid]]
+        return SimpleNamespace(pid=pid, children=lambda recursive=False: kids)
 
 
 class FakeClock:

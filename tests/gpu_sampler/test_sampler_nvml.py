@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
-from sampler_fakes import FakeClock, FakeNvml
+from sampler_fakes import MIB, FakeClock, FakeNvml, FakePsutil
 
 from gpu_sampler import NvmlReader, SamplerError
 from gpu_sampler.readers import NO_DRIVER
@@ -36,8 +37,8 @@ def test_bad_device_index_is_one_line() -> None:
 def test_unsupported_fields_are_none_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     nvml = FakeNvml()
     nvml.unsupported = {"power", "temperature", "processes"}
-    reader = NvmlReader(pid=4242, nvml=nvml)
-    with caplog.at_level(logging.WARNING, logger="gpu_sampler.readers"):
+    reader = NvmlReader(pid=4242, nvml=nvml, ps=FakePsutil({4242: []}))
+    with caplog.at_level(logging.WARNING, logger="gpu_sampler.nvml"):
         samples = [reader.read()[0] for _ in range(5)]
     assert all(s.power_w is None and s.temp_c is None and s.proc_mem_mib is None for s in samples)
     assert all(s.mem_used_mib == 4096.0 and s.util_pct == 37.0 for s in samples)  # the sample is not lost
@@ -89,9 +90,15 @@ def test_describe_gives_name_driver_total() -> None:
         "source": "nvml",
         "name": "NVIDIA Fake H100",
         "driver": "550.54.15",
-        "total_mib": 24576.0,
+        "total_mib": 2 * 24576.0,  # every GPU read: their memory is summed, so is their total
         "gpu_count": 2,
         "gpu_index": 0,
+        "gpus": [
+            {"gpu_index": 0, "uuid": "GPU-00000000-fake-uuid", "mig": False},
+            {"gpu_index": 1, "uuid": "GPU-00000001-fake-uuid", "mig": False},
+        ],
+        "selection": "all",
+        "memory_call": "v2",
     }
 
 
@@ -105,3 +112,55 @@ def test_real_pynvml_without_gpu_gives_the_no_driver_line() -> None:
         (first, *_rest) = reader.read()
         assert first.mem_total_mib and first.mem_total_mib > 0
         reader.close()
+
+
+def test_memory_call_is_decided_from_the_installed_nvidia_ml_py(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No module injected: production's path. The installed pynvml has the v2 call, so v2 is chosen."""
+    import pynvml
+
+    assert hasattr(pynvml, "nvmlMemory_v2")  # nvidia-ml-py >= 12.535 (pyproject pins a newer one)
+    reader = NvmlReader()
+    assert reader.nvml is pynvml and reader.uses_memory_v2
+    # the real module, with only the calls that need a driver replaced: which memory call is made?
+    asked: list[object] = []
+
+    def memory(handle: object, version: object = None) -> SimpleNamespace:
+        asked.append(version)
+        return SimpleNamespace(total=8192 * MIB, used=1024 * MIB, reserved=256 * MIB)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 1)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: i)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", memory)
+    (sample,) = reader.read()  # every other call meets the real, uninitialised library: guarded
+    assert asked == [pynvml.nvmlMemory_v2]
+    assert (sample.mem_used_mib, sample.mem_reserved_mib, sample.mem_total_mib) == (1024.0, 256.0, 8192.0)
+    assert sample.util_pct is None and sample.power_w is None  # real NVMLError, caught, not a lost sample
+
+
+FIELDS = {
+    "memory": "mem_used_mib",
+    "utilisation": "util_pct",
+    "temperature": "temp_c",
+    "power": "power_w",
+    "processes": "proc_mem_mib",
+}
+
+
+@pytest.mark.parametrize("call", [*FIELDS, "name", "uuid", "mig mode"])
+def test_each_unsupported_call_empties_its_field_only(call: str, caplog: pytest.LogCaptureFixture) -> None:
+    nvml = FakeNvml()
+    nvml.unsupported = {call}
+    reader = NvmlReader(pid=4242, nvml=nvml, ps=FakePsutil({4242: []}))
+    with caplog.at_level(logging.WARNING, logger="gpu_sampler.nvml"):
+        first = reader.read()
+        reader.describe()
+        logged = len(caplog.records)
+        later = [reader.read() for _ in range(3)]
+        reader.describe()
+    assert all(len(s) == 1 for s in [first, *later])  # the sample is kept
+    sample = later[-1][0]
+    for name, field in FIELDS.items():
+        assert (getattr(sample, field) is None) == (name == call), (call, field)
+    assert len(caplog.records) == logged  # logged once, not per read
+    assert (logged >= 1) == (call not in ("mig mode",))  # a card without MIG is no news
