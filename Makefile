@@ -57,7 +57,26 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy runfolder simulator scenarios gpu_sampler analysis reports loadtest
 
-test: lint
+# The browser tests drive Debian's chromium (Playwright's own browser builds are never downloaded).
+# Checked first, before the venv: installed where we may (root, apt-get), else one line and exit 2.
+CHROMIUM_LOG = $${TMPDIR:-/tmp}/chromium-install.log
+CHROMIUM_INSTALL = DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core
+define ENSURE_BROWSER
+command -v chromium >/dev/null 2>&1 || { \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+    echo "installing Debian's chromium for the browser tests (apt-get, once)"; \
+    { apt-get update -qq && $(CHROMIUM_INSTALL); } >/dev/null 2>$(CHROMIUM_LOG) \
+      && command -v chromium >/dev/null 2>&1 && rm -f $(CHROMIUM_LOG) || { \
+      echo "error: installing chromium failed (see $(CHROMIUM_LOG)): run 'apt-get install chromium', then make test again" >&2; exit 2; }; \
+  else \
+    echo "error: the browser tests need Debian's chromium: run 'sudo apt-get install chromium', then make test again" >&2; exit 2; \
+  fi; }
+endef
+
+# Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
+test:
+	@$(ENSURE_BROWSER)
+	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q -m 'not slow'
 
 test-slow: $(STAMP)
@@ -89,7 +108,7 @@ compare: $(STAMP)
 	@$(PY) -m reports compare '$(A)' '$(B)'
 
 bench: $(STAMP)
-	@rc=0; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || rc=1; done; exit $$rc
+	@rc=0; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || { echo "== $$f: exit status $$?"; rc=1; }; done; exit $$rc
 
 clean:
 	rm -rf results test-artifacts .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,6 +1,7 @@
 """Live run from Locust's web UI: start the plan from the step and GPU panel, watch it, stop, open the report.
 
-Drives Debian's chromium through Playwright against `python -m loadtest ui` and the simulator.
+Drives Debian's chromium (the `chromium` fixture of tests/conftest.py) through Playwright against
+`python -m loadtest ui` and the simulator.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ import socket
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from it_procs import REPO, spawn_cli
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
 pytestmark = pytest.mark.browser
 
@@ -40,9 +39,7 @@ def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout_s: float) -
     raise AssertionError(f"no line starting with {prefix!r}")
 
 
-def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path):
-    if not CHROMIUM.exists():
-        pytest.fail("Debian's chromium is required: apt-get install chromium")
+def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path, chromium):
     from playwright.sync_api import sync_playwright
 
     sim = simulator_factory("--profile", "pytorch-24g")
@@ -91,7 +88,7 @@ def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path):
                 time.sleep(0.3)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(
-                executable_path=str(CHROMIUM),
+                executable_path=str(chromium),
                 args=[
                     "--no-sandbox",
                     "--disable-gpu",

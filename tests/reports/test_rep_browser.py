@@ -1,10 +1,10 @@
-"""The report in a real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright):
-no console errors, no network, every chart drawn, the verdict on the first screen, untrusted
-text inert. Saves test-artifacts/report-first-screen.png for a person to look at."""
+"""The report in a real headless Chromium (Debian's chromium, driven by Playwright; the `chromium`
+fixture of tests/conftest.py, which stops the session at once when it is missing): no console
+errors, no network, every chart drawn, the verdict on the first screen, untrusted text inert.
+Saves test-artifacts/report-first-screen.png for a person to look at."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,6 @@ from rep_fixtures import build_run
 
 from reports import build_charts, render_report
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 ARGS = [
     "--no-sandbox",
@@ -25,15 +24,6 @@ ARGS = [
 EVIL = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
 
 
-def _wait_for_chromium(timeout_s: float = 180.0) -> None:
-    """Chromium may still be installing on a fresh machine: wait for it, then give up with a skip."""
-    deadline = time.monotonic() + timeout_s
-    while not CHROMIUM.exists():
-        if time.monotonic() > deadline:
-            pytest.skip(f"{CHROMIUM} did not appear within {timeout_s:.0f} s: install Debian's chromium")
-        time.sleep(2)
-
-
 def _open(page: object, path: Path, html: str) -> str:
     path.write_text(html, encoding="utf-8")
     page.goto(path.as_uri(), wait_until="load", timeout=30_000)  # type: ignore[attr-defined]
@@ -41,8 +31,7 @@ def _open(page: object, path: Path, html: str) -> str:
 
 
 @pytest.mark.browser
-def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path) -> None:
-    _wait_for_chromium()
+def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path, chromium: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     clean = build_run(scenario="mixed")
@@ -53,7 +42,7 @@ def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path) -
     errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        browser = pw.chromium.launch(executable_path=str(chromium), args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
