@@ -54,10 +54,9 @@ _MAIN_IDENT = _get_ident()  # conftest is imported on pytest's main thread
 MAX_GREENLETS = 100  # stacks printed at a timeout; Locust tests run a few dozen users at most
 BACKSTOP_S = 30.0  # the C-level dump-and-exit this long after the limit, should the Python watchdog not run
 
-# Tests whose files carry no timeout marker but need more than the default, with their own inner limits.
+# Tests whose files carry no timeout marker but need more than the default, with their own inner limits
+# (tests/integration/test_it_profiles.py carries its own: @pytest.mark.timeout(600)).
 LONGER: dict[str, float] = {
-    # the whole demo as real processes: run_cli(..., timeout_s=240) plus the checks after it
-    "tests/integration/test_it_demo.py": 360,
     # run_cli(..., timeout_s=150) after a simulator start
     "tests/integration/test_it_distributed.py": 240,
     # soak and fault runs (make test-slow): wait_for(..., 120) then finish(..., 120) around a whole run
