@@ -92,8 +92,9 @@ def gpu_info(run: RunData) -> dict[str, Any]:
     }
 
 
-def missing_parts(run: RunData) -> list[str]:
-    """What a partial run lacks: core files, aborted steps, planned levels never measured."""
+def missing_parts(run: RunData, knee: Knee | None = None) -> list[str]:
+    """What a partial run lacks: core files, aborted steps, planned levels never measured (levels above a
+    confirmed knee are skipped by design: the plan stops climbing there)."""
     missing = [f"{name} (no requests or steps recorded)" for name in ("requests.csv", "steps.jsonl")
                if name in run.missing_files]  # fmt: skip
     steps = run.steps
@@ -116,7 +117,8 @@ def missing_parts(run: RunData) -> list[str]:
             planned = None
     if isinstance(planned, list) and all(isinstance(v, int) for v in planned):
         done = {int(v) for v in measured["level"]} if not measured.empty else set()
-        left = [v for v in planned if v not in done]
+        ceiling = knee.knee_level if knee is not None and knee.found and knee.knee_level else None
+        left = [v for v in planned if v not in done and (ceiling is None or v <= ceiling)]
         if left:
             last = int(measured["step_index"].max()) if not measured.empty else None
             after = f" (run stopped after step {last})" if last is not None else ""
@@ -179,7 +181,7 @@ def analyze_run(
     knee = find_knee(table)
     kind = server_kind(run)
     diagnosis = diagnose(table, estimate, knee)
-    missing = missing_parts(run)
+    missing = missing_parts(run, knee)
     config, comments = build_config(table, knee, estimate, kind)
     if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"
         ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
