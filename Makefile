@@ -41,7 +41,7 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE))
 
-.PHONY: venv test test-slow lint demo loadtest master worker sampler ui report compare bench clean
+.PHONY: venv test test-slow lint demo loadtest master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -109,6 +109,11 @@ compare: $(STAMP)
 
 bench: $(STAMP)
 	@rc=0; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || { echo "== $$f: exit status $$?"; rc=1; }; done; exit $$rc
+
+# On a GPU machine with PyTorch (a CUDA build) in the venv: the whole method against a real CUDA workload,
+# NVML's readings beside PyTorch's. Without a GPU: one line, exit 0. Never part of make test.
+gpu-check: $(STAMP)
+	@$(PY) bench/gpu_check.py
 
 clean:
 	rm -rf results test-artifacts .pytest_cache .mypy_cache .ruff_cache build *.egg-info
