@@ -1,8 +1,14 @@
 """Estimate against measurement (seed 000, section 4): which resource ran out first, in words and numbers.
 
 For each measured step the estimate predicts memory: idle + level x increment (GPU-memory dimension) or
-a KV-cache fraction of level x tokens_per_request / kv_cache_size_tokens (KV dimension). Cases, checked
-in seed 000's order of suspects:
+a KV-cache fraction of level x tokens_per_request / kv_cache_size_tokens (KV dimension). First, two
+memory cases (analysis.memory_cases):
+- "out_of_memory": a step had OOM failures: the level where the card ran out, the increment, the card's
+  total, and whether the estimate's headroom kept it below that level.
+- "high_water_mark": memory at zero users does not fall back (PyTorch's caching allocator): said in those
+  words, never as a leak; steps measured after a higher level are left out of the comparison, and the
+  verdict of the cases below on the other steps follows (evidence "verdict"), with no leak suspects.
+Then, in seed 000's order of suspects:
 - "memory_above": a step's measured peak exceeds the prediction by more than `above_tol` (15%) of the
   predicted per-request part (and 64 MiB / 0.02 of the cache): unreleased caches, fragmentation or extra
   buffers; look for request-level objects that are never freed.
@@ -26,6 +32,7 @@ import pandas as pd
 
 from analysis.estimate import Estimate
 from analysis.knee import Knee, fmt
+from analysis.memory_cases import HighWater, high_water_mark, out_of_memory
 
 ABOVE_TOL = 0.15
 ABOVE_FLOOR_MIB = 64.0
@@ -78,8 +85,24 @@ def comparison_rows(table: pd.DataFrame, estimate: Estimate) -> list[dict[str, A
 
 
 def diagnose(table: pd.DataFrame, estimate: Estimate, knee: Knee) -> Diagnosis:
+    oom = out_of_memory(table, estimate)
+    if oom is not None:
+        return Diagnosis("out_of_memory", *oom)
+    held = None if table.empty else high_water_mark(table, estimate)
+    verdict = _against_estimate(table, estimate, knee, held)
+    if held is None:
+        return verdict
+    evidence = {**verdict.evidence, **held.evidence, "verdict": verdict.case}
+    return Diagnosis("high_water_mark", f"{held.text} {verdict.text}", evidence)
+
+
+def _against_estimate(table: pd.DataFrame, estimate: Estimate, knee: Knee, held: HighWater | None) -> Diagnosis:
     rows = comparison_rows(table, estimate)
-    compared = [r for r in rows if not math.isnan(r["predicted"]) and not math.isnan(r["measured"])]
+    skip = set(held.not_comparable) if held is not None else set()
+    compared = [
+        r for r in rows
+        if not math.isnan(r["predicted"]) and not math.isnan(r["measured"]) and r["step_index"] not in skip
+    ]  # fmt: skip
     unit = "KV-cache fraction" if estimate.dimension == "kv_cache" else "MiB"
     if not compared:
         return Diagnosis("unknown", "No estimate or no memory samples per step: nothing to compare the "
@@ -98,9 +121,16 @@ def diagnose(table: pd.DataFrame, estimate: Estimate, knee: Knee) -> Diagnosis:
     }
     if excess > max(ABOVE_TOL * (worst["predicted"] - base), floor):
         evidence.update(level=worst["level"], predicted=worst["predicted"], measured=worst["measured"])
-        return Diagnosis("memory_above", (
-            f"At level {worst['level']} memory measured {_num(worst['measured'], unit)}, above the predicted"
-            f" {_num(worst['predicted'], unit)} ({_num(excess, unit, '+,.0f')}). Suspects in order: caches not released between"
+        above = (f"At level {worst['level']} memory measured {_num(worst['measured'], unit)}, above the predicted"
+                 f" {_num(worst['predicted'], unit)} ({_num(excess, unit, '+,.0f')}).")  # fmt: skip
+        if held is not None:  # a kept cache is explained already: what is left is per-request size
+            return Diagnosis("memory_above", above + (
+                " Under load a request holds more than alone: a batch's activations and the allocator's"
+                " fragmentation (torch.cuda.memory_reserved() above memory_allocated()); size by the measured"
+                " steps, not the single-request increment."
+            ), evidence)  # fmt: skip
+        return Diagnosis("memory_above", above + (
+            " Suspects in order: caches not released between"
             " requests, allocator fragmentation, extra intermediate buffers; check for request-level objects"
             " that are never freed, then rerun a soak to see whether memory creeps."
         ), evidence)  # fmt: skip

@@ -15,6 +15,12 @@ Pass kv_headroom < 1 to keep a margin for answers longer than the baseline's. `e
 itself applies whatever headroom it is given (default 0.7, the contract's).
 When tokens are unknown (non-OpenAI styles), the baseline's peak KV-cache fraction stands in for
 tokens_per_request / kv_cache_size_tokens.
+Idle before anything of ours (DESIGN section 1): gpu.csv rows tagged PREFLIGHT_STEP_INDEX were read
+before the pre-flight sent its one request (loadtest.idle). When the idle phase, after that request,
+reads more than noise above them, the server kept the request's memory (PyTorch's caching allocator
+keeps freed blocks: the device shows a high-water mark), so idle is the reading before the pre-flight and
+the increment is the baseline's peak over it; `memory_kept_mib` says how much was kept and the reason
+says how the increment was obtained. Without such rows a kept request looks like preallocated memory.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ KV_HEADROOM = 1.0  # the KV cache is already the budget: see the module doc
 DEFAULT_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.2)
 NOISE_FLOOR_MIB = 32.0  # smallest increment we believe: NVML rounds, allocators jitter by a few MiB
 NOISE_STD_FACTOR = 3.0  # an increment below 3 standard deviations of idle memory is noise
+PREFLIGHT_STEP_INDEX = -2  # gpu.csv rows read before the pre-flight's request (-1: before the first step)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class Estimate:
     tokens_per_request: float | None = None
     kv_cache_size_tokens: float | None = None
     reason: str = ""
+    memory_kept_mib: float | None = None  # idle phase above the idle read before the pre-flight's request
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _plain(v) for k, v in asdict(self).items()}
@@ -175,6 +183,7 @@ def _estimate_from_baseline(
     idle_idx, base_idx = _phase_steps(steps, "idle"), _phase_steps(steps, "baseline")
     idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()
     base = card.loc[card["step_index"].isin(base_idx), "mem_used_mib"].dropna()
+    before = card.loc[card["step_index"] == PREFLIGHT_STEP_INDEX, "mem_used_mib"].dropna()
     if total_mib is None and not card["mem_total_mib"].dropna().empty:
         total_mib = float(card["mem_total_mib"].dropna().median())
     idle_mib = float(idle.median()) if not idle.empty else None
@@ -187,13 +196,9 @@ def _estimate_from_baseline(
             why_not_gpu = "GPU total memory unknown (no mem_total_mib samples)"
     else:
         noise = max(NOISE_FLOOR_MIB, NOISE_STD_FACTOR * float(idle.std(ddof=0)))
-        increment = peak_mib - idle_mib
-        if increment > noise:
-            return estimate_capacity(idle_mib, peak_mib, total_mib, headroom)
-        why_not_gpu = (
-            f"single-request increment {increment:.0f} MiB is within noise ({noise:.0f} MiB): memory is"
-            " preallocated"
-        )
+        found, why_not_gpu = _gpu_estimate(idle_mib, peak_mib, before, noise, total_mib, headroom)
+        if found is not None:
+            return found
     kv = _kv_estimate(requests, steps, server, kv_headroom, idle_mib, total_mib)
     if kv is not None:
         return Estimate(
@@ -204,6 +209,36 @@ def _estimate_from_baseline(
         total_mib, None, headroom,
         reason=f"{why_not_gpu}, and no KV-cache size with tokens per request in server.csv/requests.csv",
     )  # fmt: skip
+
+
+def _gpu_estimate(
+    idle_mib: float, peak_mib: float, before: pd.Series, noise: float, total_mib: float, headroom: float
+) -> tuple[Estimate | None, str]:
+    """The GPU-memory estimate, from the idle read before the pre-flight when the server kept memory;
+    else (None, why the GPU dimension does not apply)."""
+    before_mib = float(before.median()) if not before.empty else None
+    kept = idle_mib - before_mib if before_mib is not None else 0.0
+    if before_mib is not None and kept > noise:
+        increment = peak_mib - before_mib
+        if increment > noise:
+            found = estimate_capacity(before_mib, peak_mib, total_mib, headroom)
+            how = (
+                f"; memory did not fall back after the pre-flight's one request ({before_mib:.0f} MiB"
+                f" before it, {idle_mib:.0f} MiB in the idle phase after it, {kept:+.0f} MiB): the server"
+                " keeps freed memory (a caching allocator such as PyTorch's holds freed blocks), so idle is"
+                " the reading before the pre-flight and the increment is the baseline's peak over it"
+            )
+            return Estimate(**{**asdict(found), "reason": found.reason + how, "memory_kept_mib": kept}), ""
+    increment = peak_mib - idle_mib
+    if increment > noise:
+        return estimate_capacity(idle_mib, peak_mib, total_mib, headroom), ""
+    why = f"single-request increment {increment:.0f} MiB is within noise ({noise:.0f} MiB): memory is preallocated"
+    if before_mib is None:
+        why += (
+            ", or kept by a caching allocator since an earlier request (no reading before the pre-flight's"
+            " request to tell)"
+        )
+    return None, why
 
 
 def _kv_estimate(

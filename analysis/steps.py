@@ -8,6 +8,10 @@ percentiles are exact (numpy, linear
 interpolation) over successful requests; p95_all_ms includes failures (a timeout is a slow answer too).
 GPU columns come from the most-used GPU only (see estimate.gpu_of). Every attempt, retries included,
 is a request here: each one reached the server.
+Memory: gpu_mem_peak_mib is the device's highest reading in the step; gpu_mem_rise_mib that peak minus
+the step's first reading (what the step itself added: 0 on a caching allocator's high-water mark left
+by a higher level); gpu_mem_after_mib the last reading of the cooldown that follows the step (zero
+users: back near idle when memory is freed per request, the peak when the allocator keeps it).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ STEP_COLUMNS = [
     "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "latency_cv", "p95_all_ms", "p95_ci_low_ms",
     "p95_ci_high_ms", "errors", "status_codes", "cer_mean", "cer_median", "bad_answers", "bad_answer_share",
     "ttft_p50_ms", "ttft_p95_ms",
-    "gpu_mem_peak_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
+    "gpu_mem_peak_mib", "gpu_mem_rise_mib", "gpu_mem_after_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
     "server_waiting_max", "kv_cache_peak_frac", "preemptions",
 ]  # fmt: skip
@@ -133,6 +137,29 @@ def _column(frame: pd.DataFrame, rows: np.ndarray | None, name: str) -> FloatArr
     return values[~np.isnan(values)]
 
 
+def _memory_columns(
+    card: pd.DataFrame, rows: np.ndarray | None, after_rows: np.ndarray | None
+) -> dict[str, float]:
+    """The step's device memory: peak, rise over its first reading, mean, P95, and the last reading of
+    the cooldown after it (samples in time order)."""
+    mem = _column(card, _by_time(card, rows), "mem_used_mib")
+    after = _column(card, _by_time(card, after_rows), "mem_used_mib")
+    return {
+        "gpu_mem_peak_mib": _stat(mem, "max"),
+        "gpu_mem_rise_mib": float(mem.max() - mem[0]) if mem.size else math.nan,
+        "gpu_mem_after_mib": float(after[-1]) if after.size else math.nan,
+        "gpu_mem_mean_mib": _stat(mem, "mean"),
+        "gpu_mem_p95_mib": percentile(mem, 95),
+    }
+
+
+def _by_time(frame: pd.DataFrame, rows: np.ndarray | None) -> np.ndarray | None:
+    if rows is None or rows.size == 0:
+        return rows
+    t = frame["t_unix_s"].to_numpy(dtype=np.float64)[rows]
+    return rows[np.argsort(t, kind="stable")]
+
+
 def _positive_increase(values: FloatArray) -> float:
     """Counter increase over a step, robust to a restart (which resets the counter to 0)."""
     if values.size == 0:
@@ -224,6 +251,8 @@ def step_table(run: RunData) -> pd.DataFrame:
     gpu_host = host[host["host_role"] == "gpu"].reset_index(drop=True)
     driver_idx, gpu_host_idx = _indices(driver_host), _indices(gpu_host)
     intervals = WindowShares(req)
+    phases = run.steps if not run.steps.empty else pd.DataFrame({"step_index": [], "phase": []})
+    cooldowns = dict(zip(phases["step_index"], phases["phase"] == "cooldown", strict=True))
     latency_ms = req["latency_ms"].to_numpy(dtype=np.float64) if not req.empty else np.empty(0)
     ok = req["ok"].to_numpy(dtype=bool) if not req.empty else np.empty(0, dtype=bool)
     rows: list[dict[str, Any]] = []
@@ -240,11 +269,9 @@ def step_table(run: RunData) -> pd.DataFrame:
         row.update(_request_columns(req, own))
         ok_latency = latency_ms[own][ok[own]] if own.size else np.empty(0)
         row.update(throughput_with_error(intervals, t0, t1, ok_latency))
-        mem = _column(card, gpu_idx.get(index), "mem_used_mib")
+        after = gpu_idx.get(index + 1) if cooldowns.get(index + 1) else None  # the cooldown after the step
+        row.update(_memory_columns(card, gpu_idx.get(index), after))
         util = _column(card, gpu_idx.get(index), "util_pct")
-        row["gpu_mem_peak_mib"] = _stat(mem, "max")
-        row["gpu_mem_mean_mib"] = _stat(mem, "mean")
-        row["gpu_mem_p95_mib"] = percentile(mem, 95)
         row["gpu_util_mean_pct"] = _stat(util, "mean")
         row["gpu_util_peak_pct"] = _stat(util, "max")
         row["driver_cpu_mean_pct"] = _stat(_column(driver_host, driver_idx.get(index), "cpu_pct"), "mean")

@@ -26,11 +26,12 @@ from typing import NoReturn
 
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.config import ConfigError, RunConfig, add_arguments, secret_env, to_argv, with_env_secrets
+from loadtest.idle import read_idle, record_idle
 from loadtest.manifest import REPO_ROOT, build_manifest
 from loadtest.merge import WORKER_COPY_DIR, merge_worker_copies
 from loadtest.payloads import build_payloads
 from loadtest.preflight import PreflightError, check_first_answer
-from runfolder import STEPS_FILE, new_run_folder, write_manifest
+from runfolder import STEPS_FILE, GpuSample, new_run_folder, write_manifest
 from scenarios import ScenarioError
 
 LOCUSTFILE = REPO_ROOT / "locustfile.py"
@@ -52,23 +53,25 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
     return with_env_secrets(RunConfig.from_mapping(data), dict(os.environ))
 
 
-def preflight(cfg: RunConfig) -> dict[str, object]:
+def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:
     """Everything that can be checked before load; raises with one line. Returns the manifest's
     `answer_check`: {"enabled": true}, or {"enabled": false, "why": <the warning>} when the first answer's
-    text is empty or far from its expected text (printed as one `warning:` line; the run goes on)."""
+    text is empty or far from its expected text (printed as one `warning:` line; the run goes on); and
+    the GPU samples read before the first request reached the server (loadtest.idle)."""
     payloads = build_payloads(cfg)  # every image is read and encoded now: a bad file stops the run here
     # a malformed GPU spec is refused at once, before waiting on the server
     monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None,
                                    token=cfg.gpu_token or None)  # fmt: skip
+    idle = read_idle(monitor)  # before our first request: a caching allocator keeps what it took
     first = payloads.image_set.items[0]
     answer = check_first_answer(cfg, payloads.encoded[first.name], expected_text=first.expected_text)
     monitor.check()
     if not answer.warning:
-        return {"enabled": True}
+        return {"enabled": True}, idle
     print(f"warning: {answer.warning}", file=sys.stderr, flush=True)
     if cfg.cer_fail_above is not None:  # the user asked for such answers to count: the check stays on
-        return {"enabled": True, "warning": answer.warning}
-    return {"enabled": False, "why": answer.warning}
+        return {"enabled": True, "warning": answer.warning}, idle
+    return {"enabled": False, "why": answer.warning}, idle
 
 
 def _locust_base() -> list[str]:
@@ -146,12 +149,14 @@ def render(run_dir: Path) -> int:
 def cmd_run(ns: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(ns)
-        answer_check = preflight(cfg)
+        answer_check, idle = preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return fail(str(exc))
     run_dir = new_run_folder(Path(cfg.out))
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
-    write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check))
+    idle_before = record_idle(run_dir, idle)
+    write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check,
+                                           idle_before_preflight=idle_before))  # fmt: skip
     print(f"run folder: {run_dir}", flush=True)
     code = run_locust(cfg, run_dir, ns.remote_workers, ns.master_bind_host, ns.master_port)
     added = merge_worker_copies(run_dir)

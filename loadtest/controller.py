@@ -23,6 +23,7 @@ from loadtest import failures
 from loadtest.config import RunConfig
 from loadtest.live import LiveSteps
 from loadtest.plan import LevelChoice, PhaseSpec, choose_levels, expected_minutes, plan_phases, refine_guess
+from loadtest.settle import MemorySettle
 from loadtest.state import STATE, StepTag
 from runfolder import (
     EVENTS_FILE,
@@ -87,6 +88,7 @@ class Controller:
         self.levels_planned: list[int] = []
         self.measured_levels: list[int] = []
         self.idle_mib: float | None = None
+        self.settle = MemorySettle()  # the current phase's memory samples, for the cooldown's end
         self.choice: LevelChoice | None = None
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
@@ -130,6 +132,8 @@ class Controller:
                 peak = self.gpu_peak_per_step.get(sample.step_index, 0.0)
                 self.gpu_peak_per_step[sample.step_index] = max(peak, sample.mem_used_mib)
                 self.last_gpu = sample
+                if sample.step_index == self.step_index:
+                    self.settle.add(sample.gpu_index, sample.t_unix_s, sample.mem_used_mib)
 
     def on_host(self, samples: list[HostSample]) -> None:
         self.host.append(samples)
@@ -217,6 +221,7 @@ class Controller:
         self.step_index += 1
         self.phase_start = now
         self.phase_degraded = ""
+        self.settle.reset()
         self.live_latency_ms = []
         self.live_errors = 0
         tag = StepTag(self.step_index, str(spec.phase), spec.level)
@@ -268,12 +273,11 @@ class Controller:
             self.event("abort", why)
 
     def _memory_settled(self) -> bool:
-        if self.monitor is None or self.idle_mib is None:
+        """Back near idle, or stable for a few seconds at zero users (a caching allocator's high-water
+        mark never falls back: loadtest.settle)."""
+        if self.monitor is None:
             return True
-        used = self.monitor.latest_mem_used_mib()
-        if used is None:
-            return True
-        return used <= self.idle_mib + max(256.0, 0.02 * self.idle_mib)
+        return self.settle.settled(self.monitor.latest_mem_used_mib(), self.idle_mib)
 
     def _print_live(self, elapsed: float, final: bool = False) -> None:
         self._last_progress = self.clock()

@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from simulator.faults import FaultError, Faults, updated_faults
 from simulator.profiles import (
+    ALLOCATORS,
     ANSWER_SHAPES,
     DEFAULT_PROFILE,
     PROFILES,
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--answer-shape", default="text", choices=ANSWER_SHAPES, help="how answers are written (any profile)"
     )
+    p.add_argument(
+        "--allocator", default="free", choices=ALLOCATORS,
+        help="device memory view: free (falls back per request), caching (PyTorch's high-water mark),"
+        " caching-empty-cache (caching with torch.cuda.empty_cache() per request)",
+    )  # fmt: skip
     d = Faults()
     p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction answered 500")
     p.add_argument("--spike-rate", type=float, default=d.spike_rate, help="fraction delayed by --spike-ms")
@@ -85,6 +91,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_side=args.max_side,
         time_scale=args.time_scale,
         answer_shape=args.answer_shape,
+        allocator=args.allocator,
     )
     names = Faults.__dataclass_fields__
     try:

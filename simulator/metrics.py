@@ -167,6 +167,24 @@ def render_vllm_metrics(profile: Profile, snap: Snapshot, stats: ServerStats) ->
     return "\n".join(lines) + "\n"
 
 
+FRAMEWORK_METRIC = "ocr_framework_peak_bytes"
+MIB_BYTES = 1024 * 1024
+
+
+def render_framework_metric(profile: Profile, peak_mib: float) -> str:
+    """The framework's memory view (pytorch profiles): bytes requests held at most since the last scrape."""
+    lines: list[str] = []
+    _metric(
+        lines,
+        FRAMEWORK_METRIC,
+        "gauge",
+        "Peak bytes allocated by requests since the previous scrape (torch.cuda.max_memory_allocated"
+        " above the weights, reset per scrape).",
+        [(FRAMEWORK_METRIC, {"model_name": profile.model_name}, round(peak_mib * MIB_BYTES))],
+    )
+    return "\n".join(lines) + "\n"
+
+
 def render_dcgm_metrics(profile: Profile, snap: Snapshot, hostname: str = "simulator") -> str:
     labels = {
         "gpu": "0",

@@ -29,6 +29,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from simulator.allocator import DeviceMemory
 from simulator.profiles import Options, Profile, Work
 
 ARRIVE, GW_TIMEOUT, CPU_DONE, STEP_END, RESTART_DONE = range(5)
@@ -126,6 +127,7 @@ class Pipeline:
         self._stepping = False
         self._free_blocks = profile.num_gpu_blocks
         self._held_mib = 0.0
+        self.memory = DeviceMemory(options.allocator)  # the device's view of _held_mib
         self._leak_mib = 0.0
         self._down_until_ms: float | None = None
         self._counters = _Counters()
@@ -159,7 +161,7 @@ class Pipeline:
         elif p.kind == "vllm":
             mem = p.idle_mib + self._leak_mib
         else:
-            mem = p.idle_mib + self._leak_mib + self._held_mib
+            mem = p.idle_mib + self._leak_mib + self.memory.device_mib(self._held_mib)
         used_blocks = p.num_gpu_blocks - self._free_blocks
         return Snapshot(
             running=len(self._running),
@@ -170,6 +172,10 @@ class Pipeline:
             down=down,
             preemptions_total=self._counters.preemptions,
         )
+
+    def take_framework_peak_mib(self) -> float:
+        """MiB requests held at most since the previous call (the framework's view; see allocator)."""
+        return self._leak_mib + self.memory.take_framework_peak_mib(self._held_mib)
 
     def is_down(self, now_ms: float) -> bool:
         return self._down_until_ms is not None and now_ms < self._down_until_ms
@@ -265,6 +271,7 @@ class Pipeline:
                 return
             job.holds_mib = need
             self._held_mib += need
+            self.memory.note_held(self._held_mib)
         elif self._blocks_for(job, job.work.output_tokens) > p.num_gpu_blocks:
             n = job.work.prompt_tokens + job.work.output_tokens
             msg = f"request needs {n} tokens, more than the KV cache holds ({p.kv_cache_size_tokens}): resize the image"
@@ -291,6 +298,7 @@ class Pipeline:
         self._step_serial += 1
         self._free_blocks = self.profile.num_gpu_blocks
         self._held_mib = 0.0
+        self.memory.release_all()
         self._leak_mib = 0.0
         self._down_until_ms = t + self.restart_s * 1000.0 * self._scale
         self._push(self._down_until_ms, RESTART_DONE, 0)

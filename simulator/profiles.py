@@ -36,6 +36,8 @@ Options usable with any profile (`Options`, CLI flags of the same names):
     answer_shape              -      how answers are written: text (the page's text), constant ("OK"),
                                      markdown (a heading and a fenced block), boxes (lines with
                                      coordinates), blank (newlines only); timing, tokens, memory unchanged
+    allocator                 -      free | caching | caching-empty-cache: how device memory shows what
+                                     requests held (simulator.allocator); the truth does not depend on it
 
 The work of one image of w x h pixels (after resize to max_side):
     visual_tokens = ceil(w x h / px_per_visual_token); prompt_tokens = visual_tokens + prompt_text_tokens
@@ -56,6 +58,7 @@ from typing import Literal
 
 Kind = Literal["pytorch", "vllm"]
 ANSWER_SHAPES = ("text", "constant", "markdown", "boxes", "blank")
+ALLOCATORS = ("free", "caching", "caching-empty-cache")  # see simulator.allocator
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +157,7 @@ class Options:
     max_side: int = 0
     time_scale: float = 1.0
     answer_shape: str = "text"  # one of ANSWER_SHAPES; the truth does not depend on it
+    allocator: str = "free"  # one of ALLOCATORS (simulator.allocator): the device view only, not the truth
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +195,9 @@ def make_options(**options: object) -> Options:
     unknown = sorted(set(options) - known)
     if unknown:
         raise ProfileError(f"unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(known))}")
+    allocator = options.get("allocator", "free")
+    if allocator not in ALLOCATORS:
+        raise ProfileError(f"unknown allocator {allocator!r}: use one of {', '.join(ALLOCATORS)}")
     shape = options.get("answer_shape", "text")
     if shape not in ANSWER_SHAPES:
         raise ProfileError(f"unknown answer_shape {shape!r}: use one of {', '.join(ANSWER_SHAPES)}")

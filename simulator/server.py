@@ -24,7 +24,7 @@ from simulator.images import (
     inspect_image,
     placeholder_text,
 )
-from simulator.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
+from simulator.metrics import ServerStats, render_dcgm_metrics, render_framework_metric, render_vllm_metrics
 from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
 from simulator.profiles import Options, Profile, Work, drawn_work, work_of
 from simulator.replies import (
@@ -294,6 +294,8 @@ class SimServer:
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         text = render_vllm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.stats)
+        if self.profile.kind == "pytorch":  # vLLM preallocates: no per-request framework view
+            text += render_framework_metric(self.profile, self.pipeline.take_framework_peak_mib())
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _dcgm(self, request: web.Request) -> web.StreamResponse:

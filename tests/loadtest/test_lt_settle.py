@@ -1,0 +1,93 @@
+"""The cooldown's end: memory back near idle, or stable at zero users (a caching allocator's
+high-water mark never falls back, and must not hold every cooldown to its cap)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtest.config import RunConfig
+from loadtest.controller import Controller
+from loadtest.settle import MemorySettle
+from runfolder import GpuSample
+
+IDLE_MIB = 6000.0
+
+
+class _FakeMonitor:
+    def __init__(self) -> None:
+        self.used_mib: float | None = None
+
+    def latest_mem_used_mib(self) -> float | None:
+        return self.used_mib
+
+    def mark_step(self, step_index: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _sample(t_s: float, mem_mib: float, step: int = 3, gpu: int = 0) -> GpuSample:
+    return GpuSample(t_s, step, "dcgm", gpu, mem_mib, 24576.0, 0.0, 0.0, None, None, None)
+
+
+def _controller(tmp_path: Path) -> tuple[Controller, _FakeMonitor]:
+    monitor = _FakeMonitor()
+    ctl = Controller(RunConfig(), tmp_path, monitor, broadcast=lambda _tag: None)  # type: ignore[arg-type]
+    ctl.idle_mib, ctl.step_index = IDLE_MIB, 3
+    return ctl, monitor
+
+
+def _feed(ctl: Controller, monitor: _FakeMonitor, t0: float, t1: float, mem: float) -> None:
+    t = t0
+    while t <= t1 + 1e-9:
+        ctl.on_gpu([_sample(t, mem)])
+        monitor.used_mib = mem
+        t += 0.25
+
+
+def test_a_high_water_mark_settles_once_stable_for_three_seconds(tmp_path: Path) -> None:
+    ctl, monitor = _controller(tmp_path)
+    _feed(ctl, monitor, 100.0, 101.0, IDLE_MIB + 4000)  # requests in flight finishing
+    _feed(ctl, monitor, 101.25, 103.0, IDLE_MIB + 4400)
+    assert not ctl._memory_settled()  # far above idle and moved 400 MiB within the last 3 s
+    _feed(ctl, monitor, 103.25, 104.5, IDLE_MIB + 4430)  # within max(64 MiB, 1% of idle)
+    assert ctl._memory_settled()
+    ctl.close()
+
+
+def test_memory_that_keeps_moving_never_settles_above_idle(tmp_path: Path) -> None:
+    ctl, monitor = _controller(tmp_path)
+    for i in range(40):
+        _feed(ctl, monitor, 100.0 + i * 0.25, 100.0 + i * 0.25, IDLE_MIB + 2000 + 30 * i)  # 120 MiB/s
+    assert not ctl._memory_settled()
+    ctl.close()
+
+
+def test_back_near_idle_settles_at_once_and_no_data_does_not_block(tmp_path: Path) -> None:
+    ctl, monitor = _controller(tmp_path)
+    monitor.used_mib = IDLE_MIB + 100
+    assert ctl._memory_settled()
+    monitor.used_mib = None
+    assert ctl._memory_settled()
+    ctl.close()
+
+
+def test_samples_of_another_phase_do_not_count(tmp_path: Path) -> None:
+    ctl, monitor = _controller(tmp_path)
+    for t in range(10):
+        ctl.on_gpu([_sample(100.0 + t, IDLE_MIB + 3000, step=2)])  # the step before, still arriving
+    monitor.used_mib = IDLE_MIB + 3000
+    assert not ctl._memory_settled()
+    ctl.close()
+
+
+def test_every_gpu_must_be_stable() -> None:
+    settle = MemorySettle()
+    for i in range(17):
+        t = 10.0 + i * 0.25
+        settle.add(0, t, 9000.0)
+        settle.add(1, t, 9000.0 + (500.0 if i % 2 else 0.0))
+    assert not settle.stable(IDLE_MIB)
+    settle.reset()
+    assert not settle.stable(IDLE_MIB)
