@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_GPU = "no NVIDIA GPU here: nothing to check"
 SLOTS = 2  # requests on the GPU at once: the knee the run should find (throughput flat above 2)
 BYTES_PER_PIXEL = 256  # activations per request: ~180 MB for a 1000x700 page
+HOLD_S = 0.1  # service time with the activations held: 2 slots serve at most ~20 requests/s
 MIB = 1024 * 1024
 
 
@@ -73,6 +74,7 @@ def serve(port: int) -> None:
         side = 2048
         m = act[: side * side].view(side, side)
         value = float((m @ m).float().mean())
+        time.sleep(HOLD_S)  # the rest of the "model": activations stay held, as in a real forward pass
         del act, m
         torch.cuda.synchronize(device)
         return value
@@ -110,19 +112,23 @@ def serve(port: int) -> None:
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
-    async def main() -> None:
-        app = web.Application(client_max_size=64 * MIB)
-        app.add_routes([web.post("/ocr", ocr), web.get("/metrics", metrics)])
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", port)
-        await site.start()
-        bound = runner.addresses[0][1]
-        print(f"gpu-check server: http://127.0.0.1:{bound} {uuid}", flush=True)
-        await asyncio.Event().wait()
-
     torch.zeros(1, device=device)  # the CUDA context exists before the idle reading
-    asyncio.run(main())
+    app = web.Application(client_max_size=64 * MIB)
+    app.add_routes([web.post("/ocr", ocr), web.get("/metrics", metrics)])
+    asyncio.run(listen(app, port, uuid))
+
+
+async def listen(app: object, port: int, uuid: str) -> None:
+    """Serve `app` on 127.0.0.1:`port` until killed; the first stdout line says where (and the GPU)."""
+    from aiohttp import web
+
+    assert isinstance(app, web.Application)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    bound = runner.addresses[0][1]
+    print(f"gpu-check server: http://127.0.0.1:{bound} {uuid}", flush=True)
+    await asyncio.Event().wait()
 
 
 # --- the check (runs in the parent) ------------------------------------------------------------------

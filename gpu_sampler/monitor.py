@@ -208,10 +208,25 @@ class GpuMonitor:
         }
         found = self._info or {}
         base.update({k: found[k] for k in base if k in found})
+        base.update(self._selected_of(found))
         base["selection"] = self.selection.text() or "all"
         available = self._info is not None and bool(found.get("available", True))
         why = None if available else (self._why_missing or found.get("why_missing") or "no answer yet")
         return base | {"source": self.kind, "url": self.url, "available": available, "why_missing": why}
+
+    def _selected_of(self, found: dict[str, Any]) -> dict[str, Any]:
+        """A sidecar reading more GPUs than GPU=sidecar:URL#... names: the total of the named ones."""
+        gpus = found.get("gpus")
+        if self.client is None or self.selection.everything or not isinstance(gpus, list):
+            return {}
+        kept = [g for g in gpus if self.selection.takes(int(g.get("gpu_index", -1)))]
+        totals = [g.get("total_mib") for g in kept]
+        total = sum(totals) if kept and None not in totals else None
+        return {"gpus": kept, "gpu_count": len(kept), "total_mib": total}
+
+    def server_gpus(self, samples: list[GpuSample]) -> list[GpuSample]:
+        """The samples of the server's GPUs only (a sidecar may read more than GPU=...#sel names)."""
+        return [s for s in samples if self.selection.takes(s.gpu_index)]
 
     # --- during the run -----------------------------------------------------------------------------
     def start(self) -> GpuMonitor:
@@ -310,8 +325,8 @@ class GpuMonitor:
             records = getattr(page, kind)
             if kind == "server" and self.server_reader is not None:
                 continue  # scraped here already
-            if kind == "gpu" and not self.selection.everything:
-                records = [r for r in records if self.selection.takes(r.gpu_index)]
+            if kind == "gpu":
+                records = self.server_gpus(records)
             if records:
                 self._queues[kind].append(records)
                 if kind == "gpu":

@@ -133,7 +133,10 @@ class NvmlReader:
             "total_mib": sum(known) if len(known) == len(totals) else None,
             "gpu_count": len(self._targets),
             "gpu_index": first.gpu_index,
-            "gpus": [{"gpu_index": t.gpu_index, "uuid": t.uuid, "mig": t.mig} for t in self._targets],
+            "gpus": [
+                {"gpu_index": t.gpu_index, "uuid": t.uuid, "mig": t.mig, "total_mib": total}
+                for t, total in zip(self._targets, totals, strict=True)
+            ],
             "selection": self.selection.text() or "all",
             "memory_call": "v2" if self.uses_memory_v2 else "v1",
         }

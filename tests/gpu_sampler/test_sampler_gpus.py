@@ -20,6 +20,7 @@ from gpu_sampler.selection import (
     mig_instance_of,
     parse_selection,
 )
+from gpu_sampler.sidecar import Sidecar as SidecarService
 from gpu_sampler.sidecar import build_gpu_reader
 from runfolder import GpuSample
 
@@ -130,7 +131,10 @@ def test_mig_card_is_read_as_its_slice() -> None:
     assert (card_of(piece.gpu_index), mig_instance_of(piece.gpu_index)) == (0, 5)
     assert piece.mem_total_mib == 9984.0 and piece.mem_used_mib == 700.0  # the slice, not the card
     assert piece.util_pct is None  # NVML has no utilisation per slice
-    assert reader.describe()["gpus"] == [{"gpu_index": 1005, "uuid": MIG_UUID, "mig": True}]
+    assert reader.describe()["gpus"] == [
+        {"gpu_index": 1005, "uuid": MIG_UUID, "mig": True, "total_mib": 9984.0}
+    ]
+    assert reader.describe()["total_mib"] == 9984.0  # the estimate plans against the slice
     (by_uuid,) = NvmlReader(MIG_UUID, nvml=nvml).read()
     assert by_uuid.gpu_index == 1005 and by_uuid.mem_total_mib == 9984.0
     assert [s.gpu_index for s in NvmlReader(nvml=nvml).read()] == [1005, 1]  # every GPU: slices apart
@@ -217,6 +221,10 @@ def test_sidecar_samples_are_kept_to_the_named_gpus() -> None:
             gpus = [at(1.0, 1000.0, 0), at(1.0, 3000.0, 1), at(1.0, 7000.0, 2)]
             return SamplesPage(samples=list(gpus), next_cursor=3, dropped=0, boot_id="b")
 
+        def info(self) -> dict[str, object]:
+            gpus = [{"gpu_index": i, "uuid": None, "mig": False, "total_mib": 24576.0} for i in range(3)]
+            return {"available": True, "name": "H100", "total_mib": 3 * 24576.0, "gpu_count": 3, "gpus": gpus}
+
     gpu: list[GpuSample] = []
     monitor = GpuMonitor.from_spec("sidecar:http://127.0.0.1:9#0,1", on_gpu=gpu.extend)
     monitor.client = Sidecar()  # type: ignore[assignment]
@@ -224,4 +232,17 @@ def test_sidecar_samples_are_kept_to_the_named_gpus() -> None:
     monitor.deliver()
     assert [s.gpu_index for s in gpu] == [0, 1]
     assert monitor.latest_mem_used_mib() == 4000.0  # the cooldown's reading: the server's GPUs summed
-    assert monitor.info()["selection"] == "0,1"
+    info = monitor.info()
+    assert info["selection"] == "0,1" and info["gpu_count"] == 2 and info["total_mib"] == 2 * 24576.0
+
+
+def test_sidecar_info_shows_other_processes_apart() -> None:
+    nvml = FakeNvml()
+    nvml.processes = [
+        SimpleNamespace(pid=4242, usedGpuMemory=500 * MIB),
+        SimpleNamespace(pid=9999, usedGpuMemory=2000 * MIB),
+    ]
+    sidecar = SidecarService(NvmlReader(pid=4242, nvml=nvml, ps=FakePsutil({4242: []})))
+    sidecar.gpu.sample_once()
+    (split,) = sidecar.info()["processes"]
+    assert split == {"gpu_index": 0, "server_mib": 500.0, "other_mib": 2000.0, "other_pids": (9999,)}

@@ -94,8 +94,8 @@ def test_describe_gives_name_driver_total() -> None:
         "gpu_count": 2,
         "gpu_index": 0,
         "gpus": [
-            {"gpu_index": 0, "uuid": "GPU-00000000-fake-uuid", "mig": False},
-            {"gpu_index": 1, "uuid": "GPU-00000001-fake-uuid", "mig": False},
+            {"gpu_index": 0, "uuid": "GPU-00000000-fake-uuid", "mig": False, "total_mib": 24576.0},
+            {"gpu_index": 1, "uuid": "GPU-00000001-fake-uuid", "mig": False, "total_mib": 24576.0},
         ],
         "selection": "all",
         "memory_call": "v2",
