@@ -131,3 +131,17 @@ def test_vllm_run_shows_the_kv_cache_dimension() -> None:
     assert "floor(20,000 tokens × 0.7 / 1,500 tokens per request) = 9" in html
     assert 'id="chart-kv_cache"' in html and "max_num_seqs: 6" in html
     assert "<th>KV peak</th>" in html and "83%" in html  # level 10 of 12
+
+
+def test_the_answer_shows_its_interval_a_lower_bound_and_an_answer_check_turned_off() -> None:
+    run = build_run()
+    summary = dict(run.summary)
+    summary["knee"] = {**summary["knee"], "confidence": [5, 7], "narrow_hint": "a longer measured window (STEP_S)"}
+    html = render_report(summary, run.frames())
+    assert re.search(r'id="confidence"><b>5–7 at 95%</b>: a longer measured window \(STEP_S\)', html)
+    assert 'id="at-least"' not in html and 'id="answer-check-off"' not in html
+    summary["knee"] = {**summary["knee"], "found": False, "at_least": True, "confidence": None}
+    summary["manifest"] = {**summary["manifest"], "answer_check": {"enabled": False, "why": "the first answer holds no text"}}
+    html = render_report(summary, run.frames())
+    assert re.search(r'id="recommended-level">≥ 6<', html) and 'id="at-least"' in html
+    assert re.search(r'id="answer-check-off">Answer check off: the first answer holds no text', html)
