@@ -331,10 +331,12 @@ class Controller:
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         refine = refine_guess(choice.levels) if cfg.refine else 0
-        minutes = expected_minutes(cfg, len(choice.levels) + refine)
+        minutes = expected_minutes(cfg, len(choice.levels) + refine, choice.target_requests)
         progress(
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee, then"
             f" about {refine} refinement level(s): about {minutes:.0f} min at most"
+            + (f"; {choice.target_requests} requests a step for a 2% throughput error (noisy latencies)"
+               if choice.target_requests > cfg.min_step_requests else "")
         )
         return choice
 

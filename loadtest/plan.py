@@ -90,9 +90,11 @@ def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, 
     return 2 * max(done)
 
 
-def expected_minutes(cfg: RunConfig, levels: int) -> float:
-    """Minutes the stepped load takes for this many levels: warm-up, window and the cooldown's cap."""
-    return levels * (cfg.warmup_s + cfg.step_s + cfg.cooldown_s) / 60.0
+def expected_minutes(cfg: RunConfig, levels: int, target_requests: int = 0) -> float:
+    """Minutes the stepped load takes at most for this many levels: warm-up, window (up to TARGET_WINDOWS
+    of them on a noisy server) and the cooldown's cap."""
+    window_s = TARGET_WINDOWS * cfg.step_s if target_requests else cfg.step_s
+    return levels * (cfg.warmup_s + window_s + cfg.cooldown_s) / 60.0
 
 
 def refine_guess(levels: list[int]) -> int:
