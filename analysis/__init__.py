@@ -11,6 +11,7 @@ from analysis.estimate import (
     estimate_capacity,
     estimate_from_baseline,
     estimate_from_kv_cache,
+    gpus_named,
     parse_levels,
     plan_levels,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "find_knee",
     "fit_memory_slope",
     "flat_steps",
+    "gpus_named",
     "load_run",
     "next_refine_level",
     "parse_levels",

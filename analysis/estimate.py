@@ -26,7 +26,7 @@ says how the increment was obtained. Without such rows a kept request looks like
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -129,20 +129,41 @@ def _phase_steps(steps: pd.DataFrame, phase: str) -> list[int]:
     return [int(i) for i in steps.loc[steps["phase"] == phase, "step_index"]]
 
 
-def primary_gpu(gpu: pd.DataFrame) -> int | None:
-    """The GPU the server uses: the one with the highest memory peak (others idle or other jobs)."""
-    used = gpu.dropna(subset=["mem_used_mib"])
-    if used.empty:
-        return None
-    return int(used.groupby("gpu_index")["mem_used_mib"].max().idxmax())
+_SUMMED = ("mem_used_mib", "mem_total_mib", "mem_reserved_mib", "power_w")
 
 
-def gpu_of(gpu: pd.DataFrame) -> pd.DataFrame:
-    """Samples of the primary GPU only. We report the most-used GPU, not a sum: one server, one card."""
-    index = primary_gpu(gpu)
-    if index is None:
+def gpus_named(manifest: Mapping[str, Any]) -> bool:
+    """Does the run's GPU= spec name the server's cards (nvml:0,1, nvml:GPU-..., dcgm:URL#0, sidecar:URL#0)?"""
+    config = manifest.get("config")
+    text = str(config.get("gpu") or "") if isinstance(config, Mapping) else ""
+    return text.startswith("nvml:") or "#" in text
+
+
+def gpu_of(gpu: pd.DataFrame, named: bool = False) -> pd.DataFrame:
+    """The server's GPU memory, one sample per read.
+
+    When GPU= names the server's cards, gpu.csv holds only those, and their sum is the server's memory
+    (a server spread over two cards by tensor parallelism): the suite's one rule, `gpu_sampler.combine_gpus`
+    on the driver. Memory used, total, reserved and power are summed (unknown when a card lacks them), the
+    server's process memory summed where known, utilisation and temperature the highest card's. When GPU=
+    names no card (plain nvml: every card of the host) and there are several, summing would add other
+    cards' memory and totals, so the card with the highest peak is taken: name the card to be sure."""
+    if gpu.empty or gpu["mem_used_mib"].isna().all():
         return gpu.iloc[0:0]
-    return gpu[gpu["gpu_index"] == index]
+    cards = int(gpu["gpu_index"].nunique())
+    if cards <= 1:
+        return gpu
+    if not named:
+        busiest = gpu.dropna(subset=["mem_used_mib"]).groupby("gpu_index")["mem_used_mib"].max().idxmax()
+        return gpu[gpu["gpu_index"] == busiest]
+    grouped = gpu.groupby(["t_unix_s", "step_index"], sort=True, observed=True)
+    out = grouped[list(_SUMMED)].sum(min_count=cards)
+    out["proc_mem_mib"] = grouped["proc_mem_mib"].sum(min_count=1)
+    out[["util_pct", "temp_c"]] = grouped[["util_pct", "temp_c"]].max()
+    out["source"] = grouped["source"].first()
+    out = out.reset_index()
+    out["gpu_index"] = -1
+    return out[list(gpu.columns)]
 
 
 def estimate_from_baseline(
@@ -153,11 +174,15 @@ def estimate_from_baseline(
     headroom: float = DEFAULT_HEADROOM,
     total_mib: float | None = None,
     kv_headroom: float = KV_HEADROOM,
+    gpus_named: bool = False,
 ) -> Estimate:
     """Pick the dimension from the data: GPU memory if one request visibly moves it, else the KV cache.
 
-    `headroom` applies to the GPU-memory dimension, `kv_headroom` to the KV cache (see the module doc)."""
-    return cap_by_server(_estimate_from_baseline(requests, steps, gpu, server, headroom, total_mib, kv_headroom), server)
+    `headroom` applies to the GPU-memory dimension, `kv_headroom` to the KV cache (see the module doc);
+    `gpus_named`: GPU= named the server's cards, so gpu.csv's cards are summed (see gpu_of)."""
+    card = gpu_of(gpu, gpus_named)
+    estimate = _estimate_from_baseline(requests, steps, card, server, headroom, total_mib, kv_headroom)
+    return cap_by_server(estimate, server)
 
 
 def cap_by_server(estimate: Estimate, server: pd.DataFrame) -> Estimate:
@@ -179,7 +204,7 @@ def _estimate_from_baseline(
     total_mib: float | None,
     kv_headroom: float,
 ) -> Estimate:
-    card = gpu_of(gpu)
+    card = gpu
     idle_idx, base_idx = _phase_steps(steps, "idle"), _phase_steps(steps, "baseline")
     idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()
     base = card.loc[card["step_index"].isin(base_idx), "mem_used_mib"].dropna()

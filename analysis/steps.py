@@ -6,12 +6,14 @@ second of the step's window (t_start..t_end of its row), each request counted by
 time that lies inside the window, whichever step it started in (see `window_throughput`). Latency
 percentiles are exact (numpy, linear
 interpolation) over successful requests; p95_all_ms includes failures (a timeout is a slow answer too).
-GPU columns come from the most-used GPU only (see estimate.gpu_of). Every attempt, retries included,
+GPU columns are the server's GPUs summed per read (see estimate.gpu_of). Every attempt, retries included,
 is a request here: each one reached the server.
 Memory: gpu_mem_peak_mib is the device's highest reading in the step; gpu_mem_rise_mib that peak minus
 the step's first reading (what the step itself added: 0 on a caching allocator's high-water mark left
 by a higher level); gpu_mem_after_mib the last reading of the cooldown that follows the step (zero
 users: back near idle when memory is freed per request, the peak when the allocator keeps it).
+framework_peak_mib is the framework's own view (torch.cuda.max_memory_allocated(), where the server
+exports it on /metrics): the highest of the step's scrapes, never mixed with the device's columns.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.estimate import gpu_of
+from analysis.estimate import gpu_of, gpus_named
 from analysis.loader import RunData
 from analysis.stats import FloatArray, percentile, quantile_ci
 
@@ -38,7 +40,7 @@ STEP_COLUMNS = [
     "ttft_p50_ms", "ttft_p95_ms",
     "gpu_mem_peak_mib", "gpu_mem_rise_mib", "gpu_mem_after_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
-    "server_waiting_max", "kv_cache_peak_frac", "preemptions",
+    "server_waiting_max", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
@@ -131,7 +133,7 @@ def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
 
 
 def _column(frame: pd.DataFrame, rows: np.ndarray | None, name: str) -> FloatArray:
-    if rows is None or rows.size == 0:
+    if rows is None or rows.size == 0 or name not in frame.columns:  # a frame from before the column
         return np.empty(0)
     values = frame[name].to_numpy(dtype=np.float64)[rows]
     return values[~np.isnan(values)]
@@ -242,7 +244,7 @@ def step_table(run: RunData) -> pd.DataFrame:
     """One row per measured step (phases "baseline" and "step"), columns STEP_COLUMNS."""
     req = run.requests
     req_idx = _indices(req)
-    card = gpu_of(run.gpu).reset_index(drop=True)
+    card = gpu_of(run.gpu, gpus_named(run.manifest)).reset_index(drop=True)
     gpu_idx = _indices(card)
     server = run.server.sort_values("t_unix_s", kind="stable").reset_index(drop=True)
     server_idx = _indices(server)
@@ -283,6 +285,7 @@ def step_table(run: RunData) -> pd.DataFrame:
         row["server_waiting_max"] = _stat(_column(server, srv, "num_requests_waiting"), "max")
         row["kv_cache_peak_frac"] = _stat(_column(server, srv, "kv_cache_usage_frac"), "max")
         row["preemptions"] = _positive_increase(_column(server, srv, "num_preemptions_total"))
+        row["framework_peak_mib"] = _stat(_column(server, srv, "framework_peak_mib"), "max")
         rows.append(row)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in STEP_COLUMNS})

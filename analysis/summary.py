@@ -12,7 +12,14 @@ import pandas as pd
 
 from analysis.config import build_config
 from analysis.diagnosis import diagnose
-from analysis.estimate import DEFAULT_HEADROOM, Estimate, estimate_from_baseline, gpu_of, parse_levels
+from analysis.estimate import (
+    DEFAULT_HEADROOM,
+    Estimate,
+    estimate_from_baseline,
+    gpu_of,
+    gpus_named,
+    parse_levels,
+)
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.soak import slo_level, soak_trend
@@ -63,7 +70,7 @@ def server_kind(run: RunData) -> str:
 
 
 def gpu_info(run: RunData) -> dict[str, Any]:
-    card = gpu_of(run.gpu)
+    card = gpu_of(run.gpu, gpus_named(run.manifest))
     used = card["mem_used_mib"].dropna()
     gpu_meta = run.manifest.get("gpu")
     name = (
@@ -174,8 +181,9 @@ def analyze_run(
         slo_p95_s = float(told) if isinstance(told, int | float) and told > 0 else None  # 0 means unset
     gpu = gpu_info(run)
     estimate: Estimate = estimate_from_baseline(
-        run.requests, run.steps, run.gpu, run.server, headroom, gpu["total_mib"]
-    )
+        run.requests, run.steps, run.gpu, run.server, headroom, gpu["total_mib"],
+        gpus_named=gpus_named(run.manifest),
+    )  # fmt: skip
     table = step_table(run)
     buckets = bucket_table(run)
     knee = find_knee(table)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 import analysis
-from gpu_sampler import GpuMonitor
+from gpu_sampler import GpuMonitor, combine_gpus
 from loadtest import failures
 from loadtest.config import RunConfig
 from loadtest.live import LiveSteps
@@ -128,12 +128,16 @@ class Controller:
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
         for sample in samples:
-            if sample.mem_used_mib is not None:
-                peak = self.gpu_peak_per_step.get(sample.step_index, 0.0)
-                self.gpu_peak_per_step[sample.step_index] = max(peak, sample.mem_used_mib)
-                self.last_gpu = sample
-                if sample.step_index == self.step_index:
-                    self.settle.add(sample.gpu_index, sample.t_unix_s, sample.mem_used_mib)
+            if sample.mem_used_mib is not None and sample.step_index == self.step_index:
+                self.settle.add(sample.gpu_index, sample.t_unix_s, sample.mem_used_mib)
+        # the server's named GPUs summed per read (the suite's one rule, as analysis.gpu_of); GPU= naming
+        # no card reads every card of the host, and the busiest card stands for the server
+        named = analysis.gpus_named({"config": {"gpu": self.cfg.gpu}})
+        for server in combine_gpus(samples) if named else samples:
+            if server.mem_used_mib is not None:
+                peak = self.gpu_peak_per_step.get(server.step_index, 0.0)
+                self.gpu_peak_per_step[server.step_index] = max(peak, server.mem_used_mib)
+                self.last_gpu = server
 
     def on_host(self, samples: list[HostSample]) -> None:
         self.host.append(samples)
@@ -318,8 +322,9 @@ class Controller:
         try:
             run = self._load()
             estimate = analysis.estimate_from_baseline(
-                run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom
-            )
+                run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
+                gpus_named=analysis.gpus_named({"config": {"gpu": cfg.gpu}}),
+            )  # fmt: skip
             self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
             self.estimate = estimate.to_dict()
             self._update_manifest(estimate=self.estimate)

@@ -33,6 +33,8 @@ def read_idle(
     try:
         if getattr(monitor, "client", None) is not None:
             samples = _from_sidecar(monitor.client)
+            if hasattr(monitor, "server_gpus"):  # a sidecar may read more cards than GPU=...#sel names
+                samples = monitor.server_gpus(samples)
         elif getattr(monitor, "gpu_reader", None) is not None:
             samples = []
             for i in range(READS):
