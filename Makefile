@@ -18,6 +18,7 @@ LEVELS ?=
 WORKERS ?=
 GPU ?=
 SERVER_METRICS ?=
+FRAMEWORK_METRIC ?=
 STEP_S ?=
 COOLDOWN_S ?=
 HEADROOM ?=
@@ -37,6 +38,7 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--field,$(FIELD)) $(call opt,--headers,$(HEADERS)) $(call opt,--model,$(MODEL)) \
   $(call opt,--scenario,$(SCENARIO)) $(call opt,--images,$(IMAGES)) $(call opt,--levels,$(LEVELS)) \
   $(call opt,--workers,$(WORKERS)) $(call opt,--gpu,$(GPU)) $(call opt,--server-metrics,$(SERVER_METRICS)) \
+  $(call opt,--framework-metric,$(FRAMEWORK_METRIC)) \
   $(call opt,--step-s,$(STEP_S)) $(call opt,--cooldown-s,$(COOLDOWN_S)) $(call opt,--headroom,$(HEADROOM)) \
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE))

@@ -8,6 +8,7 @@ writer died mid-row) is dropped; anything else unreadable raises `RunFolderError
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,11 @@ _INTS: dict[type, list[str]] = {
 }
 _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 # Columns added to a record after run folders were written without them: an old file reads with this value.
-_ADDED_LATER: dict[type, dict[str, str]] = {RequestRow: {"answer_kind": ""}}
+# A text value reads as a category, a number (NaN: unknown) as float64.
+_ADDED_LATER: dict[type, dict[str, str | float]] = {
+    RequestRow: {"answer_kind": ""},
+    ServerSample: {"framework_peak_mib": math.nan},
+}
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,8 @@ def read_csv_records(path: Path, record_type: type) -> pd.DataFrame:
         raise RunFolderError(f"{path}: cannot parse ({first}); fix or remove the file and rerun") from None
     for col, value in _ADDED_LATER.get(record_type, {}).items():
         if col not in frame.columns:
-            frame[col] = pd.Series(value, index=frame.index, dtype=_CATEGORY)
+            dtype = _CATEGORY if isinstance(value, str) else "float64"
+            frame[col] = pd.Series(value, index=frame.index, dtype=dtype)
     absent = [c for c in columns if c not in frame.columns]
     if absent:
         raise RunFolderError(

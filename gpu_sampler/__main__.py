@@ -41,6 +41,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     serve.add_argument("--scrape-interval-s", type=float, default=0.5, help="host/server metrics interval")
     serve.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (or ${TOKEN_ENV})")
     serve.add_argument("--server-metrics", default=None, help="the OCR server's /metrics URL, scraped here")
+    serve.add_argument("--framework-metric", default="", help="gauge on --server-metrics with the framework's peak memory (torch.cuda.max_memory_allocated(); _bytes names read as bytes); empty: ocr_framework_peak_bytes when present")
     serve.add_argument("--pid", type=int, default=None, help="the server's PID: its GPU memory (children included) apart from other processes'")
     serve.add_argument("--ring-size", type=int, default=100_000, help="samples kept (default 100000, ~25 MB)")
     serve.add_argument("--log-level", default="WARNING")
@@ -72,7 +73,9 @@ def build(args: argparse.Namespace) -> Sidecar:
     sidecar = Sidecar(
         reader,
         interval_s=args.interval_s,
-        server_reader=ServerMetricsReader(args.server_metrics) if args.server_metrics else None,
+        server_reader=ServerMetricsReader(args.server_metrics, framework_metric=args.framework_metric)
+        if args.server_metrics
+        else None,
         host_reader=HostReader("gpu"),
         scrape_interval_s=args.scrape_interval_s,
         ring_size=args.ring_size,

@@ -78,6 +78,7 @@ class GpuMonitor:
         spec: str,
         *,
         server_metrics_url: str | None = None,
+        framework_metric: str = "",
         step_of: Callable[[], int] = lambda: -1,
         on_gpu: Callable[[list[GpuSample]], None] = _ignore,
         on_server: Callable[[list[ServerSample]], None] = _ignore,
@@ -113,7 +114,11 @@ class GpuMonitor:
 
         self.gpu_reader = gpu_reader or self._make_gpu_reader(pid)
         self.client = SidecarClient(self.url, token=token) if self.kind == "sidecar" and self.url else None
-        self.server_reader = ServerMetricsReader(server_metrics_url) if server_metrics_url else None
+        self.server_reader = (
+            ServerMetricsReader(server_metrics_url, framework_metric=framework_metric)
+            if server_metrics_url
+            else None
+        )
         self.samplers: list[Sampler] = []
         if self.gpu_reader is not None:
             interval = scrape_interval_s if self.kind == "dcgm" else nvml_interval_s

@@ -40,6 +40,10 @@ VLLM_KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new
 VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
 VLLM_CACHE_INFO = "vllm:cache_config_info"
 SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO)
+# The framework's memory view (torch.cuda.max_memory_allocated()): read when a server exports it under this
+# name and FRAMEWORK_METRIC is not set (the simulator's pytorch profiles and the README's FastAPI example).
+FRAMEWORK_AUTO = "ocr_framework_peak_bytes"
+MIB_BYTES = 1024 * 1024
 
 
 def fetch_text(url: str, timeout_s: float = 2.0, token: str | None = None) -> str:
@@ -196,34 +200,50 @@ class ServerMetricsReader:
     """
 
     def __init__(
-        self, url: str, fetch: Fetch | None = None, timeout_s: float = 2.0, keep_all: bool = False
+        self,
+        url: str,
+        fetch: Fetch | None = None,
+        timeout_s: float = 2.0,
+        keep_all: bool = False,
+        framework_metric: str = "",
     ) -> None:
         self.url = url
         self._fetch: Fetch = fetch or (lambda u: fetch_text(u, timeout_s))
         self._keep_all = keep_all
+        self.framework_metric = framework_metric
         self.last_values: dict[str, float] = {}
 
     def read(self) -> list[ServerSample]:
         text = self._fetch(self.url)
         values: dict[str, float] | None = {} if self._keep_all else None
-        sample = parse_server_metrics(text, values)
+        sample = parse_server_metrics(text, values, self.framework_metric)
         if values is not None:
             self.last_values = values
         return [sample]
 
 
-def parse_server_metrics(text: str, values_out: dict[str, float] | None = None) -> ServerSample:
-    """One `ServerSample` from a /metrics page; a field the server does not export is None."""
+def parse_server_metrics(
+    text: str, values_out: dict[str, float] | None = None, framework_metric: str = ""
+) -> ServerSample:
+    """One `ServerSample` from a /metrics page; a field the server does not export is None.
+
+    `framework_metric` names the gauge of the framework's peak memory (summed over its label sets; a name
+    ending in _bytes is read as bytes and given in MiB, any other as MiB); empty: `FRAMEWORK_AUTO` if the
+    page has it."""
     sums: dict[str, float] = {}
     kv_usage: dict[str, list[float]] = {}
     kv_tokens: list[float] = []
     max_seqs: list[float] = []
+    framework = framework_metric or FRAMEWORK_AUTO
+    framework_values: list[float] = []
     keep_all = values_out is not None
-    page = text if keep_all else select_lines(text, SERVER_NAMES, contains="max_num_seqs")
+    page = text if keep_all else select_lines(text, (*SERVER_NAMES, framework), contains="max_num_seqs")
     for name, labels, value in parse_samples(page):
         if values_out is not None:
             values_out[_key(name, labels)] = value
-        if name in (VLLM_RUNNING, VLLM_WAITING, VLLM_PREEMPTIONS):
+        if name == framework:
+            framework_values.append(value)
+        elif name in (VLLM_RUNNING, VLLM_WAITING, VLLM_PREEMPTIONS):
             sums[name] = sums.get(name, 0.0) + value
         elif name in VLLM_KV_USAGE:
             kv_usage.setdefault(name, []).append(value)
@@ -246,7 +266,16 @@ def parse_server_metrics(text: str, values_out: dict[str, float] | None = None) 
         num_preemptions_total=_finite(sums.get(VLLM_PREEMPTIONS)),
         kv_cache_size_tokens=_finite(sum(kv_tokens)) if kv_tokens else None,
         max_num_seqs=_finite(max(max_seqs)) if max_seqs else None,
+        framework_peak_mib=_framework_mib(framework, framework_values),
     )
+
+
+def _framework_mib(name: str, values: list[float]) -> float | None:
+    """The framework's peak over its label sets (processes or devices), in MiB."""
+    if not values:
+        return None
+    total = sum(values)
+    return _finite(total / MIB_BYTES if name.endswith("_bytes") else total)
 
 
 def _kv_tokens(labels: dict[str, str]) -> float | None:

@@ -61,17 +61,32 @@ def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:
     payloads = build_payloads(cfg)  # every image is read and encoded now: a bad file stops the run here
     # a malformed GPU spec is refused at once, before waiting on the server
     monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None,
-                                   token=cfg.gpu_token or None)  # fmt: skip
+                                   framework_metric=cfg.framework_metric, token=cfg.gpu_token or None)  # fmt: skip
     idle = read_idle(monitor)  # before our first request: a caching allocator keeps what it took
     first = payloads.image_set.items[0]
     answer = check_first_answer(cfg, payloads.encoded[first.name], expected_text=first.expected_text)
     monitor.check()
+    _warn_without_framework_metric(cfg, monitor)
     if not answer.warning:
         return {"enabled": True}, idle
     print(f"warning: {answer.warning}", file=sys.stderr, flush=True)
     if cfg.cer_fail_above is not None:  # the user asked for such answers to count: the check stays on
         return {"enabled": True, "warning": answer.warning}, idle
     return {"enabled": False, "why": answer.warning}, idle
+
+
+def _warn_without_framework_metric(cfg: RunConfig, monitor: GpuMonitor) -> None:
+    """FRAMEWORK_METRIC named a gauge the server's /metrics lacks: one warning line; the run goes on."""
+    if not cfg.framework_metric or monitor.server_reader is None:
+        return
+    (sample,) = monitor.server_reader.read()
+    if sample.framework_peak_mib is None:
+        print(
+            f"warning: {cfg.server_metrics} has no {cfg.framework_metric}: the framework's peak will not be"
+            " recorded; check the name (FRAMEWORK_METRIC) against the server's /metrics",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _locust_base() -> list[str]:

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from analysis import parse_levels
 
 SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
 STYLES = ("multipart", "json", "openai")
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 class ConfigError(ValueError):
@@ -44,6 +46,7 @@ class RunConfig:
     gpu: str = "none"
     gpu_token: str = dataclasses.field(default="", repr=False)  # never written to the run folder
     server_metrics: str = ""
+    framework_metric: str = ""  # "" = ocr_framework_peak_bytes when the server's /metrics has it
     server_pid: int = 0
     idle_s: float = 3.0
     baseline_rounds: int = 3
@@ -142,6 +145,16 @@ class RunConfig:
             raise ConfigError(f"bad STEP_S={self.step_s}: must be > 0 seconds")
         if self.baseline_rounds < 1 or self.baseline_round_requests < 1:
             raise ConfigError("bad baseline: rounds and requests per round must be >= 1")
+        if self.framework_metric and not self.server_metrics:
+            raise ConfigError(
+                f"FRAMEWORK_METRIC={self.framework_metric} is read from the server's /metrics: "
+                "set SERVER_METRICS=http://HOST:PORT/metrics too"
+            )
+        if self.framework_metric and not _METRIC_NAME.fullmatch(self.framework_metric):
+            raise ConfigError(
+                f"bad FRAMEWORK_METRIC={self.framework_metric!r}: give a Prometheus metric name as it appears"
+                " on the server's /metrics, e.g. ocr_framework_peak_bytes"
+            )
         parse_headers(self.headers)
         return self
 
@@ -167,6 +180,11 @@ FIELD_HELP = {
     "gpu": "GPU source: none | nvml (every GPU) | nvml:0 | nvml:0,1 (summed) | nvml:GPU-<uuid> | nvml:MIG-<uuid> | sidecar:URL[#0,1] | dcgm:URL[#0|#GPU-<uuid>]",
     "gpu_token": "token of the GPU sidecar (secret: prefer OCRCAP_GPU_TOKEN)",
     "server_metrics": "URL of the server's Prometheus /metrics (vLLM names)",
+    "framework_metric": (
+        "gauge on SERVER_METRICS holding the framework's peak memory (torch.cuda.max_memory_allocated(),"
+        " summed over its labels; a name ending in _bytes is read as bytes, any other as MiB), recorded beside"
+        " the device's reading, never mixed; empty: ocr_framework_peak_bytes when the server exports it"
+    ),
     "server_pid": "PID of the server process on the GPU machine, for its own GPU memory (nvml)",
     "idle_s": "seconds at 0 users to read idle GPU memory",
     "baseline_rounds": "rounds of single-request baseline",

@@ -70,6 +70,7 @@ def controller_for(environment: Environment) -> Controller:
     monitor = GpuMonitor.from_spec(
         cfg.gpu,
         server_metrics_url=cfg.server_metrics or None,
+        framework_metric=cfg.framework_metric,
         step_of=lambda: ctl.step_index,
         on_gpu=ctl.on_gpu,
         on_server=ctl.on_server,

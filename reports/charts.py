@@ -16,6 +16,7 @@ from reports.points import BucketPoint, ErrorPoint, GpuPoint, LevelPoint, PlanSp
 BLUE, ORANGE, PURPLE, GREEN, RED, GREY = "#2563eb", "#ea580c", "#7c3aed", "#16a34a", "#dc2626", "#6b7280"
 CYCLE = (BLUE, ORANGE, PURPLE, GREEN, RED, "#0891b2", "#ca8a04", "#db2777", GREY)
 STEP_SHADE = "#dbeafe"
+FRAMEWORK_LABEL = "framework peak (torch.cuda.max_memory_allocated)"
 BASELINE_SHADE = "#fef3c7"
 
 
@@ -135,6 +136,9 @@ def plot_memory(
 ) -> None:
     xs, ys = _xy(points, "mem_peak_mib")
     ax.plot(xs, ys, marker="o", markersize=4, color=BLUE, label="measured peak")
+    fx, fy = _xy(points, "framework_peak_mib")
+    if fx:  # the framework's own view, its own series: never added to or compared with the device's
+        ax.plot(fx, fy, marker="s", markersize=4, color=GREEN, linestyle="-", label=FRAMEWORK_LABEL)
     if idle_mib is not None and increment_mib is not None and xs:
         top = max([*xs, estimate or 0])
         line_x = [0, top]

@@ -140,7 +140,13 @@ def build_charts(summary: Mapping[str, Any], frames: ReportFrames) -> list[Chart
         make_chart(
             "memory",
             "GPU memory peak against level",
-            "Measured peak per step against the card's total, the headroom line and the estimate's prediction.",
+            "Measured peak per step (the device's reading) against the card's total, the headroom line and the"
+            " estimate's prediction"
+            + (
+                "; the framework's own peak (torch.cuda.max_memory_allocated, from the server) is its own series."
+                if _has(points, "framework_peak_mib")
+                else "."
+            ),
             one_axis(
                 charts.plot_memory,
                 points,
@@ -150,7 +156,7 @@ def build_charts(summary: Mapping[str, Any], frames: ReportFrames) -> list[Chart
                 num(estimate.get("increment_mib")) if is_mem_estimate else None,
                 whole(estimate.get("estimate")),
             )
-            if _has(points, "mem_peak_mib")
+            if _has(points, "mem_peak_mib") or _has(points, "framework_peak_mib")
             else None,
             no_gpu
             if not gpu_info.get("available", True)

@@ -46,6 +46,7 @@ class LevelPoint:
     driver_cpu_mean_pct: float | None = None
     gpu_host_cpu_mean_pct: float | None = None
     kv_cache_peak_frac: float | None = None
+    framework_peak_mib: float | None = None  # torch.cuda.max_memory_allocated(), where the server exports it
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,7 @@ def level_points(steps: Sequence[Mapping[str, Any]]) -> list[LevelPoint]:
                 driver_cpu_mean_pct=num(row.get("driver_cpu_mean_pct")),
                 gpu_host_cpu_mean_pct=num(row.get("gpu_host_cpu_mean_pct")),
                 kv_cache_peak_frac=num(row.get("kv_cache_peak_frac")),
+                framework_peak_mib=num(row.get("framework_peak_mib")),
             )
         )
     return sorted(points, key=lambda p: (p.level, p.step_index))

@@ -131,6 +131,7 @@ def step_at(steps: Sequence[Mapping[str, Any]], level: int | None) -> Mapping[st
 OPTIONAL_COLUMNS = (
     "p95_ci_low_ms",
     "gpu_mem_peak_mib",
+    "framework_peak_mib",
     "gpu_util_mean_pct",
     "gpu_host_cpu_mean_pct",
     "server_waiting_max",

@@ -109,6 +109,10 @@ class ServerSample:
     num_preemptions_total: float | None
     kv_cache_size_tokens: float | None  # from vllm:cache_config_info
     max_num_seqs: float | None  # where the server exports it
+    # Last, with a default, so constructors and run folders from before it still work (an old file: NaN).
+    # The framework's view of memory (torch.cuda.max_memory_allocated(), MiB) from a gauge on /metrics
+    # (FRAMEWORK_METRIC, or ocr_framework_peak_bytes when present); never mixed with the device's view.
+    framework_peak_mib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
