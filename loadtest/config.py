@@ -54,7 +54,7 @@ class RunConfig:
     warmup_s: float = 2.0
     step_s: float = 10.0
     min_step_requests: int = 20
-    cooldown_s: float = 15.0  # the cap; a cooldown ends earlier once GPU memory is back near idle
+    cooldown_s: float = 15.0  # the cap; a cooldown ends earlier once GPU memory is back near idle or stable
     cooldown_min_s: float = 4.0  # > a worker's report interval (3 s): the step's last rows are in before the plan decides
     soak_s: float = 600.0
     headroom: float = 0.7
@@ -192,7 +192,7 @@ FIELD_HELP = {
     "warmup_s": "seconds of unmeasured load before each step",
     "step_s": "measured seconds per step",
     "min_step_requests": "a step is lengthened (up to 3 x STEP_S) until it has this many requests",
-    "cooldown_s": "longest cooldown at 0 users after a step; it ends earlier once GPU memory is back near idle",
+    "cooldown_s": "longest cooldown at 0 users after a step; it ends earlier once GPU memory is back near idle, or stable for 3 s (a caching allocator keeps it)",
     "cooldown_min_s": "shortest cooldown after a step (longer than a worker's 3 s report interval, so the plan decides on all of the step's rows)",
     "soak_s": "seconds SCENARIO=soak holds its level",
     "headroom": "fraction of GPU memory the estimate may plan for",
