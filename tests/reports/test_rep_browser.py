@@ -32,7 +32,7 @@ def _open(page: object, path: Path, html: str) -> str:
 
 @pytest.mark.browser
 def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path, chromium: Path) -> None:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     clean = build_run(scenario="mixed")
     charts = build_charts(clean.summary, clean.frames())
@@ -71,9 +71,9 @@ def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path, c
                 assert size > 10_000, f"chart {i} is empty"
 
             page.locator("button.copy").click()
-            page.wait_for_function(
-                "document.querySelector('button.copy').textContent !== 'Copy'", timeout=5_000
-            )
+            # expect(), not wait_for_function(): a string predicate is eval'd in the page, which the report's
+            # CSP forbids; it failed whenever the first check came before the click's text change
+            expect(page.locator("button.copy")).not_to_have_text("Copy", timeout=5_000)
 
             # Untrusted text (error bodies, event messages, manifest strings) stays inert text.
             urls.append(_open(page, tmp_path / "evil.html", render_report(evil.summary, evil.frames())))
