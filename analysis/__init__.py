@@ -15,8 +15,9 @@ from analysis.estimate import (
     parse_levels,
     plan_levels,
 )
-from analysis.knee import Knee, find_knee, next_refine_level, probe_level
+from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
+from analysis.next_level import next_refine_level, probe_level
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
 from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_table

@@ -36,7 +36,7 @@ Algorithm. Points: the baseline (level 1) and every "step" row, the latest per l
    - still scaling and nothing failed: no knee yet; the answer is "at least" the highest level.
    A point with fewer than `min_requests` (20) requests is flagged and never the plateau or the
    recommendation (it can still fail: errors are errors). When only the baseline and a step far above
-   it are measured, throughput cannot tell slow scaling from a plateau: `probe_level` asks for half
+   it are measured, throughput cannot tell slow scaling from a plateau: next_level.probe_level asks for half
    the step first (the plan's downward search).
 3. Confidence. Each throughput has a batch-means standard error (steps.py). Rule 2 is rerun on `draws`
    (400) throughputs drawn within those errors (a fixed seed keeps this pure); the 2.5% and 97.5%
@@ -44,7 +44,7 @@ Algorithm. Points: the baseline (level 1) and every "step" row, the latest per l
 4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
    the smallest level reaching the plateau lies in (B, R]: bisect. When the knee is a failing level F
    more than 1 above R, bisect (R, F). A concurrency limit the server shows (`server_limit`: requests
-   running that stop growing while others wait) inside the bracket is measured first.
+   running that stop growing while others wait) inside the bracket is measured first (next_level.py).
 """
 
 from __future__ import annotations
@@ -193,32 +193,7 @@ def _confidence(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str
     return int(low), int(high)
 
 
-def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
-    """A level to measure below the highest before climbing on, or None.
-
-    With only the baseline (1 user) and a step far above it, throughput cannot tell a server still
-    scaling slowly from one long past its knee. When the highest step looks saturated (each user gets
-    under `saturated_frac` (0.5) of the baseline's throughput per user: users mostly wait) and no level
-    is measured between half of it and it, measuring half of it tells which: reaching 95% of the
-    highest's throughput puts the knee below (refinement then searches downward), else climbing goes on.
-    vLLM's KV-cache estimate can sit 30x above the compute knee: the first step is then far past it."""
-    p = {"saturated_frac": 0.5, **params}
-    if knee.found or knee.recommended_level is None or table.empty:
-        return None
-    points, baseline = _points(table)
-    top = next((r for r in points if int(r["level"]) == knee.recommended_level), None)
-    if top is None or baseline is None or int(top["level"]) < 4:
-        return None
-    level = int(top["level"])
-    per_user, base_per_user = num(top, "throughput_rps") / level, num(baseline, "throughput_rps")
-    if not per_user < p["saturated_frac"] * base_per_user:
-        return None
-    if any(level / 2 <= int(r["level"]) < level for r in points):
-        return None
-    return level // 2
-
-
-def _points(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """(the baseline and step rows, the latest per level, sorted by level; the baseline row)."""
     rows = [] if table.empty else table.to_dict("records")
     base_rows = [r for r in rows if r["phase"] == "baseline"]
@@ -256,7 +231,7 @@ class _Walk:
 
 
 def _walk(table: pd.DataFrame, p: dict[str, Any]) -> _Walk:
-    points, baseline = _points(table)
+    points, baseline = points_of(table)
     failing, failure = None, ""
     for row in points:
         why = _failure(row, baseline, p)
@@ -401,19 +376,3 @@ def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: _Walk) -> 
         f" {fmt(gain, '+.0%')} over level {rec}'s {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"
         f" ({fmt(p_r)} -> {fmt(p_k)} ms)"
     )
-
-
-def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
-    """The next level to measure inside `refine_between`: the server's own limit when it lies inside and
-    is unmeasured, else the bisection midpoint; None when the bracket is adjacent or measured."""
-    if knee.refine_between is None:
-        return None
-    low, high = knee.refine_between
-    measured = set() if table.empty else {int(v) for v in table.loc[table["phase"] == "step", "level"]}
-    limit = knee.server_limit
-    if limit is not None and low < limit < high and limit not in measured:
-        return limit
-    mid = (low + high) // 2
-    if mid <= low or mid >= high:
-        return None
-    return None if mid in measured else mid
