@@ -2,7 +2,10 @@
 
 One `python -m loadtest demo` per server, all started together (each its own simulator, master and
 worker; short steps, the simulator at --time-scale 0.5) so the module takes one run's time:
-    pytorch-24g     the demo's own server: a hockey stick at 8 slots; every run-folder file is checked
+    pytorch-24g     the demo's own server: a hockey stick at 8 slots; every run-folder file is checked,
+                    and the framework's peak (ocr_framework_peak_bytes) is recorded beside the device's
+    caching         pytorch-24g whose caching allocator keeps memory (--allocator caching): the estimate,
+                    the cooldowns and the diagnosis must see a high-water mark, not a leak
     smooth-24g      continuous batching that bends slowly (no corner)
     noisy-24g       answers of varying length: latency CV ~0.4
     vllm-far        vLLM whose KV estimate (519, capped at max_num_seqs 256) is 47x the compute knee
@@ -17,6 +20,7 @@ when that one was already past the knee.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,15 +32,17 @@ from it_procs import spawn_cli
 from simulator import truth
 
 SCALE = 0.5
-CASES: dict[str, tuple[str, str]] = {  # name: (profile, extra simulator flags)
-    "pytorch-24g": ("pytorch-24g", ""),
-    "smooth-24g": ("smooth-24g", ""),
-    "noisy-24g": ("noisy-24g", ""),
-    "vllm-far": ("vllm-far", ""),
-    "oom-first-24g": ("oom-first-24g", ""),
-    "constant": ("pytorch-24g", "--answer-shape constant"),
+COOLDOWN_CAP_S = 8.0  # the caching case's cap: its cooldowns must end well before it
+CASES: dict[str, tuple[str, str, list[str]]] = {  # name: (profile, extra simulator flags, extra CLI flags)
+    "pytorch-24g": ("pytorch-24g", "", []),
+    "caching": ("pytorch-24g", "--allocator caching", ["--cooldown-s", str(COOLDOWN_CAP_S)]),
+    "smooth-24g": ("smooth-24g", "", []),
+    "noisy-24g": ("noisy-24g", "", []),
+    "vllm-far": ("vllm-far", "", []),
+    "oom-first-24g": ("oom-first-24g", "", []),
+    "constant": ("pytorch-24g", "--answer-shape constant", []),
 }
-SHARP = {"pytorch-24g", "oom-first-24g", "constant", "noisy-24g"}
+SHARP = {"pytorch-24g", "caching", "oom-first-24g", "constant", "noisy-24g"}
 EXPECTED_FILES = ["manifest.json", "requests.csv", "steps.jsonl", "gpu.csv", "server.csv", "host.csv",
                   "events.jsonl", "summary.json", "steps.csv", "capacity.md", "recommended-config.yaml",
                   "report.html"]  # fmt: skip
@@ -45,11 +51,11 @@ EXPECTED_FILES = ["manifest.json", "requests.csv", "steps.jsonl", "gpu.csv", "se
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     procs = {}
-    for name, (profile, extra) in CASES.items():
+    for name, (profile, extra, cli) in CASES.items():
         out = tmp_path_factory.mktemp(name)
         args = ["demo", "--profile", profile, "--out", str(out), "--workers", "1", "--step-s", "4",
                 "--cooldown-s", "4", "--idle-s", "1", "--warmup-s", "1",
-                "--simulator-args", f"--time-scale {SCALE} {extra}".strip()]  # fmt: skip
+                "--simulator-args", f"--time-scale {SCALE} {extra}".strip(), *cli]  # fmt: skip
         procs[name] = (spawn_cli(args), out)
     results = {}
     for name, (proc, out) in procs.items():
@@ -77,7 +83,7 @@ def test_the_answer_holds_on_a_server_unlike_ours(runs: dict[str, dict[str, Any]
     run = runs[name]
     assert run["rc"] == 0, run["stdout"][-3000:] + run["stderr"][-2000:]
     summary = run["summary"]
-    profile, extra = CASES[name]
+    profile = CASES[name][0]
     true = truth(profile, 1000, 700, time_scale=SCALE)
     rec = summary["recommended_level"]
     why = (rec, true.knee_concurrency, _levels(summary), summary["knee"]["reason"])
@@ -131,3 +137,35 @@ def test_the_demo_writes_the_whole_run_folder_and_ends_with_the_report(runs: dic
     assert set(rows["step_index"]) <= {s["step_index"] for s in steps}
     assert rows["request_id"].is_unique
     assert (pd.read_csv(run_dir / "gpu.csv")["mem_used_mib"].notna()).any()
+
+
+def test_the_framework_peak_is_recorded_beside_the_device_reading(runs: dict[str, dict[str, Any]]) -> None:
+    """The simulator exports ocr_framework_peak_bytes (what torch.cuda.max_memory_allocated would show);
+    the demo reads it by default: per scrape in server.csv, per step in steps.csv, its own column."""
+    run = runs["pytorch-24g"]
+    true = truth("pytorch-24g", 1000, 700, time_scale=SCALE)
+    steps = [s for s in run["summary"]["steps"] if s.get("framework_peak_mib") is not None]
+    assert steps, "no framework peak recorded"
+    for s in steps:
+        # every request in the server holds its memory, waiting for a batch slot or not (OOM at 17 users)
+        assert math.isclose(s["framework_peak_mib"], int(s["level"]) * true.increment_mib, rel_tol=0.15), s
+        assert s["gpu_mem_peak_mib"] > s["framework_peak_mib"]  # the device view holds the weights too
+    assert ">framework peak</th>" in (run["dir"] / "report.html").read_text()
+
+
+def test_a_caching_allocator_is_a_high_water_mark_not_a_leak(runs: dict[str, dict[str, Any]]) -> None:
+    run = runs["caching"]
+    true = truth("pytorch-24g", 1000, 700, time_scale=SCALE)
+    est = run["summary"]["estimate"]
+    assert est["dimension"] == "gpu_memory" and est["estimate"] is not None, est
+    assert abs(est["estimate"] - true.estimate) <= 1 and abs(est["increment_mib"] - true.increment_mib) <= 32, est
+    assert est["memory_kept_mib"] and "before the pre-flight" in est["reason"], est["reason"]
+    steps = [json.loads(line) for line in (run["dir"] / "steps.jsonl").read_text().splitlines()]
+    cooldowns = [s["t_end_unix_s"] - s["t_start_unix_s"] for s in steps if s["phase"] == "cooldown"]
+    assert cooldowns and max(cooldowns) < COOLDOWN_CAP_S - 1.0, cooldowns  # stable, not back at idle
+    diagnosis = run["summary"]["diagnosis"]
+    text = diagnosis["text"].lower()
+    assert "leak" not in text and "never freed" not in text, diagnosis
+    assert diagnosis["case"] == "high_water_mark" and "caching allocator" in text, diagnosis
+    rows = [s for s in run["summary"]["steps"] if s["phase"] == "step"]
+    assert all(s["gpu_mem_after_mib"] >= s["gpu_mem_peak_mib"] - 1 for s in rows), rows  # it never falls
