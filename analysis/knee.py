@@ -340,9 +340,9 @@ def _plateau_knee(
     if driver:
         return Knee(False, None, None, rec, driver, criterion="driver", flagged_steps=flagged, at_least=True,
                     plateau_rps=peak, server_limit=limit)  # fmt: skip
-    words = [f"level {rec} reaches {num(rec_row, 'throughput_rps') / peak:.0%} of the plateau {peak:.2f} rps"]
+    words = [f"level {rec} reaches {fmt(_share(rec_row, peak), '.0%')} of the plateau {fmt(peak, '.2f')} rps"]
     if lower is not None:
-        words.append(f"level {lower['level']} only {num(lower, 'throughput_rps') / peak:.0%}")
+        words.append(f"level {lower['level']} only {fmt(_share(lower, peak), '.0%')}")
     knee_row = above[0] if above else None
     if knee_row is not None:
         words.insert(0, _knee_words(knee_row, rec_row, w))
@@ -360,6 +360,10 @@ def _plateau_knee(
         f"{head}: " + "; ".join(words), refine, bool(first), "latency", flagged,
         plateau_rps=peak, confidence=confidence, server_limit=limit, narrow_hint=hint if high > low else "",
     )  # fmt: skip
+
+
+def _share(row: dict[str, Any], peak: float) -> float:
+    return num(row, "throughput_rps") / peak if peak > 0 else math.nan
 
 
 def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: _Walk) -> str:
