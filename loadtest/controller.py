@@ -89,6 +89,7 @@ class Controller:
         self.measured_levels: list[int] = []
         self.idle_mib: float | None = None
         self.settle = MemorySettle()  # the current phase's memory samples, for the cooldown's end
+        self.gpus_named = analysis.gpus_named({"config": {"gpu": cfg.gpu}})  # GPU= names the server's cards
         self.choice: LevelChoice | None = None
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
@@ -132,8 +133,7 @@ class Controller:
                 self.settle.add(sample.gpu_index, sample.t_unix_s, sample.mem_used_mib)
         # the server's named GPUs summed per read (the suite's one rule, as analysis.gpu_of); GPU= naming
         # no card reads every card of the host, and the busiest card stands for the server
-        named = analysis.gpus_named({"config": {"gpu": self.cfg.gpu}})
-        for server in combine_gpus(samples) if named else samples:
+        for server in combine_gpus(samples) if self.gpus_named else samples:
             if server.mem_used_mib is not None:
                 peak = self.gpu_peak_per_step.get(server.step_index, 0.0)
                 self.gpu_peak_per_step[server.step_index] = max(peak, server.mem_used_mib)
@@ -323,7 +323,7 @@ class Controller:
             run = self._load()
             estimate = analysis.estimate_from_baseline(
                 run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
-                gpus_named=analysis.gpus_named({"config": {"gpu": cfg.gpu}}),
+                gpus_named=self.gpus_named,
             )  # fmt: skip
             self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
             self.estimate = estimate.to_dict()
