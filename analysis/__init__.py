@@ -20,7 +20,7 @@ from analysis.loader import RunData, RunFolderError, load_run
 from analysis.next_level import next_refine_level, probe_level
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
-from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_table
+from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_row, step_table
 from analysis.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "server_kind",
     "slo_level",
     "soak_trend",
+    "step_row",
     "step_table",
     "write_outputs",
 ]

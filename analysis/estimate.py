@@ -198,13 +198,12 @@ def cap_by_server(estimate: Estimate, server: pd.DataFrame) -> Estimate:
 def _estimate_from_baseline(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
-    gpu: pd.DataFrame,
+    card: pd.DataFrame,  # the server's GPU samples (gpu_of)
     server: pd.DataFrame,
     headroom: float,
     total_mib: float | None,
     kv_headroom: float,
 ) -> Estimate:
-    card = gpu
     idle_idx, base_idx = _phase_steps(steps, "idle"), _phase_steps(steps, "baseline")
     idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()
     base = card.loc[card["step_index"].isin(base_idx), "mem_used_mib"].dropna()

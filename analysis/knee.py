@@ -64,7 +64,6 @@ DEFAULTS: dict[str, Any] = {
     "min_requests": 20,
     "draws": 400,
 }
-CUT_KIND = "cut"
 NEAR_SE = 2.0  # plateau points: within this many standard errors of the highest
 
 
@@ -139,10 +138,10 @@ def _answers_worse(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str
 
 def _failure(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
     """Why this point's failures end the safe range, or "" when they do not."""
-    errors = {str(k): int(v) for k, v in (row.get("errors") or {}).items() if str(k) != CUT_KIND}
+    errors = {str(k): int(v) for k, v in (row.get("errors") or {}).items()}  # cut requests are not in it
     oom = sum(n for k, n in errors.items() if "oom" in k.lower())
     failed = sum(errors.values())
-    counted = _count(row) - int(num(row, "cut_requests") if not math.isnan(num(row, "cut_requests")) else 0)
+    counted = _count(row) - int(np.nan_to_num(num(row, "cut_requests")))
     parts = []
     if oom:
         parts.append(f"{oom} OOM failure(s)")

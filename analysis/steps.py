@@ -19,14 +19,17 @@ exports it on /metrics): the highest of the step's scrapes, never mixed with the
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis.estimate import gpu_of, gpus_named
-from analysis.loader import RunData
+from analysis.loader import RunData, empty_frame
 from analysis.stats import FloatArray, percentile, quantile_ci
+from runfolder import Event, GpuSample, HostSample, ServerSample
 
 MEASURED_PHASES = ("baseline", "step")
 SERVER_ERROR_KINDS = ("oom",)  # failure kinds that mean the server broke, whatever the status code
@@ -204,7 +207,7 @@ def window_throughput(shares: np.ndarray, t0: float, t1: float) -> float:
 
 
 def throughput_with_error(
-    intervals: WindowShares, t0: float, t1: float, latency_ms: FloatArray
+    intervals: WindowShares, t0: float, t1: float, latency_cv: float, answers: int
 ) -> dict[str, float]:
     """The step's throughput with its standard error and 95% interval.
 
@@ -217,11 +220,11 @@ def throughput_with_error(
     edges = np.linspace(t0, t1, THROUGHPUT_BATCHES + 1)
     parts = np.array([window_throughput(intervals.shares(a, b)[1], a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
     parts = parts[~np.isnan(parts)]
-    if parts.size < 2 or math.isnan(total) or latency_ms.size < 2:
+    if parts.size < 2 or math.isnan(total) or answers < 2 or math.isnan(latency_cv):
         return {"throughput_rps": total, "throughput_se_rps": math.nan,
                 "throughput_ci_low_rps": math.nan, "throughput_ci_high_rps": math.nan}  # fmt: skip
     batch_se = float(parts.std(ddof=1)) / math.sqrt(parts.size)
-    renewal_se = total * float(latency_ms.std(ddof=1) / latency_ms.mean()) / math.sqrt(latency_ms.size)
+    renewal_se = total * latency_cv / math.sqrt(answers)
     se = max(batch_se, renewal_se)
     half = 1.96 * se if renewal_se >= batch_se else _T_975[parts.size] * se
     return {"throughput_rps": total, "throughput_se_rps": se,
@@ -255,8 +258,6 @@ def step_table(run: RunData) -> pd.DataFrame:
     intervals = WindowShares(req)
     phases = run.steps if not run.steps.empty else pd.DataFrame({"step_index": [], "phase": []})
     cooldowns = dict(zip(phases["step_index"], phases["phase"] == "cooldown", strict=True))
-    latency_ms = req["latency_ms"].to_numpy(dtype=np.float64) if not req.empty else np.empty(0)
-    ok = req["ok"].to_numpy(dtype=bool) if not req.empty else np.empty(0, dtype=bool)
     rows: list[dict[str, Any]] = []
     for step in measured_steps(run.steps).itertuples(index=False):
         index = int(step.step_index)
@@ -267,10 +268,8 @@ def step_table(run: RunData) -> pd.DataFrame:
             "t_start_unix_s": float(step.t_start_unix_s), "t_end_unix_s": float(step.t_end_unix_s),
             "duration_s": duration,
         }  # fmt: skip
-        own = req_idx.get(index, np.empty(0, dtype=np.int64))
-        row.update(_request_columns(req, own))
-        ok_latency = latency_ms[own][ok[own]] if own.size else np.empty(0)
-        row.update(throughput_with_error(intervals, t0, t1, ok_latency))
+        row.update(_request_columns(req, req_idx.get(index, np.empty(0, dtype=np.int64))))
+        row.update(throughput_with_error(intervals, t0, t1, row["latency_cv"], row["ok_requests"]))
         after = gpu_idx.get(index + 1) if cooldowns.get(index + 1) else None  # the cooldown after the step
         row.update(_memory_columns(card, gpu_idx.get(index), after))
         util = _column(card, gpu_idx.get(index), "util_pct")
@@ -290,6 +289,18 @@ def step_table(run: RunData) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in STEP_COLUMNS})
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def step_row(requests: pd.DataFrame, step: Mapping[str, Any], server: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The step-table row of one measured step from the requests that overlap it (its own and its
+    warm-up's) and, optionally, its server samples: the master's running totals and bench/curves.py use
+    this, so a decision made during a run and the report cannot disagree."""
+    run = RunData(
+        run_dir=Path("."), manifest={}, requests=requests, steps=pd.DataFrame([dict(step)]),
+        gpu=empty_frame(GpuSample), server=empty_frame(ServerSample) if server is None else server,
+        host=empty_frame(HostSample), events=empty_frame(Event),
+    )  # fmt: skip
+    return {str(k): v for k, v in step_table(run).iloc[0].to_dict().items()}
 
 
 def bucket_table(run: RunData) -> pd.DataFrame:

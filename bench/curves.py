@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,6 @@ import pandas as pd
 import analysis
 from loadtest.config import RunConfig
 from loadtest.plan import choose_levels, plan_phases
-from runfolder import Event, GpuSample, HostSample, ServerSample, columns_of
 
 KNEE_SHARE = 0.95
 OOM_FAIL_MS = 5.0  # an allocator failure answers in milliseconds
@@ -70,10 +68,6 @@ class VirtualRun:
         return None if self.knee is None else self.knee.recommended_level
 
 
-def _empty(record_type: type) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns_of(record_type)})
-
-
 def _requests(curve: Curve, users: int, window_s: float, rng: np.random.Generator) -> pd.DataFrame:
     """Every request that overlaps [0, window_s] in a closed loop of `users` at steady state."""
     served = min(users, curve.oom_at - 1) if curve.oom_at else users
@@ -107,14 +101,9 @@ def measure(curve: Curve, users: int, window_s: float, phase: str, index: int, s
     req = req[req["t_start_unix_s"] + req["latency_ms"] / 1000 > -1.0]
     tagged = req["t_start_unix_s"] >= 0  # a request belongs to the step current when it started
     req = req.assign(step_index=np.where(tagged, index, index - 1))
-    steps = pd.DataFrame([{"step_index": index, "phase": phase, "level": users, "t_start_unix_s": 0.0,
-                           "t_end_unix_s": window_s, "status": "complete", "note": ""}])  # fmt: skip
-    run = analysis.RunData(
-        run_dir=Path("."), manifest={}, requests=req.reset_index(drop=True), steps=steps,
-        gpu=_empty(GpuSample), server=_empty(ServerSample),
-        host=_empty(HostSample).assign(host_role=pd.Series(dtype="object")), events=_empty(Event),
-    )  # fmt: skip
-    return {str(k): v for k, v in analysis.step_table(run).iloc[0].to_dict().items()}
+    step = {"step_index": index, "phase": phase, "level": users, "t_start_unix_s": 0.0,
+            "t_end_unix_s": window_s, "status": "complete", "note": ""}  # fmt: skip
+    return analysis.step_row(req.reset_index(drop=True), step)
 
 
 class _Estimate:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 import analysis
-from runfolder import Event, GpuSample, HostSample, Phase, RequestRow, ServerSample, StepRow, columns_of
+from analysis.loader import empty_frame
+from runfolder import Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
 SETTLE_S = 10.0  # rows of a step may still arrive this long after it ended (reports every ~3 s)
@@ -26,19 +26,11 @@ _FLOATS = ("t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "c
 _INTS = ("step_index", "level", "status_code", "bytes_sent", "bytes_received", "attempt")
 
 
-def _frame(records: list[Any], record_type: type) -> pd.DataFrame:
-    columns = columns_of(record_type)
-    if not records:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
-    rows = records if isinstance(records[0], tuple) else [dataclasses.astuple(r) for r in records]
-    return pd.DataFrame.from_records(rows, columns=columns)
-
-
 def requests_frame(rows: list[RequestRow]) -> pd.DataFrame:
     """Request rows as the loader gives them: floats with NaN for None, bools, ints, text."""
-    frame = _frame(rows, RequestRow)
-    if frame.empty:
-        return frame
+    if not rows:
+        return empty_frame(RequestRow)
+    frame = pd.DataFrame.from_records(rows, columns=columns_of(RequestRow))
     for name in _FLOATS:
         frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
     for name in _INTS:
@@ -93,15 +85,6 @@ class LiveSteps:
     def _row(self, step: StepRow) -> dict[str, Any]:
         # requests that overlap the window: the step's own and those of the phase before it (its warm-up)
         rows = self._rows.get(step.step_index - 1, []) + self._rows.get(step.step_index, [])
-        run = analysis.RunData(
-            run_dir=Path("."),
-            manifest={},
-            requests=requests_frame(rows),
-            steps=pd.DataFrame([dataclasses.asdict(step)]),
-            gpu=_frame([], GpuSample),
-            server=_frame(self._server.get(step.step_index, []), ServerSample),
-            host=_frame([], HostSample).assign(host_role=pd.Series(dtype="object")),
-            events=_frame([], Event),
-        )
-        table = analysis.step_table(run)
-        return {str(k): v for k, v in table.iloc[0].to_dict().items()}
+        server = self._server.get(step.step_index)
+        server_frame = pd.DataFrame([dataclasses.astuple(x) for x in server], columns=columns_of(ServerSample)) if server else None
+        return analysis.step_row(requests_frame(rows), dataclasses.asdict(step), server_frame)
