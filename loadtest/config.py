@@ -133,7 +133,8 @@ class RunConfig:
             raise ConfigError(f"bad HEADROOM={self.headroom}: use a fraction in (0, 1], e.g. 0.7")
         if self.workers < 0:
             raise ConfigError(f"bad WORKERS={self.workers}: use 0 (run in the master) or more")
-        for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s", "reject_pause_s"):
+        for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s", "reject_pause_s",
+                     "refine_budget", "climb_budget"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ConfigError(f"bad {name.upper()}={getattr(self, name)}: must be >= 0")
         if self.cer_fail_above is not None and not self.cer_fail_above >= 0:

@@ -98,7 +98,7 @@ def expected_minutes(cfg: RunConfig, levels: int, target_requests: int = 0) -> f
 
 
 def refine_guess(levels: list[int]) -> int:
-    """Levels the refinement may add: a bisection down to adjacent levels of the widest gap, plus one."""
+    """Levels the refinement may add: a bisection of the widest gap between planned levels down to adjacent ones."""
     gaps = [b - a for a, b in zip([1, *levels[:-1]], levels, strict=True)]
     widest = max(gaps, default=1)
     return max(1, (widest - 1).bit_length()) if widest > 1 else 0

@@ -31,6 +31,8 @@ def _closed_port() -> int:
         (["--style", "grpc"], "STYLE"),
         (["--scenario", "folder", "--images", "/nonexistent/folder"], "/nonexistent/folder"),
         (["--reject-pause-s", "-1"], "REJECT_PAUSE_S"),
+        (["--climb-budget", "-1"], "CLIMB_BUDGET"),
+        (["--refine-budget", "-2"], "REFINE_BUDGET"),
         (["--step-s", "ten"], "--step-s"),  # argparse's own errors: one line too, not the whole usage
     ],
 )
