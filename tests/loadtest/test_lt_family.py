@@ -5,8 +5,8 @@ latencies with a lognormal sigma of 0.5, estimates absent, at the knee, 3x and 3
 compute) and measures every step in virtual time with the product's own step table. Tolerance, stated:
 a sharp, steady curve must get its true knee exactly; a smooth or noisy one within one level; at least
 95% of runs within it. Never above the truth + 1 on a steady curve (latency CV 0.1: past the knee every
-user only adds latency); on the noisy ones (lognormal sigma 0.5, CV 0.53) 3 of 900 runs (20 seeds) were,
-all with a stated 95% interval of four levels or more: at most 1% is allowed here.
+user only adds latency); on the noisy ones (lognormal sigma 0.5, CV 0.53) 2 of 110 runs were in
+`bench/bench_time_to_answer.py --seeds 10`: at most 1% of all runs is allowed here.
 """
 
 from __future__ import annotations
