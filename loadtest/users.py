@@ -21,6 +21,7 @@ from locust import task
 from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, FastHttpUser
 from locust.exception import CatchResponseError
 
+from gpu_sampler.tls import TlsSettings
 from loadtest import failures
 from loadtest.config import RunConfig
 from loadtest.payloads import Payloads
@@ -44,8 +45,23 @@ _PAYLOADS: Payloads | None = None
 
 
 def set_payloads(payloads: Payloads) -> None:
+    """The payloads of this process's users, and the run's TLS settings for their connections."""
     global _PAYLOADS
     _PAYLOADS = payloads
+    set_tls(payloads.config.tls())
+
+
+def set_tls(tls: TlsSettings) -> None:
+    """Verify certificates as the pre-flight and the scrapes do (FastHttpUser alone skips the check):
+    every user's session takes this one context. `insecure` tells geventhttpclient whether to check the
+    host name; the context carries the trust (CA_BUNDLE) or no check (INSECURE)."""
+    context = tls.context()  # built once, before the users start, not at each user's first request
+
+    def factory(*_args: Any, **_kwargs: Any) -> Any:
+        return context  # geventhttpclient passes cafile=<certifi's>: ignored, CA_BUNDLE or the system's rule
+
+    OcrUser.insecure = tls.insecure
+    OcrUser.ssl_context_factory = staticmethod(factory)
 
 
 def retry_delay_s(attempt: int, retry_after: str | None, base_s: float = 0.5, cap_s: float = 30.0) -> float:
@@ -69,6 +85,7 @@ class OcrUser(FastHttpUser):
 
     network_timeout = 120.0
     connection_timeout = 10.0
+    insecure = False  # set_tls: certificates verified unless the run says INSECURE=1
     _pause_s = 0.0  # set after an answer the server failed; taken by wait_time before the next request
 
     def on_start(self) -> None:
