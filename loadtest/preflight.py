@@ -12,6 +12,7 @@ certificate the load would refuse stops the run here, in one line naming both fi
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -120,6 +121,11 @@ def _first_response(
             if clock() < refused_deadline:
                 sleep(0.5)
                 continue
+            if isinstance(reason, http.client.RemoteDisconnected) and cfg.host.startswith("http://"):
+                raise PreflightError(  # what a TLS port does with a plain-HTTP request
+                    f"HOST={cfg.host} closed the connection without an answer: if it serves HTTPS, set"
+                    f" HOST={'https://' + cfg.host.removeprefix('http://')}"
+                ) from None
             raise PreflightError(
                 f"nothing answers at HOST={cfg.host} ({reason}): start the server or fix HOST"
             ) from None

@@ -10,6 +10,7 @@ LOCUST-FACTS.md: never file objects, never per-request encoding).
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import time
@@ -36,6 +37,7 @@ from scenarios import (
     extract_usage,
 )
 
+log = logging.getLogger(__name__)
 ERROR_TEXT_CHARS = 200
 _RETRYABLE = frozenset((failures.REJECTED, failures.TIMEOUT, failures.CONNECTION))
 _ABSOLUTE_URL = re.compile(r"^https?://", re.IGNORECASE)  # as FastHttpSession tells a full URL from a path
@@ -49,6 +51,11 @@ def set_payloads(payloads: Payloads) -> None:
     global _PAYLOADS
     _PAYLOADS = payloads
     set_tls(payloads.config.tls())
+    if payloads.config.headers_from_workers and not payloads.headers:
+        log.warning(
+            "HEADERS_FROM_WORKERS is on but this worker's environment has no OCRCAP_HEADERS: its requests"
+            " carry no extra headers; export OCRCAP_HEADERS before starting the worker"
+        )
 
 
 def set_tls(tls: TlsSettings) -> None:
