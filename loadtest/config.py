@@ -33,8 +33,9 @@ class RunConfig:
     endpoint: str = ""  # "" = /ocr for multipart/json, /v1/chat/completions for openai
     style: str = "multipart"
     field: str = ""  # multipart field or JSON key; "" = file / image
-    headers: str = ""  # "Authorization: Bearer abc; X-No-Cache: 1"
-    metrics_headers: str = ""  # sent with /metrics and DCGM scrapes; "" = the same as headers
+    headers: str = dataclasses.field(default="", repr=False)  # "Authorization: Bearer abc; X-No-Cache: 1"
+    # sent with /metrics and DCGM scrapes; "" = the same as headers
+    metrics_headers: str = dataclasses.field(default="", repr=False)
     headers_from_workers: bool = False  # the master keeps headers off Locust's channel
     insecure: bool = False  # no certificate check on any request the suite makes
     ca_bundle: str = ""  # PEM file of the CAs to trust instead of the system's store

@@ -6,6 +6,7 @@ self-signed certificate made at test time (tests/integration/it_certs.py) and `-
 - a scrape of /metrics or the DCGM page without the bearer is one line naming METRICS_HEADERS;
 - the load itself verifies: OcrUser with the system's store fails every request on the certificate,
   with the CA bundle or INSECURE it is served (Locust's FastHttpUser alone skips the check);
+- the sidecar serves HTTPS and scrapes HTTPS pages behind the bearer;
 - a short real run over HTTPS, the CA bundle given, HEADERS kept off Locust's channel
   (--headers-from-workers) and used as the metrics headers by default: rows ok, server.csv and gpu.csv
   filled through the token, the token in no file of the run folder.
@@ -19,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,8 @@ from it_certs import CertFiles, make_self_signed
 from it_procs import Simulator, spawn_cli, start_simulator, stop
 
 from analysis import load_run
-from gpu_sampler import SamplerError
+from gpu_sampler import SamplerError, SidecarClient
+from gpu_sampler.tls import TlsSettings
 from loadtest import cli
 from loadtest.config import RunConfig, with_ca_pem
 
@@ -162,3 +165,39 @@ def test_a_run_over_https_records_rows_and_token_protected_metrics(tls_sim, tmp_
     for path in (p for p in run_dir.rglob("*") if p.is_file()):
         assert TOKEN.encode() not in path.read_bytes(), path
         assert b"BEGIN CERTIFICATE" not in path.read_bytes(), path
+
+
+def test_the_sidecar_serves_https_and_scrapes_through_tls_and_the_bearer(tls_sim):
+    """`python -m gpu_sampler serve` on HTTPS, reading the simulator's DCGM page and /metrics (HTTPS,
+    behind the bearer) with the CA bundle and OCRCAP_METRICS_HEADERS from its environment."""
+    cert = str(tls_sim.cert.cert)
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "gpu_sampler", "serve", "--port", "0", "--interval-s", "0.1",
+            "--scrape-interval-s", "0.1", "--tls-cert", cert, "--tls-key", str(tls_sim.cert.key),
+            "--source", f"dcgm:{tls_sim.sim.dcgm_url}", "--server-metrics", tls_sim.sim.url + "/metrics",
+            "--ca-bundle", cert,
+        ],
+        env={**os.environ, "OCRCAP_METRICS_HEADERS": f"Authorization: Bearer {TOKEN}"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("sampler: https://127.0.0.1:"), line
+        client = SidecarClient(line.split()[1], tls=TlsSettings(ca_pem=tls_sim.cert.cert.read_text()))
+        deadline = time.monotonic() + 20
+        page = client.samples_since(0)
+        while not (page.gpu and page.server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            page = client.samples_since(0)
+        assert page.gpu and all(s.source == "dcgm" for s in page.gpu), client.health()
+        assert page.server, client.health()
+        assert not client.health()["failures"], "no scrape was refused"
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
