@@ -14,6 +14,8 @@ GPU, for demos). SEL names the server's GPUs (`0`, `0,1`, `GPU-<uuid>`, `MIG-<uu
   sidecar's newest sample; a new `boot_id` (the sidecar restarted) resets the cursor and marks the step
   again. Step marks are sent at once by `mark_step()` and re-sent by the poller when the sidecar lost it.
 - "none" samples no GPU; the driver host (and the server's /metrics when given) are still sampled.
+- `tls` (gpu_sampler.tls.TlsSettings) applies to the sidecar, the DCGM exporter and /metrics alike;
+  `metrics_headers` go with the DCGM and /metrics scrapes (the sidecar has its own token).
 """
 
 from __future__ import annotations

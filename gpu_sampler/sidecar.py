@@ -9,7 +9,8 @@ API (JSON; with a token every call must carry `Authorization: Bearer T`, else 40
                               two machines' clocks never need to agree
 - `GET /steps/<i>`            per-step peak, mean and P95 of GPU memory and utilisation (404 if none)
 The cursor counts every sample since the sidecar started; `boot_id` changes on restart.
-stdlib `ThreadingHTTPServer`: a handful of calls a second needs no framework.
+stdlib `ThreadingHTTPServer`: a handful of calls a second needs no framework. HTTPS with a server context
+(`--tls-cert/--tls-key`), its handshake in the request's own thread.
 """
 
 from __future__ import annotations
