@@ -191,14 +191,8 @@ FIELD_HELP = {
     "style": f"request style: {' | '.join(STYLES)}",
     "field": "multipart field or JSON key that carries the image; empty: file / image",
     "headers": "extra headers, 'Authorization: Bearer abc; X-No-Cache: 1' (secret: prefer OCRCAP_HEADERS)",
-    "metrics_headers": (
-        "headers sent with SERVER_METRICS and DCGM scrapes, same form as HEADERS; empty: HEADERS"
-        " (secret: prefer OCRCAP_METRICS_HEADERS)"
-    ),
-    "headers_from_workers": (
-        "the master does not send HEADERS over Locust's channel (ZeroMQ: no auth, no encryption): each"
-        " worker reads OCRCAP_HEADERS from its own environment"
-    ),
+    "metrics_headers": "headers of SERVER_METRICS and DCGM scrapes, as HEADERS; empty: HEADERS (secret: prefer OCRCAP_METRICS_HEADERS)",
+    "headers_from_workers": "the master sends no HEADERS over Locust's channel (no auth, no encryption): each worker reads OCRCAP_HEADERS",
     "insecure": "skip TLS certificate checks on every request: pre-flight, load, /metrics, DCGM, sidecar",
     "ca_bundle": "PEM file of the CAs to trust (instead of the system's) for every HTTPS request; read on the master, its text sent to the workers",
     "ca_bundle_pem": "set by the runner: the text of CA_BUNDLE",
@@ -255,11 +249,7 @@ FIELD_HELP = {
 
 
 # secrets never go on a command line (visible in `ps`): environment variable -> RunConfig field
-SECRET_ENV = {
-    "OCRCAP_GPU_TOKEN": "gpu_token",
-    "OCRCAP_HEADERS": "headers",
-    "OCRCAP_METRICS_HEADERS": "metrics_headers",
-}
+SECRET_ENV = {"OCRCAP_GPU_TOKEN": "gpu_token", "OCRCAP_HEADERS": "headers", "OCRCAP_METRICS_HEADERS": "metrics_headers"}
 
 
 def secret_env(cfg: RunConfig) -> dict[str, str]:
@@ -276,10 +266,9 @@ def with_env_secrets(cfg: RunConfig, environ: dict[str, str]) -> RunConfig:
 
 
 def worker_options(cfg: RunConfig) -> dict[str, str]:
-    """Options the master sets for Locust to send to each worker with every spawn message (Locust's
-    channel: no auth, no encryption; see the README): the HEADERS, which stay off it with
-    HEADERS_FROM_WORKERS (each worker then reads OCRCAP_HEADERS from its own environment), and the
-    text of CA_BUNDLE, so a worker on another machine needs no file. METRICS_HEADERS and the GPU
+    """Options the master sets for Locust to send each worker with every spawn (a channel with no auth,
+    no encryption: see the README): HEADERS, unless HEADERS_FROM_WORKERS (each worker reads its own
+    OCRCAP_HEADERS), and CA_BUNDLE's text (a remote worker needs no file). METRICS_HEADERS and the GPU
     token never travel: only the master scrapes."""
     return {
         "ocr_headers": "" if cfg.headers_from_workers else cfg.headers,
