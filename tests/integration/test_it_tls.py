@@ -34,6 +34,8 @@ from gpu_sampler import SamplerError, SidecarClient
 from gpu_sampler.tls import TlsSettings
 from loadtest import cli
 from loadtest.config import RunConfig, with_ca_pem
+from loadtest.payloads import build_payloads
+from loadtest.preflight import PreflightError, check_first_answer
 
 TOKEN = "metrics-s3cret-5e6f7a8b"
 PROBE = Path(__file__).resolve().parents[1] / "loadtest" / "lt_user_probe.py"
@@ -73,6 +75,13 @@ def test_the_preflight_refuses_a_certificate_it_cannot_verify_in_one_line(tls_si
         assert "certificate" in lines[0] and "CA_BUNDLE=" in lines[0] and "INSECURE=1" in lines[0], err
         assert "nothing answers" not in lines[0]
     assert not any(tmp_path.iterdir()), "no run folder before the checks pass"
+
+    # HOST=http://... on the TLS port: the server closes the connection; the line says to use https://
+    plain = RunConfig(host=tls_sim.sim.url.replace("https://", "http://"))
+    ticks = iter(range(0, 1000, 10))  # a clock past the retry window at once
+    enc = build_payloads(plain).encoded
+    with pytest.raises(PreflightError, match=r"set HOST=https://127\.0\.0\.1:\d+$"):
+        check_first_answer(plain, next(iter(enc.values())), sleep=lambda _s: None, clock=lambda: next(ticks))
 
 
 def test_the_preflight_passes_with_the_ca_bundle_or_insecure_and_scrapes_need_the_bearer(tls_sim):
