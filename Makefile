@@ -41,7 +41,7 @@ PROFILE ?= pytorch-24g
 opt = $(if $(strip $(2)),$(1) '$(strip $(2))')
 flag = $(if $(filter 1 true yes on,$(strip $(2))),$(1))
 RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call opt,--style,$(STYLE)) \
-  $(call opt,--field,$(FIELD)) $(call opt,--headers,$(HEADERS)) $(call opt,--model,$(MODEL)) \
+  $(call opt,--field,$(FIELD)) $(call opt,--model,$(MODEL)) \
   $(call opt,--scenario,$(SCENARIO)) $(call opt,--images,$(IMAGES)) $(call opt,--levels,$(LEVELS)) \
   $(call opt,--workers,$(WORKERS)) $(call opt,--gpu,$(GPU)) $(call opt,--server-metrics,$(SERVER_METRICS)) \
   $(call opt,--framework-metric,$(FRAMEWORK_METRIC)) \
@@ -50,7 +50,11 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE)) $(call opt,--ca-bundle,$(CA_BUNDLE)) \
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS))
 
-# METRICS_HEADERS is a secret: it reaches the run through the environment, never a command line (ps)
+# HEADERS and METRICS_HEADERS are secrets: they reach the run through the environment, never a command
+# line (ps)
+ifneq ($(strip $(HEADERS)),)
+export OCRCAP_HEADERS := $(HEADERS)
+endif
 ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif

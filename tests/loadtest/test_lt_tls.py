@@ -108,7 +108,7 @@ def test_the_cli_takes_insecure_and_headers_from_workers_as_bare_flags():
     assert ns.ocr_insecure is True and ns.ocr_headers_from_workers is True and ns.ocr_stream is False
 
 
-def test_make_master_binds_loopback_unless_told_and_keeps_metrics_headers_off_its_command_line():
+def test_make_master_binds_loopback_unless_told_and_keeps_header_secrets_off_its_command_line():
     def master_line(*variables: str) -> str:
         out = subprocess.run(
             ["make", "-n", "master", "HOST=https://gpu:8000", *variables],
@@ -117,7 +117,9 @@ def test_make_master_binds_loopback_unless_told_and_keeps_metrics_headers_off_it
         return next(line for line in out.stdout.splitlines() if "-m loadtest run" in line)
 
     assert "--master-bind-host '127.0.0.1'" in master_line()
-    line = master_line("MASTER_BIND=10.0.0.5", "INSECURE=1", "HEADERS_FROM_WORKERS=1", "METRICS_HEADERS=A: zz9")
+    line = master_line(
+        "MASTER_BIND=10.0.0.5", "INSECURE=1", "HEADERS_FROM_WORKERS=1", "METRICS_HEADERS=A: zz9", "HEADERS=B: yy8"
+    )
     assert "--master-bind-host '10.0.0.5'" in line and "--insecure" in line and "--headers-from-workers" in line
-    assert "zz9" not in line, "METRICS_HEADERS go through the environment"
+    assert "zz9" not in line and "yy8" not in line, "HEADERS and METRICS_HEADERS go through the environment"
     assert "--insecure" not in master_line("INSECURE=0") and "--ca-bundle 'c.pem'" in master_line("CA_BUNDLE=c.pem")
