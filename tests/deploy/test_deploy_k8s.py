@@ -45,7 +45,6 @@ K8S_VERSIONS = ("1.29.0", latest_version())
 RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
 CODE_ENV = set(SECRET_ENV) | {TOKEN_ENV}  # the environment variables the suite's code reads
 SECRET_FLAGS = ("--headers", "--gpu-token", "--token", "--metrics-headers")
-SUITE_UID = 10001  # the user deploy/Dockerfile creates
 
 needs_kubectl = pytest.mark.skipif(
     kubectl() is None, reason="kubectl not found: its kustomize builds are not checked"
@@ -54,10 +53,6 @@ needs_kubectl = pytest.mark.skipif(
 
 def _id(path: Path) -> str:
     return rel(path) or "."
-
-
-def units() -> list[Path]:
-    return buildable_dirs()
 
 
 def suite_containers(folder: Path) -> list[Container]:
@@ -90,7 +85,7 @@ def test_every_object_validates_as_written() -> None:
 
 
 @needs_kubectl
-@pytest.mark.parametrize("folder", units(), ids=_id)
+@pytest.mark.parametrize("folder", buildable_dirs(), ids=_id)
 def test_every_built_object_validates(folder: Path) -> None:
     for obj in build(folder):
         for v in K8S_VERSIONS:
@@ -120,7 +115,7 @@ def test_expand_follows_kubernetes() -> None:
 
 
 @needs_kubectl
-@pytest.mark.parametrize("folder", units(), ids=_id)
+@pytest.mark.parametrize("folder", buildable_dirs(), ids=_id)
 def test_command_lines_parse_with_the_suites_parsers(folder: Path) -> None:
     checked = suite_containers(folder)
     assert checked, f"{rel(folder)} runs no container of the suite's image"
@@ -169,7 +164,7 @@ def _check_sampler(c: Container, ns: argparse.Namespace) -> None:
 
 
 @needs_kubectl
-@pytest.mark.parametrize("folder", units(), ids=_id)
+@pytest.mark.parametrize("folder", buildable_dirs(), ids=_id)
 def test_env_names_are_ones_the_code_reads(folder: Path) -> None:
     """Every variable set is read by the suite (or the NVIDIA runtime) or feeds a $(NAME) on the command
     line; no secret rides on a command line (`ps` shows it)."""
@@ -191,3 +186,13 @@ def test_secret_example_holds_no_secret() -> None:
     (secret,) = load(K8S / "examples" / "secret.yaml")
     assert set(secret["stringData"]) <= set(SECRET_ENV), "keys are the variables the master reads"
     assert all(v == "" for v in secret["stringData"].values()), "an example never carries a value"
+
+
+@needs_kubectl
+def test_every_secret_the_code_reads_reaches_the_master() -> None:
+    """A secret variable added to the code (loadtest.config.SECRET_ENV) and not to the manifests fails here."""
+    (master,) = [c for c in suite_containers(K8S / "base") if c.owner == "Job/ocr-capacity-master"]
+    missing = set(SECRET_ENV) - set(master.env_names)
+    assert not missing, (
+        f"the master Job sets no {sorted(missing)}: add it from ocr-capacity-secrets (examples/secret.yaml too)"
+    )
