@@ -38,6 +38,7 @@ from gpu_sampler.__main__ import TOKEN_ENV, is_loopback
 from gpu_sampler.__main__ import parse_args as sampler_parse_args
 from loadtest.cli import build_parser, config_from_args
 from loadtest.config import SECRET_ENV, ConfigError
+from simulator.cli import build_parser as simulator_parser
 
 # The oldest Kubernetes release still commonly run, and the newest the validator knows.
 K8S_VERSIONS = ("1.29.0", latest_version())
@@ -129,6 +130,8 @@ def test_command_lines_parse_with_the_suites_parsers(folder: Path) -> None:
             _check_loadtest(c, _parse(build_parser().parse_args, command[3:] + c.args, c.owner))
         elif command[:3] == ["python", "-m", "gpu_sampler"]:
             _check_sampler(c, _parse(sampler_parse_args, command[3:] + c.args, c.owner))
+        elif command[:3] == ["python", "-m", "simulator"]:
+            _parse(simulator_parser().parse_args, command[3:] + c.args, c.owner)
         else:
             assert command == ["sleep", "infinity"] and not c.args, f"{c.owner}: unexpected command {command}"
 

@@ -27,12 +27,13 @@ from k8s_manifests import (
 
 from gpu_sampler.__main__ import parse_args as sampler_parse_args
 from loadtest.cli import build_parser
+from simulator.cli import build_parser as simulator_parser
 
 pytestmark = pytest.mark.skipif(
     kubectl() is None, reason="kubectl not found: its kustomize builds are not checked"
 )
 SUITE_UID = 10001  # the user deploy/Dockerfile creates
-RUNS = [K8S / "base", K8S / "overlays" / "three-workers"]  # the folders that start a run
+RUNS = [K8S / "base", K8S / "examples" / "simulator", K8S / "overlays" / "three-workers"]  # they start a run
 
 
 def _id(path: Path) -> str:
@@ -75,7 +76,7 @@ def test_service_selects_the_master_and_only_it(folder: Path) -> None:
     assert not _selects(source["podSelector"]["matchLabels"], pod_labels(master))
 
 
-@pytest.mark.parametrize("folder", list(buildable_dirs()), ids=_id)
+@pytest.mark.parametrize("folder", buildable_dirs(), ids=_id)
 def test_selectors_match_their_pods(folder: Path) -> None:
     for obj in build(folder):
         if obj["kind"] in ("Deployment", "DaemonSet"):
@@ -141,7 +142,19 @@ def test_sidecar_sits_beside_the_server_and_scrapes_it() -> None:
     assert settings["GPU"] == f"sidecar:http://ocr-server:{ns.port}"  # the default reaches this sampler
 
 
-@pytest.mark.parametrize("folder", list(buildable_dirs()), ids=_id)
+def test_simulator_example_points_the_run_at_the_simulator() -> None:
+    objs = build(K8S / "examples" / "simulator")
+    sim = _container(one(objs, "Deployment", "ocr-server"), "server")
+    ns = simulator_parser().parse_args(sim["args"])
+    run = _run_args(objs, "Job/ocr-capacity-master")
+    assert ns.host == "0.0.0.0"
+    assert run.ocr_host == f"http://ocr-server:{ns.port}"
+    assert run.ocr_gpu == f"dcgm:http://ocr-server:{ns.dcgm_port}/metrics"
+    ports = {p["port"] for p in one(objs, "Service", "ocr-server")["spec"]["ports"]}
+    assert {ns.port, ns.dcgm_port} <= ports
+
+
+@pytest.mark.parametrize("folder", buildable_dirs(), ids=_id)
 def test_suite_pods_run_as_the_images_user(folder: Path) -> None:
     for obj in build(folder):
         spec = pod_spec(obj)
@@ -159,7 +172,7 @@ def test_suite_pods_run_as_the_images_user(folder: Path) -> None:
 
 def test_image_tag_is_the_suites_version() -> None:
     tag = version("ocr-capacity")
-    for folder in list(buildable_dirs()):
+    for folder in buildable_dirs():
         for image in load(folder / KUSTOMIZATION)[0].get("images", []):
             assert image["newTag"] == tag, (
                 f"{rel(folder)}: ocr-capacity:{image['newTag']}, the suite is {tag}"
