@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from importlib.metadata import version
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -33,6 +33,7 @@ pytestmark = pytest.mark.skipif(
     kubectl() is None, reason="kubectl not found: its kustomize builds are not checked"
 )
 SUITE_UID = 10001  # the user deploy/Dockerfile creates
+IMAGE_WORKDIR = "/app"  # its WORKDIR
 RUNS = [K8S / "base", K8S / "examples" / "simulator", K8S / "overlays" / "three-workers"]  # they start a run
 
 
@@ -118,6 +119,24 @@ def test_master_waits_for_as_many_workers_as_run(folder: Path) -> None:
     one(objs, "PersistentVolumeClaim", claim)
 
 
+@pytest.mark.parametrize("folder", RUNS, ids=_id)
+def test_worker_keeps_its_copy_on_its_own_volume(folder: Path) -> None:
+    """A worker's safety copy of its rows lands on an emptyDir of its own, never the master's claim: under
+    --worker-dir against its working directory where the CLI has that flag, else under the master's
+    run folder path (the code before --worker-dir)."""
+    objs = build(folder)
+    worker = _run_args(objs, "Deployment/ocr-capacity-worker")
+    deployment = one(objs, "Deployment", "ocr-capacity-worker")
+    c = _container(deployment, "worker")
+    if hasattr(worker, "worker_dir"):
+        where = PurePosixPath(c.get("workingDir", IMAGE_WORKDIR)) / worker.worker_dir
+    else:
+        where = PurePosixPath(_run_args(objs, "Job/ocr-capacity-master").ocr_out)
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}  # type: ignore[index]
+    mounts = [m for m in c["volumeMounts"] if where.is_relative_to(m["mountPath"])]
+    assert mounts and "emptyDir" in volumes[mounts[-1]["name"]], f"{where} is on no emptyDir of the worker"
+
+
 def test_the_fetch_pod_mounts_the_runs_claim() -> None:
     pod = one(build(K8S / "fetch"), "Pod", "ocr-capacity-runs")
     (claim,) = [
@@ -184,6 +203,7 @@ def test_image_tag_is_the_suites_version() -> None:
 def test_dockerfile_installs_the_suite_as_its_user() -> None:
     text = (REPO / "deploy" / "Dockerfile").read_text(encoding="utf-8")
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
-    assert re.search(r"^RUN pip install /app\b", text, re.M)
+    assert re.search(r"^RUN pip install -e /app\b", text, re.M)
     assert re.search(rf"useradd --uid {SUITE_UID}\b", text)
     assert re.findall(r"^USER (\S+)", text, re.M) == [f"{SUITE_UID}:{SUITE_UID}"]
+    assert re.findall(r"^WORKDIR (\S+)", text, re.M) == [IMAGE_WORKDIR]
