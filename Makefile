@@ -26,7 +26,12 @@ OUT ?=
 SLO_P95_S ?=
 JSON_PATH ?=
 CER_FAIL_ABOVE ?=
+INSECURE ?=
+CA_BUNDLE ?=
+METRICS_HEADERS ?=
+HEADERS_FROM_WORKERS ?=
 REMOTE_WORKERS ?= 1
+MASTER_BIND ?= 127.0.0.1
 MASTER ?=
 RUN ?=
 A ?=
@@ -34,6 +39,7 @@ B ?=
 PROFILE ?= pytorch-24g
 
 opt = $(if $(strip $(2)),$(1) '$(strip $(2))')
+flag = $(if $(filter 1 true yes on,$(strip $(2))),$(1))
 RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call opt,--style,$(STYLE)) \
   $(call opt,--field,$(FIELD)) $(call opt,--headers,$(HEADERS)) $(call opt,--model,$(MODEL)) \
   $(call opt,--scenario,$(SCENARIO)) $(call opt,--images,$(IMAGES)) $(call opt,--levels,$(LEVELS)) \
@@ -41,7 +47,13 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--framework-metric,$(FRAMEWORK_METRIC)) \
   $(call opt,--step-s,$(STEP_S)) $(call opt,--cooldown-s,$(COOLDOWN_S)) $(call opt,--headroom,$(HEADROOM)) \
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
-  $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE))
+  $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE)) $(call opt,--ca-bundle,$(CA_BUNDLE)) \
+  $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS))
+
+# METRICS_HEADERS is a secret: it reaches the run through the environment, never a command line (ps)
+ifneq ($(strip $(METRICS_HEADERS)),)
+export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
+endif
 
 .PHONY: venv test test-slow lint demo loadtest master worker sampler ui report compare bench gpu-check clean
 
@@ -91,7 +103,7 @@ loadtest: $(STAMP)
 	@$(PY) -m loadtest run $(RUN_FLAGS)
 
 master: $(STAMP)
-	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host 0.0.0.0 --master-port 5557 $(RUN_FLAGS)
+	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host '$(MASTER_BIND)' --master-port 5557 $(RUN_FLAGS)
 
 worker: $(STAMP)
 	@$(PY) -m loadtest worker --master '$(MASTER)'

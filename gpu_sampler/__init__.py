@@ -1,4 +1,5 @@
-"""GPU, server-metrics and host sampling: readers, the sampler thread, the sidecar and the master's monitor.
+"""GPU, server-metrics and host sampling: readers, the sampler thread, the sidecar and the master's monitor;
+and the suite's one TLS setting for every request it makes (`TlsSettings`, gpu_sampler.tls).
 
 Imports only the stdlib, runfolder, nvidia-ml-py, prometheus-client and psutil; gevent only lazily,
 when the process already runs it (see `realthread`). Never locust or pandas.
@@ -18,6 +19,7 @@ from gpu_sampler.readers import (
 )
 from gpu_sampler.sampler import Ring, Sampler, StepStats
 from gpu_sampler.selection import ALL_GPUS, GpuSelection, card_of, combine_gpus, parse_selection
+from gpu_sampler.tls import TlsSettings
 
 __all__ = [
     "ALL_GPUS",
@@ -36,6 +38,7 @@ __all__ = [
     "ServerMetricsReader",
     "SidecarClient",
     "StepStats",
+    "TlsSettings",
     "card_of",
     "combine_gpus",
     "parse_gpu_spec",

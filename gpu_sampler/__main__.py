@@ -10,6 +10,7 @@ import ipaddress
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 from types import FrameType
@@ -17,8 +18,10 @@ from types import FrameType
 from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import NO_DRIVER, HostReader, NvmlReader, ServerMetricsReader
 from gpu_sampler.sidecar import Sidecar, build_gpu_reader, make_server, serve_until
+from gpu_sampler.tls import CaBundleError, TlsSettings, read_ca_bundle, server_context
 
 TOKEN_ENV = "GPU_SAMPLER_TOKEN"
+METRICS_HEADERS_ENV = "OCRCAP_METRICS_HEADERS"
 
 
 def is_loopback(host: str) -> bool:
@@ -44,8 +47,46 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     serve.add_argument("--framework-metric", default="", help="gauge on --server-metrics with the framework's peak memory (torch.cuda.max_memory_allocated(); _bytes names read as bytes); empty: ocr_framework_peak_bytes when present")
     serve.add_argument("--pid", type=int, default=None, help="the server's PID: its GPU memory (children included) apart from other processes'")
     serve.add_argument("--ring-size", type=int, default=100_000, help="samples kept (default 100000, ~25 MB)")
+    serve.add_argument("--tls-cert", default="", help="serve HTTPS with this certificate (PEM; with --tls-key)")
+    serve.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
+    serve.add_argument("--insecure", action="store_true", help="do not verify the certificates of --source dcgm:https://... and --server-metrics https://...")
+    serve.add_argument("--ca-bundle", default="", help="PEM file of the CAs to trust for those URLs (default: the system's)")
+    serve.add_argument("--metrics-headers", default=os.environ.get(METRICS_HEADERS_ENV, ""), help=f"headers sent with those scrapes, 'Authorization: Bearer abc' (secret: prefer ${METRICS_HEADERS_ENV})")
     serve.add_argument("--log-level", default="WARNING")
     return parser.parse_args(argv)
+
+
+def client_tls(args: argparse.Namespace) -> TlsSettings:
+    if args.insecure and args.ca_bundle:
+        raise SamplerError("--insecure turns certificate checks off, --ca-bundle names what to trust: give one")
+    try:
+        return TlsSettings(insecure=args.insecure, ca_pem=read_ca_bundle(args.ca_bundle) if args.ca_bundle else "")
+    except CaBundleError as err:
+        raise SamplerError(str(err).replace("CA_BUNDLE=", "--ca-bundle ")) from None
+
+
+def server_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SamplerError("--tls-cert and --tls-key go together: give both (PEM files) or neither")
+    if not args.tls_cert:
+        return None
+    try:
+        return server_context(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as err:
+        raise SamplerError(
+            f"cannot load --tls-cert {args.tls_cert} / --tls-key {args.tls_key} ({err}): give a PEM certificate and its key"
+        ) from None
+
+
+def parse_header_text(text: str) -> dict[str, str]:
+    """'A: 1; B: two' -> {'A': '1', 'B': 'two'}; the same form as the driver's HEADERS."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, value = part.partition(":")
+        if not sep or not name.strip():
+            raise SamplerError("bad --metrics-headers: an entry has no 'Name:' (its value is not shown): write 'Name: value; Other: value'")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def build(args: argparse.Namespace) -> Sidecar:
@@ -59,7 +100,9 @@ def build(args: argparse.Namespace) -> Sidecar:
     if args.server_metrics and not args.server_metrics.startswith(("http://", "https://")):
         raise SamplerError(f"bad --server-metrics {args.server_metrics!r}: use http://HOST:PORT/metrics")
     holder: list[Sidecar] = []
-    reader = build_gpu_reader(args.source, lambda: holder[0].step_index if holder else -1, args.pid)
+    tls, headers = client_tls(args), parse_header_text(args.metrics_headers)
+    step_of = lambda: holder[0].step_index if holder else -1  # noqa: E731
+    reader = build_gpu_reader(args.source, step_of, args.pid, headers=headers, tls=tls)
     if isinstance(reader, NvmlReader):
         try:
             reader.check()
@@ -73,7 +116,9 @@ def build(args: argparse.Namespace) -> Sidecar:
     sidecar = Sidecar(
         reader,
         interval_s=args.interval_s,
-        server_reader=ServerMetricsReader(args.server_metrics, framework_metric=args.framework_metric)
+        server_reader=ServerMetricsReader(
+            args.server_metrics, framework_metric=args.framework_metric, headers=headers, tls=tls
+        )
         if args.server_metrics
         else None,
         host_reader=HostReader("gpu"),
@@ -91,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         sidecar = build(args)
-        server = make_server(sidecar, args.host, args.port, args.token)
+        server = make_server(sidecar, args.host, args.port, args.token, server_tls(args))
     except SamplerError as err:
         print(f"sampler: {err}", file=sys.stderr, flush=True)
         return 2
@@ -110,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     host, port = str(server.server_address[0]), server.server_address[1]
     shown = f"[{host}]" if ":" in host else host
-    print(f"sampler: http://{shown}:{port}", flush=True)
+    scheme = "https" if args.tls_cert else "http"
+    print(f"sampler: {scheme}://{shown}:{port}", flush=True)
     serve_until(server, sidecar, stop)
     return 0
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_sampler.errors import SamplerError
+from gpu_sampler.tls import TlsSettings, is_tls_error, refused_line
 from runfolder import GpuSample, HostSample, ServerSample, columns_of
 
 KINDS: dict[str, type] = {"gpu": GpuSample, "host": HostSample, "server": ServerSample}
@@ -58,12 +59,15 @@ class SamplesPage:
 class SidecarClient:
     """Talks to one sidecar: `health()`, `info()`, `mark_step(i)`, `samples_since(cursor)`, `step_stats(i)`."""
 
-    def __init__(self, url: str, token: str | None = None, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, url: str, token: str | None = None, timeout_s: float = 2.0, tls: TlsSettings | None = None
+    ) -> None:
         if not url.startswith(("http://", "https://")):
             raise SamplerError(f"bad sidecar URL {url!r}: use http://HOST:9410")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
+        self.tls = tls or TlsSettings()
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")
@@ -101,7 +105,7 @@ class SidecarClient:
             headers["Content-Type"] = "application/json"
         request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.tls.context()) as response:
                 answer: dict[str, Any] = json.loads(response.read())
                 return answer
         except urllib.error.HTTPError as err:
@@ -120,6 +124,8 @@ class SidecarClient:
             ) from None
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
+            if isinstance(reason, BaseException) and is_tls_error(reason):
+                raise SamplerError(refused_line(f"the GPU sidecar at {self.url}", reason)) from None
             raise SamplerError(
                 f"GPU sidecar at {self.url} is unreachable ({reason}): start `python -m gpu_sampler serve` "
                 "on the GPU machine, or use GPU=none"

@@ -14,6 +14,8 @@ GPU, for demos). SEL names the server's GPUs (`0`, `0,1`, `GPU-<uuid>`, `MIG-<uu
   sidecar's newest sample; a new `boot_id` (the sidecar restarted) resets the cursor and marks the step
   again. Step marks are sent at once by `mark_step()` and re-sent by the poller when the sidecar lost it.
 - "none" samples no GPU; the driver host (and the server's /metrics when given) are still sampled.
+- `tls` (gpu_sampler.tls.TlsSettings) applies to the sidecar, the DCGM exporter and /metrics alike;
+  `metrics_headers` go with the DCGM and /metrics scrapes (the sidecar has its own token).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpu_sampler.client import SidecarClient
@@ -31,6 +33,7 @@ from gpu_sampler.readers import DcgmReader, FakeGpuReader, HostReader, NvmlReade
 from gpu_sampler.realthread import RealThread, flush_logs, gevent_patched, real_sleep
 from gpu_sampler.sampler import Sampler
 from gpu_sampler.selection import GpuSelection, parse_selection, split_source
+from gpu_sampler.tls import TlsSettings
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
 log = logging.getLogger(__name__)
@@ -88,6 +91,8 @@ class GpuMonitor:
         scrape_interval_s: float = 0.5,
         pid: int | None = None,
         token: str | None = None,
+        metrics_headers: Mapping[str, str] | None = None,
+        tls: TlsSettings | None = None,
         clock: Callable[[], float] = time.time,
         gpu_reader: Any = None,
         host_reader: Any = None,
@@ -112,10 +117,15 @@ class GpuMonitor:
         self._failed_callbacks: set[str] = set()
         self._deliverer: Any = None
 
+        self._metrics_headers, self._tls = metrics_headers, tls or TlsSettings()
         self.gpu_reader = gpu_reader or self._make_gpu_reader(pid)
-        self.client = SidecarClient(self.url, token=token) if self.kind == "sidecar" and self.url else None
+        self.client = (
+            SidecarClient(self.url, token=token, tls=self._tls) if self.kind == "sidecar" and self.url else None
+        )
         self.server_reader = (
-            ServerMetricsReader(server_metrics_url, framework_metric=framework_metric)
+            ServerMetricsReader(
+                server_metrics_url, framework_metric=framework_metric, headers=metrics_headers, tls=self._tls
+            )
             if server_metrics_url
             else None
         )
@@ -143,7 +153,7 @@ class GpuMonitor:
         if self.kind == "nvml":
             return NvmlReader(self.selection, pid=pid)
         if self.kind == "dcgm" and self.url:
-            return DcgmReader(self.url, selection=self.selection)
+            return DcgmReader(self.url, selection=self.selection, headers=self._metrics_headers, tls=self._tls)
         if self.kind == "fake":
             return FakeGpuReader(clock=self.clock, step_of=self.step_of)
         return None

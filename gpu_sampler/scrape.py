@@ -11,13 +11,14 @@ import logging
 import math
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_sampler.errors import SamplerError
 from gpu_sampler.selection import GpuSelection, mig_gpu_index
+from gpu_sampler.tls import TlsSettings, is_tls_error, refused_line
 from runfolder import GpuSample, ServerSample
 
 log = logging.getLogger(__name__)
@@ -46,19 +47,36 @@ FRAMEWORK_AUTO = "ocr_framework_peak_bytes"
 MIB_BYTES = 1024 * 1024
 
 
-def fetch_text(url: str, timeout_s: float = 2.0, token: str | None = None) -> str:
-    """GET `url` and return its body; any failure is a one-line `SamplerError`."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url, headers=headers)
+def fetch_text(
+    url: str,
+    timeout_s: float = 2.0,
+    token: str | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    tls: TlsSettings | None = None,
+) -> str:
+    """GET `url` with `headers` (METRICS_HEADERS) and the suite's TLS settings, and return its body;
+    any failure is a one-line `SamplerError`. Header values never appear in a message."""
+    sent = dict(headers or {}) | ({"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(url, headers=sent)
+    context = (tls or TlsSettings()).context()  # also for http://: a redirect may lead to https://
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
             body: bytes = response.read()
     except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            given = "the METRICS_HEADERS sent were refused" if sent else "no METRICS_HEADERS were sent"
+            raise SamplerError(
+                f"{url} answered HTTP {err.code} ({given}): pass its credentials with"
+                " METRICS_HEADERS='Authorization: Bearer ...' (secret: OCRCAP_METRICS_HEADERS; default: HEADERS)"
+            ) from None
         raise SamplerError(
             f"{url} answered HTTP {err.code}: check the URL (it should be a /metrics page)"
         ) from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         reason = getattr(err, "reason", err)
+        if isinstance(reason, BaseException) and is_tls_error(reason):
+            raise SamplerError(refused_line(url, reason)) from None
         raise SamplerError(
             f"{url} is unreachable ({reason}): check the URL and that the exporter runs"
         ) from None
@@ -90,6 +108,11 @@ def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
         ]
     except (ValueError, TypeError, IndexError) as err:
         raise SamplerError(f"not Prometheus text ({err}): point the URL at a /metrics page") from None
+
+
+def _fetcher(timeout_s: float, headers: Mapping[str, str] | None, tls: TlsSettings | None) -> Fetch:
+    settings = tls or TlsSettings()  # one object: its context is built once, not per scrape
+    return lambda url: fetch_text(url, timeout_s, headers=headers, tls=settings)
 
 
 def _total(samples: list[GpuSample]) -> float | None:
@@ -128,10 +151,12 @@ class DcgmReader:
         fetch: Fetch | None = None,
         timeout_s: float = 2.0,
         selection: GpuSelection | None = None,
+        headers: Mapping[str, str] | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.url = url
         self.selection = selection or GpuSelection()
-        self._fetch: Fetch = fetch or (lambda u: fetch_text(u, timeout_s))
+        self._fetch: Fetch = fetch or _fetcher(timeout_s, headers, tls)
         self._labels: dict[int, dict[str, str]] = {}
 
     def read(self) -> list[GpuSample]:
@@ -206,9 +231,11 @@ class ServerMetricsReader:
         timeout_s: float = 2.0,
         keep_all: bool = False,
         framework_metric: str = "",
+        headers: Mapping[str, str] | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.url = url
-        self._fetch: Fetch = fetch or (lambda u: fetch_text(u, timeout_s))
+        self._fetch: Fetch = fetch or _fetcher(timeout_s, headers, tls)
         self._keep_all = keep_all
         self.framework_metric = framework_metric
         self.last_values: dict[str, float] = {}

@@ -9,7 +9,8 @@ API (JSON; with a token every call must carry `Authorization: Bearer T`, else 40
                               two machines' clocks never need to agree
 - `GET /steps/<i>`            per-step peak, mean and P95 of GPU memory and utilisation (404 if none)
 The cursor counts every sample since the sidecar started; `boot_id` changes on restart.
-stdlib `ThreadingHTTPServer`: a handful of calls a second needs no framework.
+stdlib `ThreadingHTTPServer`: a handful of calls a second needs no framework. HTTPS with a server context
+(`--tls-cert/--tls-key`), its handshake in the request's own thread.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import logging
 import re
 import secrets
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -33,10 +35,12 @@ from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import DcgmReader, FakeGpuReader, NvmlReader
 from gpu_sampler.sampler import Ring, Sampler
 from gpu_sampler.selection import parse_selection, split_source
+from gpu_sampler.tls import TlsSettings
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 5000  # samples per /samples answer: ~1 MB of JSON at most
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 SOURCE_FORMS = (
@@ -44,15 +48,23 @@ SOURCE_FORMS = (
 )
 
 
-def build_gpu_reader(source: str, step_of: Callable[[], int], pid: int | None = None) -> Any:
-    """`nvml[:SEL]` | `dcgm:URL[#SEL]` | `fake` -> a reader; anything else is a one-line `SamplerError`."""
+def build_gpu_reader(
+    source: str,
+    step_of: Callable[[], int],
+    pid: int | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    tls: TlsSettings | None = None,
+) -> Any:
+    """`nvml[:SEL]` | `dcgm:URL[#SEL]` | `fake` -> a reader; anything else is a one-line `SamplerError`.
+    `headers` and `tls` apply to a DCGM exporter's scrapes."""
     if source == "nvml" or source.startswith("nvml:"):
         return NvmlReader(parse_selection(source[5:], "--source nvml:"), pid=pid)
     if source == "fake":
         return FakeGpuReader(step_of=step_of)
     if source.startswith("dcgm:") and source[5:].startswith(("http://", "https://")):
         url, selection = split_source(source[5:])
-        return DcgmReader(url, selection=selection)
+        return DcgmReader(url, selection=selection, headers=headers, tls=tls)
     raise SamplerError(f"bad --source {source!r}: use {SOURCE_FORMS}")
 
 
@@ -223,14 +235,40 @@ def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHan
     return Handler
 
 
-def make_server(sidecar: Sidecar, host: str, port: int, token: str | None) -> ThreadingHTTPServer:
-    server_class = _V6Server if ":" in host else ThreadingHTTPServer
+def make_server(
+    sidecar: Sidecar, host: str, port: int, token: str | None, tls: ssl.SSLContext | None = None
+) -> ThreadingHTTPServer:
+    """The API on host:port; HTTPS with a server context (`tls.server_context(cert, key)`)."""
+    server_class = _V6Server if ":" in host else _Server
     server = server_class((host, port), make_handler(sidecar, token))
     server.daemon_threads = True
+    server.tls = tls
     return server
 
 
-class _V6Server(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # the TLS handshake runs here, in the request's own thread: done in accept() (a wrapped listening
+        # socket), one slow or silent client would hold every other call
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as err:  # a plain-HTTP client, a refused certificate, a timeout
+            log.debug("TLS handshake with %s failed: %s", client_address, err)
+            return
+        wrapped.settimeout(None)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            self.shutdown_request(wrapped)  # the plain socket was detached into `wrapped`
+
+
+class _V6Server(_Server):
     address_family = socket.AF_INET6
 
 

@@ -61,7 +61,8 @@ def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:
     payloads = build_payloads(cfg)  # every image is read and encoded now: a bad file stops the run here
     # a malformed GPU spec is refused at once, before waiting on the server
     monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None,
-                                   framework_metric=cfg.framework_metric, token=cfg.gpu_token or None)  # fmt: skip
+                                   framework_metric=cfg.framework_metric, token=cfg.gpu_token or None,
+                                   metrics_headers=cfg.metrics_header_dict(), tls=cfg.tls())  # fmt: skip
     idle = read_idle(monitor)  # before our first request: a caching allocator keeps what it took
     first = payloads.image_set.items[0]
     answer = check_first_answer(cfg, payloads.encoded[first.name], expected_text=first.expected_text)

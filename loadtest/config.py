@@ -12,9 +12,11 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from analysis import parse_levels
+from gpu_sampler.tls import CaBundleError, TlsSettings, read_ca_bundle
 
 SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
 STYLES = ("multipart", "json", "openai")
@@ -31,7 +33,13 @@ class RunConfig:
     endpoint: str = ""  # "" = /ocr for multipart/json, /v1/chat/completions for openai
     style: str = "multipart"
     field: str = ""  # multipart field or JSON key; "" = file / image
-    headers: str = ""  # "Authorization: Bearer abc; X-No-Cache: 1"
+    headers: str = dataclasses.field(default="", repr=False)  # "Authorization: Bearer abc; X-No-Cache: 1"
+    # sent with /metrics and DCGM scrapes; "" = the same as headers
+    metrics_headers: str = dataclasses.field(default="", repr=False)
+    headers_from_workers: bool = False  # the master keeps headers off Locust's channel
+    insecure: bool = False  # no certificate check on any request the suite makes
+    ca_bundle: str = ""  # PEM file of the CAs to trust instead of the system's store
+    ca_bundle_pem: str = dataclasses.field(default="", repr=False)  # its text: travels to the workers
     model: str = "hunyuan-ocr"
     prompt: str = "Extract all text in the image."
     max_tokens: int = 1024
@@ -99,11 +107,22 @@ class RunConfig:
     def header_dict(self) -> dict[str, str]:
         return parse_headers(self.headers)
 
+    def metrics_header_dict(self) -> dict[str, str]:
+        """Headers of /metrics and DCGM scrapes: METRICS_HEADERS, else HEADERS (one auth proxy for both)."""
+        return parse_headers(self.metrics_headers) if self.metrics_headers else self.header_dict()
+
+    def tls(self) -> TlsSettings:
+        """The TLS settings of every request: pre-flight, load, /metrics, DCGM, sidecar."""
+        return TlsSettings(insecure=self.insecure, ca_pem=self.ca_bundle_pem)
+
     def public_dict(self) -> dict[str, Any]:
-        """The settings as written to the manifest: secrets left out, header values masked."""
+        """The settings as written to the manifest: secrets left out, header values masked, the CA
+        bundle by its hash."""
         data = dataclasses.asdict(self)
         data.pop("gpu_token")
-        data["headers"] = "; ".join(f"{k}: ***" for k in self.header_dict())
+        data["headers"] = _masked(self.header_dict())
+        data["metrics_headers"] = _masked(parse_headers(self.metrics_headers))
+        data["ca_bundle_pem"] = self.tls().fingerprint()
         return data
 
     def to_json(self) -> str:
@@ -115,7 +134,7 @@ class RunConfig:
         kwargs = {k: v for k, v in data.items() if k in names and v is not None}
         if "cer_fail_above" in kwargs:  # a web UI form or a worker message may carry it as text
             kwargs["cer_fail_above"] = parse_optional_float(kwargs["cer_fail_above"], "CER_FAIL_ABOVE")
-        return cls(**kwargs).checked()
+        return with_ca_pem(cls(**kwargs)).checked()
 
     def checked(self) -> RunConfig:
         """Raise ConfigError (one line) for a setting that cannot work; return self otherwise."""
@@ -157,6 +176,11 @@ class RunConfig:
                 " on the server's /metrics, e.g. ocr_framework_peak_bytes"
             )
         parse_headers(self.headers)
+        parse_headers(self.metrics_headers, "METRICS_HEADERS")
+        if self.insecure and (self.ca_bundle or self.ca_bundle_pem):
+            raise ConfigError(
+                f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
+            )
         return self
 
 
@@ -167,6 +191,11 @@ FIELD_HELP = {
     "style": f"request style: {' | '.join(STYLES)}",
     "field": "multipart field or JSON key that carries the image; empty: file / image",
     "headers": "extra headers, 'Authorization: Bearer abc; X-No-Cache: 1' (secret: prefer OCRCAP_HEADERS)",
+    "metrics_headers": "headers of SERVER_METRICS and DCGM scrapes, as HEADERS; empty: HEADERS (secret: prefer OCRCAP_METRICS_HEADERS)",
+    "headers_from_workers": "the master sends no HEADERS over Locust's channel (no auth, no encryption): each worker reads OCRCAP_HEADERS",
+    "insecure": "skip TLS certificate checks on every request: pre-flight, load, /metrics, DCGM, sidecar",
+    "ca_bundle": "PEM file of the CAs to trust (instead of the system's) for every HTTPS request; read on the master, its text sent to the workers",
+    "ca_bundle_pem": "set by the runner: the text of CA_BUNDLE",
     "model": "model name sent with STYLE=openai",
     "prompt": "instruction sent with STYLE=openai",
     "max_tokens": "max_tokens sent with STYLE=openai",
@@ -220,7 +249,7 @@ FIELD_HELP = {
 
 
 # secrets never go on a command line (visible in `ps`): environment variable -> RunConfig field
-SECRET_ENV = {"OCRCAP_GPU_TOKEN": "gpu_token", "OCRCAP_HEADERS": "headers"}
+SECRET_ENV = {"OCRCAP_GPU_TOKEN": "gpu_token", "OCRCAP_HEADERS": "headers", "OCRCAP_METRICS_HEADERS": "metrics_headers"}
 
 
 def secret_env(cfg: RunConfig) -> dict[str, str]:
@@ -236,7 +265,20 @@ def with_env_secrets(cfg: RunConfig, environ: dict[str, str]) -> RunConfig:
     return dataclasses.replace(cfg, **found).checked() if found else cfg
 
 
-def parse_headers(text: str) -> dict[str, str]:
+def worker_options(cfg: RunConfig) -> dict[str, str]:
+    """Options the master sets for Locust to send each worker with every spawn (a channel with no auth,
+    no encryption: see the README): HEADERS, unless HEADERS_FROM_WORKERS (each worker reads its own
+    OCRCAP_HEADERS), and CA_BUNDLE's text (a remote worker needs no file). METRICS_HEADERS and the GPU
+    token never travel: only the master scrapes."""
+    return {
+        "ocr_headers": "" if cfg.headers_from_workers else cfg.headers,
+        "ocr_metrics_headers": "",
+        "ocr_gpu_token": "",
+        "ocr_ca_bundle_pem": cfg.ca_bundle_pem,
+    }
+
+
+def parse_headers(text: str, setting: str = "HEADERS") -> dict[str, str]:
     """'A: 1; B: two' -> {'A': '1', 'B': 'two'}; one clear line for anything else."""
     out: dict[str, str] = {}
     for part in text.split(";"):
@@ -245,9 +287,26 @@ def parse_headers(text: str) -> dict[str, str]:
             continue
         name, sep, value = part.partition(":")
         if not sep or not name.strip():
-            raise ConfigError(f"bad HEADERS entry {part!r}: write 'Name: value; Other: value'")
+            raise ConfigError(f"bad {setting} entry {part!r}: write 'Name: value; Other: value'")
         out[name.strip()] = value.strip()
     return out
+
+
+def _masked(headers: dict[str, str]) -> str:
+    return "; ".join(f"{k}: ***" for k in headers)
+
+
+def with_ca_pem(cfg: RunConfig) -> RunConfig:
+    """Read CA_BUNDLE's text into the config, once, where the file is (the CLI, the master): the text
+    then travels with the config, so a remote worker needs no file. The path is made absolute, as the
+    Locust master runs in another working folder. A config that carries the text already is kept."""
+    if not cfg.ca_bundle or cfg.ca_bundle_pem:
+        return cfg
+    try:
+        pem = read_ca_bundle(cfg.ca_bundle)
+    except CaBundleError as exc:
+        raise ConfigError(str(exc)) from None
+    return dataclasses.replace(cfg, ca_bundle=str(Path(cfg.ca_bundle).resolve()), ca_bundle_pem=pem)
 
 
 def parse_optional_float(value: Any, name: str) -> float | None:
@@ -301,15 +360,19 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
             "metavar": f.name.upper(),  # the Make variable of the same name
             "help": help_text.replace("%", "%%"),  # argparse formats help strings
         }
+        if f.name == "ca_bundle_pem" and prefix == "--":
+            kwargs["help"] = argparse.SUPPRESS  # the runner fills it from CA_BUNDLE
         if kind is bool:
             kwargs["type"] = _parse_bool
+            if prefix == "--":  # our CLI: `--insecure` alone means true; `--insecure false` still works
+                kwargs.update(nargs="?", const=True)
         elif default is None:  # an optional number (cer_fail_above): None is off
             kwargs["type"] = _optional_float
         else:
             kwargs["type"] = kind
         if web_ui:
-            kwargs["include_in_web_ui"] = f.name not in ("run_dir", "gpu_token", "workers", "out")
-            if f.name in ("gpu_token", "headers"):  # headers may carry an Authorization value
+            kwargs["include_in_web_ui"] = f.name not in ("run_dir", "gpu_token", "workers", "out", "ca_bundle_pem")
+            if f.name in ("gpu_token", "headers", "metrics_headers"):  # may carry an Authorization value
                 kwargs["is_secret"] = True
         parser.add_argument(flag, **kwargs)
 
@@ -325,8 +388,9 @@ def to_argv(cfg: RunConfig, prefix: str = "--ocr-") -> list[str]:
     """The Locust command-line options that carry this config."""
     argv: list[str] = []
     for f in dataclasses.fields(RunConfig):
-        if f.name in ("host", *SECRET_ENV.values()):
-            continue  # Locust's own --host; secrets travel in the environment (see secret_env), not in argv
+        if f.name in ("host", "ca_bundle_pem", *SECRET_ENV.values()):
+            continue  # Locust's own --host; secrets travel in the environment (see secret_env), not in argv;
+            # the master reads CA_BUNDLE's text itself (an argument is limited to 128 KiB)
         value = getattr(cfg, f.name)
         if value is None:
             continue  # off: the option's own default

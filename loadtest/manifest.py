@@ -37,7 +37,7 @@ def git_revision(root: Path = REPO_ROOT) -> str | None:
     return out.stdout.strip() or None
 
 
-SECRET_FLAGS = ("--gpu-token", "--headers", "--ocr-gpu-token", "--ocr-headers")
+SECRET_FLAGS = ("--gpu-token", "--headers", "--metrics-headers", "--ocr-gpu-token", "--ocr-headers", "--ocr-metrics-headers")
 NOT_SECRET = ("--gpu",)  # a prefix of --gpu-token, but its own flag
 
 

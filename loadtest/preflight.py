@@ -6,10 +6,13 @@ an answer of another STYLE) stops the run. An answer that parses but whose text 
 the page's expected text does not: the server may still be measured for capacity (a model that answers
 markdown or coordinates, or reads poorly), so the check returns one warning line instead, and the run
 goes on with the answer check off.
+It speaks TLS as the load does (the config's `tls()`: verified by default, INSECURE, CA_BUNDLE), so a
+certificate the load would refuse stops the run here, in one line naming both fixes.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -19,6 +22,7 @@ from email.message import Message
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from gpu_sampler.tls import TlsSettings, is_tls_error, refused_line
 from loadtest.config import ConfigError, RunConfig
 from loadtest.failures import FAR_CER
 from scenarios import AnswerError, EncodedRequest, character_error_rate, extract_text, guess_style
@@ -45,17 +49,16 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
 def _post(
-    url: str, enc: EncodedRequest, headers: dict[str, str], timeout_s: float
+    url: str, enc: EncodedRequest, headers: dict[str, str], timeout_s: float, tls: TlsSettings
 ) -> tuple[int, bytes, Message]:
     req = urllib.request.Request(
         url, data=enc.body, method="POST", headers={"Content-Type": enc.content_type, **headers}
     )
+    # the same TLS settings as the load's (OcrUser) and the scrapes': what passes here passes there
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=tls.context()))
     try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
+        with opener.open(req, timeout=timeout_s) as resp:
             return resp.status, resp.read(), resp.headers
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), exc.headers or Message()
@@ -105,9 +108,11 @@ def _first_response(
     timeout_s = min(cfg.request_timeout_s, 120.0) or 120.0
     while True:
         try:
-            status, body, headers = _post(url, enc, cfg.header_dict(), timeout_s)
+            status, body, headers = _post(url, enc, cfg.header_dict(), timeout_s, cfg.tls())
         except (urllib.error.URLError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, BaseException) and is_tls_error(reason):  # waiting will not help
+                raise PreflightError(refused_line(f"HOST={cfg.host}", reason)) from None
             if isinstance(reason, TimeoutError):  # it listens but is slow: waiting longer will not help
                 raise PreflightError(
                     f"HOST={cfg.host} gave no answer within REQUEST_TIMEOUT_S={timeout_s:g} s:"
@@ -116,6 +121,11 @@ def _first_response(
             if clock() < refused_deadline:
                 sleep(0.5)
                 continue
+            if isinstance(reason, http.client.RemoteDisconnected) and cfg.host.startswith("http://"):
+                raise PreflightError(  # what a TLS port does with a plain-HTTP request
+                    f"HOST={cfg.host} closed the connection without an answer: if it serves HTTPS, set"
+                    f" HOST={'https://' + cfg.host.removeprefix('http://')}"
+                ) from None
             raise PreflightError(
                 f"nothing answers at HOST={cfg.host} ({reason}): start the server or fix HOST"
             ) from None

@@ -23,7 +23,7 @@ from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
 from gpu_sampler import GpuMonitor
 from loadtest import clock, users, webui
-from loadtest.config import RunConfig, add_arguments, from_namespace, with_env_secrets
+from loadtest.config import RunConfig, add_arguments, from_namespace, with_env_secrets, worker_options
 from loadtest.controller import Controller
 from loadtest.manifest import build_manifest
 from loadtest.merge import LOCAL_COPY_SUFFIX, WORKER_COPY_DIR, LocalCopy, pack_rows, unpack_rows
@@ -59,7 +59,7 @@ def controller_for(environment: Environment) -> Controller:
     options = environment.parsed_options
     assert options is not None  # Locust sets it before the first tick
     options.ocr_run_dir = str(run_dir)  # forwarded to workers with each spawn
-    options.ocr_headers = cfg.headers  # so are the headers: over Locust's channel, not a command line
+    vars(options).update(worker_options(cfg))  # so are the headers (unless HEADERS_FROM_WORKERS), CA_BUNDLE's text
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if not environment.stop_timeout:
         environment.stop_timeout = cfg.stop_timeout_s  # requests in flight at a step-down finish
@@ -78,6 +78,7 @@ def controller_for(environment: Environment) -> Controller:
         on_event=ctl.on_event,
         pid=cfg.server_pid or None,
         token=cfg.gpu_token or None,
+        metrics_headers=cfg.metrics_header_dict(), tls=cfg.tls(),
     )
     try:
         monitor.check()

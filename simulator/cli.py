@@ -1,7 +1,7 @@
 """`python -m simulator`: parse flags, start the server, print its URLs, stop cleanly on SIGTERM/SIGINT.
 
 Prints exactly (flushed; tools parse them):
-    simulator: http://<host>:<port>
+    simulator: http://<host>:<port>                 (https:// with --tls-cert/--tls-key)
     dcgm: http://<host>:<dcgm_port>/metrics        (absent with --dcgm-port -1)
 A user error (unknown profile, bad flag, port in use) is one line on stderr and exit status 2.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import ssl
 import sys
 from typing import NoReturn
 
@@ -42,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     p.add_argument("--dcgm-port", type=int, default=9400, help="DCGM exporter port; 0 picks one, -1 disables")
+    p.add_argument("--tls-cert", default="", help="serve HTTPS (API, /metrics and DCGM) with this PEM certificate")
+    p.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
+    p.add_argument(
+        "--metrics-token", default="", help="/metrics and the DCGM page answer 401 without 'Authorization: Bearer <it>'"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-scale", type=float, default=1.0, help="multiplies every duration")
     p.add_argument("--max-body-mib", type=float, default=64.0)
@@ -105,25 +111,43 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         seed=args.seed,
         max_body_mib=args.max_body_mib,
         max_pixels=args.max_pixels,
+        metrics_token=args.metrics_token,
     )
 
 
-async def serve(config: ServerConfig, host: str, port: int, dcgm_port: int | None) -> None:
+def tls_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """A server context from --tls-cert/--tls-key, or None (plain HTTP)."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UserError("--tls-cert and --tls-key go together: give both (PEM files) or neither")
+    if not args.tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise UserError(f"cannot load --tls-cert/--tls-key ({exc}): give a PEM certificate and its key") from None
+    return context
+
+
+async def serve(
+    config: ServerConfig, host: str, port: int, dcgm_port: int | None, tls: ssl.SSLContext | None = None
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before the URLs are printed: a caller may signal at once
         loop.add_signal_handler(sig, stop.set)
     server = SimServer(config)
     try:
-        bound, dcgm_bound = await server.start(host, port, dcgm_port)
+        bound, dcgm_bound = await server.start(host, port, dcgm_port, tls)
     except OSError as exc:
         await server.stop()
         raise UserError(
             f"cannot listen on {host}: {exc.strerror or exc}; pick another port (0 picks a free one)"
         ) from None
-    print(f"simulator: http://{host}:{bound}", flush=True)
+    scheme = "https" if tls is not None else "http"
+    print(f"simulator: {scheme}://{host}:{bound}", flush=True)
     if dcgm_bound is not None:
-        print(f"dcgm: http://{host}:{dcgm_bound}/metrics", flush=True)
+        print(f"dcgm: {scheme}://{host}:{dcgm_bound}/metrics", flush=True)
     try:
         await stop.wait()
     finally:
@@ -135,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         config = config_from_args(args)
         dcgm_port = None if args.dcgm_port < 0 else args.dcgm_port
-        asyncio.run(serve(config, args.host, args.port, dcgm_port))
+        asyncio.run(serve(config, args.host, args.port, dcgm_port, tls_from_args(args)))
     except (UserError, ProfileError) as exc:
         print(f"simulator: error: {exc}", file=sys.stderr, flush=True)
         return 2

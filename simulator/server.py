@@ -7,7 +7,9 @@ armed at the next due event, so engine steps land within about a millisecond of 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import random
+import ssl
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -51,6 +53,7 @@ class ServerConfig:
     max_body_mib: float = 64.0
     max_pixels: int = 50_000_000
     hostname: str = "simulator"
+    metrics_token: str = field(default="", repr=False)  # set: /metrics and the DCGM page want this bearer
 
 
 @dataclass(slots=True)
@@ -82,19 +85,22 @@ class SimServer:
         self._runners: list[web.AppRunner] = []
 
     # ---- lifecycle ----------------------------------------------------------------------------
-    async def start(self, host: str, port: int, dcgm_port: int | None) -> tuple[int, int | None]:
-        """Listen; returns the bound (port, dcgm_port). dcgm_port None: no DCGM exporter."""
+    async def start(
+        self, host: str, port: int, dcgm_port: int | None, tls: ssl.SSLContext | None = None
+    ) -> tuple[int, int | None]:
+        """Listen (HTTPS on both with a `tls` server context); returns the bound (port, dcgm_port).
+        dcgm_port None: no DCGM exporter."""
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
-        bound = await self._listen(self.ocr_app(), host, port)
-        dcgm_bound = None if dcgm_port is None else await self._listen(self.dcgm_app(), host, dcgm_port)
+        bound = await self._listen(self.ocr_app(), host, port, tls)
+        dcgm_bound = None if dcgm_port is None else await self._listen(self.dcgm_app(), host, dcgm_port, tls)
         return bound, dcgm_bound
 
-    async def _listen(self, app: web.Application, host: str, port: int) -> int:
+    async def _listen(self, app: web.Application, host: str, port: int, tls: ssl.SSLContext | None) -> int:
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runners.append(runner)
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=tls).start()
         return int(runner.addresses[0][1])
 
     async def stop(self) -> None:
@@ -292,13 +298,28 @@ class SimServer:
             {"status": "ok", "profile": self.profile.name, "model": self.profile.model_name}
         )
 
+    def _metrics_refused(self, request: web.Request) -> web.StreamResponse | None:
+        """401 for a scrape without the --metrics-token bearer (a /metrics behind an auth proxy)."""
+        if not self.config.metrics_token:
+            return None
+        given = request.headers.get("Authorization", "").encode()
+        if hmac.compare_digest(given, f"Bearer {self.config.metrics_token}".encode()):
+            return None
+        return web.json_response(
+            {"error": "missing or wrong bearer token"}, status=401, headers={"WWW-Authenticate": "Bearer"}
+        )
+
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        if refused := self._metrics_refused(request):
+            return refused
         text = render_vllm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.stats)
         if self.profile.kind == "pytorch":  # vLLM preallocates: no per-request framework view
             text += render_framework_metric(self.profile, self.pipeline.take_framework_peak_mib())
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _dcgm(self, request: web.Request) -> web.StreamResponse:
+        if refused := self._metrics_refused(request):
+            return refused
         text = render_dcgm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.config.hostname)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

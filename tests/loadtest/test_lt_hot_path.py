@@ -1,0 +1,92 @@
+"""The user's per-request shortcuts keep their meaning: the row built positionally puts each value in its
+named field, and a remembered verdict is the verdict judging the answer again would give, forgotten when
+new payloads (a new config) arrive."""
+
+from __future__ import annotations
+
+import json
+
+from loadtest import users
+from loadtest.config import RunConfig
+from loadtest.payloads import build_payloads
+from loadtest.state import STATE, StepTag
+from runfolder import RequestRow
+
+
+def _payloads(**fields: object):
+    return build_payloads(RunConfig(host="http://127.0.0.1:9", scenario="fixed", **fields))  # type: ignore[arg-type]
+
+
+def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
+    payloads = _payloads()
+    item = payloads.image_set.items[0]
+    enc = payloads.encoded[item.name]
+    verdict = users._Verdict("http_5xx", "wrong_answer", "boom", 0.25, 11, 22)
+    user = users.OcrUser.__new__(users.OcrUser)  # _row uses no instance state
+    monkeypatch.setattr(STATE, "worker_id", "wtest")
+    row = user._row(
+        payloads.config, item, enc, StepTag(7, "step", 5), 123.5, 456.0, 78.0, 503, 999, verdict, 2, False
+    )
+    want = {
+        "t_start_unix_s": 123.5,
+        "step_index": 7,
+        "phase": "step",
+        "level": 5,
+        "scenario": "fixed",
+        "bucket": item.bucket,
+        "latency_ms": 456.0,
+        "ttft_ms": 78.0,
+        "status_code": 503,
+        "ok": False,
+        "failure_kind": "http_5xx",
+        "bytes_sent": len(enc.body),
+        "bytes_received": 999,
+        "cer": 0.25,
+        "prompt_tokens": 11,
+        "completion_tokens": 22,
+        "attempt": 2,
+        "final_attempt": False,
+        "worker_id": "wtest",
+        "error_text": "boom",
+        "answer_kind": "wrong_answer",
+    }
+    got = row._asdict()
+    assert got.pop("request_id").startswith("wtest-")
+    assert got == want
+    assert set(RequestRow._fields) == {"request_id", *want}
+
+
+def _reply(text: str, status: int = 200) -> users._Reply:
+    return users._Reply(status, json.dumps({"text": text}).encode(), None, None, None, "")
+
+
+def test_a_remembered_verdict_equals_judging_again_and_new_payloads_forget_it(monkeypatch):
+    monkeypatch.setattr(users, "_PAYLOADS", None)  # set_payloads below changes it: restored after
+    payloads = _payloads()
+    users.set_payloads(payloads)
+    item = payloads.image_set.items[0]
+    cfg = payloads.config
+    for reply in (
+        _reply(item.expected_text or ""),
+        _reply("nothing alike"),
+        _reply("", 500),
+        _reply("x", 302),
+    ):
+        first = users.judge(cfg, item, reply)
+        assert users.judge(cfg, item, reply) is first  # remembered
+        assert first == users._judge(cfg, item, reply)
+    wrong = _reply("nothing alike")
+    assert users.judge(cfg, item, wrong).failure_kind == ""  # a poor answer is measured, not failed
+    strict = _payloads(cer_fail_above=0.5)
+    users.set_payloads(strict)  # a new config: CER_FAIL_ABOVE now makes the same answer a failure
+    assert users.judge(strict.config, item, wrong).failure_kind != ""
+
+
+def test_the_remembered_verdicts_stay_bounded(monkeypatch):
+    monkeypatch.setattr(users, "_PAYLOADS", None)
+    payloads = _payloads()
+    users.set_payloads(payloads)
+    item = payloads.image_set.items[0]
+    for i in range(users.VERDICTS_MAX + 10):
+        users.judge(payloads.config, item, _reply(f"answer {i}"))
+    assert len(users._VERDICTS) <= users.VERDICTS_MAX
