@@ -346,8 +346,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`docker stop`, `kubectl delete job`) ends a run as Ctrl-C does: the master stops its plan
+    and writes what it has, and the partial run is rendered. Without a handler, PID 1 of a container
+    ignores SIGTERM and is killed 30 s later with no report."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
+    _stop_on_sigterm()
     if ns.command == "run":
         return cmd_run(ns)
     if ns.command == "demo":

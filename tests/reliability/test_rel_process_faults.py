@@ -88,6 +88,21 @@ def test_the_last_worker_killed_ends_the_run_with_an_abort_that_says_why(procs, 
     assert 'id="banner-partial"' in (run_dir / "report.html").read_text()
 
 
+def test_sigterm_to_the_cli_stops_the_run_early_and_renders_the_partial_report(procs, tmp_path):
+    """As `kubectl delete job` or `docker stop` do to PID 1: the signal goes to the CLI alone."""
+    sim = procs.simulator("--time-scale", "0.2")
+    run = procs.run(run_argv(sim, tmp_path, levels="2,4", step_s=30))
+    run_dir = run.run_dir()
+    run.reach_step(2, then_s=2.0)
+    run.proc.send_signal(signal.SIGTERM)
+    run.finish_with_report(60, code=1)  # stopped before its plan ended: not an answer
+    steps = read_jsonl(run_dir / "steps.jsonl")
+    assert not any(s["level"] == 4 and s["phase"] == "step" for s in steps), "the plan stopped"
+    assert len(load_run(run_dir).requests) > 0
+    assert 'id="banner-partial"' in (run_dir / "report.html").read_text()
+    assert not run.children("locust"), "the master and its worker are gone"
+
+
 def test_the_sidecar_killed_and_restarted_gives_a_marked_gap_and_the_run_completes(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
     car = procs.sidecar("--source", f"dcgm:{sim.dcgm_url}", "--interval-s", "0.1")
