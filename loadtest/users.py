@@ -43,7 +43,7 @@ _ABSOLUTE_URL = re.compile(r"^https?://", re.IGNORECASE)  # as FastHttpSession t
 _PAYLOADS: Payloads | None = None
 
 
-def set_payloads(payloads: Payloads) -> None:
+def set_payloads(payloads: Payloads | None) -> None:
     global _PAYLOADS
     _PAYLOADS = payloads
 
