@@ -304,7 +304,7 @@ def current_inbox() -> Inbox | None:
     return _Master.inbox
 
 
-def receive(client_id: str, data: dict[str, Any], runner: MasterRunner) -> list[Any]:
+def receive(client_id: str, data: dict[str, Any], runner: Any) -> list[Any]:
     """A batch of rows from a worker: counted once, acknowledged; its new rows."""
     inbox = _Master.inbox
     if inbox is None:

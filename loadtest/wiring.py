@@ -140,7 +140,6 @@ def watch_workers(runner: Runner, ctl: Controller) -> None:
 
 
 def _on_rows_message(environment: Environment, msg: Any, **_kwargs: Any) -> None:
-    assert isinstance(environment.runner, MasterRunner)
     client_id = msg.node_id
     rows = link.receive(client_id, msg.data, environment.runner)
     if not rows:
