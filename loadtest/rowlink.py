@@ -167,11 +167,11 @@ class Inbox:
         """The `rows_only_on_worker` event's message for a worker that holds rows or never sent its count."""
         t = self.workers[worker_id]
         where = f"{t.host}:{t.copy}" if t.copy else "its --worker-dir"
-        merge = f"add them with `python -m loadtest merge-rows {run_dir} <copy>` after fetching {where}"
+        merge = f"add them with `python -m loadtest merge-rows {run_dir} <that copy>`"
         if t.final:
-            return f"worker {worker_id}: {t.only_on_worker} rows the master never received are only in its copy; {merge}"
+            return f"worker {worker_id}: {t.only_on_worker} rows the master never received are only in its copy {where}; {merge}"
         return (
             f"worker {worker_id} was lost before its final count: the master has {t.rows_received} of the"
             f" {t.rows_produced} rows it had reported; rows of requests it completed after its last batch"
-            f" (up to {SHIP_INTERVAL_S:g} s of load, and those in flight) are only in its copy if at all; {merge}"
+            f" (up to {SHIP_INTERVAL_S:g} s of load, and those in flight) can only be in its copy {where}; {merge}"
         )
