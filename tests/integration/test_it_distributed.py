@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from it_procs import REPO, spawn_cli
+from it_procs import spawn_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.merge import read_local_copy
@@ -52,7 +53,7 @@ def _worker(port: int, cwd: Path, env: dict[str, str] | None = None) -> subproce
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -108,13 +109,15 @@ def test_rows_equal_requests_served_images_from_the_master_and_a_version_refused
         assert master.returncode == 0, "\n".join(lines[-40:]) + (
             master.stderr.read() if master.stderr else ""
         )
-        for worker in procs[2:]:
-            worker.wait(timeout=30)
+        said = [worker.communicate(timeout=30)[0] for worker in procs[2:]]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+    for out_text in said:  # each worker heard every batch acknowledged
+        m = re.search(r"^worker (w\w+): (\d+) rows, (\d+) acknowledged by the master", out_text, re.M)
+        assert m is not None and m.group(2) == m.group(3), out_text
     assert any(line.startswith("[refused] ") and "0.0.0-other" in line for line in lines), lines
     run_dir = next(p for p in out.iterdir() if p.is_dir())
     rows = pd.read_csv(run_dir / "requests.csv")
