@@ -148,3 +148,78 @@ def test_the_suite_version_changes_with_the_sources_and_the_test_hook_overrides_
     monkeypatch.delenv(version.VERSION_ENV)
     assert version.suite_version().endswith("+src." + version.source_hash())
     version.suite_version.cache_clear()
+
+
+class _Node:
+    def __init__(self, client_id: str, state: str = "running") -> None:
+        self.id, self.state = client_id, state
+
+
+class _FakeMaster:
+    """The MasterRunner surface link.py uses; a worker 'answers' a message by a function of ours."""
+
+    def __init__(self, nodes: list[_Node], answer) -> None:
+        self.clients = {n.id: n for n in nodes}
+        self.sent: list[tuple[str, dict, str]] = []
+        self.answer = answer
+
+    def send_message(self, msg_type: str, data: dict, client_id: str) -> None:
+        self.sent.append((msg_type, data, client_id))
+        self.answer(self, msg_type, data, client_id)
+
+
+def test_the_step_end_flush_waits_for_live_workers_only_and_names_a_silent_one(monkeypatch):
+    from loadtest import link, rowlink
+    from loadtest.state import worker_id_of
+
+    ids = ["a_00000001", "b_00000002", "c_00000003"]
+    boxes = {c: Outbox("run-1", None) for c in ids}
+    monkeypatch.setattr(link._Master, "inbox", Inbox("run-1"))
+    monkeypatch.setattr(link._Master, "accepted", dict.fromkeys(ids, "d"))
+    monkeypatch.setattr(rowlink, "FLUSH_WAIT_S", 0.3)
+
+    def answer(runner, msg_type, data, client_id):  # a answers at once, b never, c is missing
+        if msg_type == rowlink.FLUSH_MESSAGE and client_id == ids[0]:
+            batch = boxes[client_id].batch(_rows(worker_id_of(client_id), 0, 2), flush_round=data["round"])
+            link.receive(client_id, batch, runner)
+
+    runner = _FakeMaster([_Node(ids[0]), _Node(ids[1]), _Node(ids[2], "missing")], answer)
+    warning = link.flush(runner)
+    assert warning.startswith(f"worker(s) {worker_id_of(ids[1])} did not answer"), warning
+    asked = [c for t, _, c in runner.sent if t == rowlink.FLUSH_MESSAGE]
+    assert asked == ids[:2], "a missing worker is not asked"
+    assert (rowlink.ROWS_ACK, {"seq": 1, "run_id": "run-1", "received": 2}, ids[0]) in runner.sent
+    runner.clients.pop(ids[1])  # b is gone now: the next flush asks a only and needs no wait
+    assert link.flush(runner) == ""
+
+
+def test_the_run_end_waits_for_final_counts_but_not_for_a_lost_worker(monkeypatch):
+    from loadtest import link, rowlink
+    from loadtest.state import worker_id_of
+
+    ids = ["a_00000001", "b_00000002"]
+    box = Outbox("run-1", None)
+    monkeypatch.setattr(link._Master, "inbox", Inbox("run-1"))
+    monkeypatch.setattr(link._Master, "accepted", dict.fromkeys(ids, "d"))
+    for c in ids:
+        link._Master.inbox.hello(worker_id_of(c), "host")
+
+    def answer(runner, msg_type, data, client_id):  # a stops its users and sends its final batch
+        if msg_type == rowlink.FINAL_MESSAGE and client_id == ids[0]:
+            link.receive(client_id, box.batch(_rows(worker_id_of(client_id), 0, 3), final=True), runner)
+
+    runner = _FakeMaster([_Node(ids[0]), _Node(ids[1], "missing")], answer)
+    inbox = link.collect_final(runner, stop_timeout_s=30.0)  # would take 35 s if it waited for b
+    assert inbox is not None and link._Master.inbox is None
+    assert inbox.without_final() == [worker_id_of(ids[1])] and inbox.only_on_workers() == {}
+    assert inbox.workers[worker_id_of(ids[0])].rows_received == 3
+
+
+def test_the_worker_command_and_merge_rows_refuse_bad_input_in_one_line(tmp_path, capsys):
+    from loadtest import cli
+
+    assert cli.main(["worker", "--master", "driver1:port"]) == 2
+    assert cli.main(["merge-rows", str(tmp_path), str(tmp_path / "w.rows")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "error: bad --master 'driver1:port': give the master's HOST:PORT, e.g. driver1:5557"
+    assert lines[1].startswith(f"error: {tmp_path} is not a run folder") and len(lines) == 2
