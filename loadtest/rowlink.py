@@ -29,6 +29,8 @@ FLUSH_MESSAGE = "ocr_flush"  # master -> workers: send what you have now {round}
 FINAL_MESSAGE = "ocr_final"  # master -> workers: stop your users, then send the final batch
 SHIP_INTERVAL_S = 1.0  # a SIGKILLed worker takes at most this much of its rows with it
 RESEND_AFTER_S = 5.0
+MAX_UNACKED = 600  # batches kept for resending (~10 min without a master); older ones only in the copy
+MAX_RESENDS = 50  # batches sent again at once: a master back after a gap is not flooded
 FLUSH_WAIT_S = 3.0  # how long the master waits at a step's end for each live worker's answer
 FINAL_WAIT_S = 5.0  # at the run's end, after the workers' stop timeout
 WORKER_DIR_ENV = "OCRCAP_WORKER_DIR"  # `python -m loadtest worker --worker-dir` sets it for its Locust
@@ -69,6 +71,8 @@ class Outbox:
             "copy": str(self.copy.path) if self.copy is not None else "",
         }
         self._unacked[self.seq] = (self.clock(), data)
+        while len(self._unacked) > MAX_UNACKED:  # the master is gone: the local copy keeps them
+            del self._unacked[next(iter(self._unacked))]
         return data
 
     def on_ack(self, data: dict[str, Any]) -> None:
@@ -79,7 +83,9 @@ class Outbox:
     def resends(self, every: bool = False) -> list[dict[str, Any]]:
         """Batches unacknowledged for RESEND_AFTER_S (all of them with `every`), marked sent now."""
         now = self.clock()
-        due = [(s, d) for s, (t, d) in self._unacked.items() if every or now - t >= RESEND_AFTER_S]
+        due = [(s, d) for s, (t, d) in self._unacked.items() if every or now - t >= RESEND_AFTER_S][
+            :MAX_RESENDS
+        ]
         for seq, data in due:
             self._unacked[seq] = (now, data)
         return [d for _, d in due]

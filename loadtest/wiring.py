@@ -32,6 +32,7 @@ from loadtest.manifest import build_manifest
 from loadtest.merge import WORKER_COPY_DIR
 from loadtest.payloads import build_payloads
 from loadtest.state import STATE, StepTag, worker_id_of
+from loadtest.version import suite_version
 from runfolder import Event, new_run_folder, write_manifest
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ def controller_for(environment: Environment) -> Controller:
         warning = link.start_master_run(runner, cfg, run_dir.name, options)
         if warning:
             ctl.event("warning", warning)
+        ctl._update_manifest(images_sha256=getattr(options, link.DIGEST_OPTION, ""))
+    ctl._update_manifest(suite_version=suite_version())
     return ctl
 
 

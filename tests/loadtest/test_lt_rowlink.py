@@ -223,3 +223,15 @@ def test_the_worker_command_and_merge_rows_refuse_bad_input_in_one_line(tmp_path
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "error: bad --master 'driver1:port': give the master's HOST:PORT, e.g. driver1:5557"
     assert lines[1].startswith(f"error: {tmp_path} is not a run folder") and len(lines) == 2
+
+
+def test_without_a_master_the_worker_keeps_a_bounded_number_of_batches_and_resends_a_few_at_once(monkeypatch):
+    from loadtest import rowlink
+
+    monkeypatch.setattr(rowlink, "MAX_UNACKED", 5)
+    monkeypatch.setattr(rowlink, "MAX_RESENDS", 2)
+    box = Outbox("run-1", None)
+    for i in range(8):
+        box.batch(_rows("wa", i, 1))
+    assert box.unacked_rows == 5 and box.produced == 8  # the oldest three are only in the local copy
+    assert [d["seq"] for d in box.resends(every=True)] == [4, 5]
