@@ -33,7 +33,7 @@ from loadtest.manifest import REPO_ROOT, build_manifest
 from loadtest.merge import WORKER_COPY_DIR, merge_rows
 from loadtest.payloads import build_payloads
 from loadtest.preflight import PreflightError, check_first_answer
-from loadtest.rowlink import DEFAULT_WORKER_DIR, WORKER_DIR_ENV
+from loadtest.rowlink import DEFAULT_WORKER_DIR, LOCAL_WORKER_ENV, WORKER_DIR_ENV
 from runfolder import STEPS_FILE, GpuSample, new_run_folder, write_manifest
 from scenarios import ScenarioError
 
@@ -138,7 +138,7 @@ def run_locust(
     log_dir.mkdir(exist_ok=True)
     master = subprocess.Popen(master_cmd, env=env, cwd=REPO_ROOT)
     workers = []
-    worker_env = {**env, WORKER_DIR_ENV: str(log_dir)}  # local workers' safety copies beside their logs
+    worker_env = {**env, LOCAL_WORKER_ENV: "1"}  # local workers' safety copies beside their logs
     for i in range(cfg.workers):
         log = open(log_dir / f"worker-{i}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
         cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
@@ -291,7 +291,8 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         cwd=REPO_ROOT,
     )
     worker_cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
-    workers = [subprocess.Popen(worker_cmd, env=env, cwd=REPO_ROOT) for _ in range(cfg.workers)]
+    local = {**env, LOCAL_WORKER_ENV: "1"}  # their copies in each run's workers/
+    workers = [subprocess.Popen(worker_cmd, env=local, cwd=REPO_ROOT) for _ in range(cfg.workers)]
     print(f"ui: http://{ns.web_host}:{web_port}/ocr  (Locust: http://{ns.web_host}:{web_port}/)", flush=True)
     try:
         return master.wait()

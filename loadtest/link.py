@@ -28,9 +28,9 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, MasterRunner, Runner, W
 from loadtest import rowlink, users
 from loadtest.config import RunConfig
 from loadtest.controller import progress
-from loadtest.merge import LOCAL_COPY_SUFFIX, LocalCopy
+from loadtest.merge import LOCAL_COPY_SUFFIX, WORKER_COPY_DIR, LocalCopy
 from loadtest.payloads import build_payloads, image_set_for
-from loadtest.rowlink import DEFAULT_WORKER_DIR, WORKER_DIR_ENV, Inbox, Outbox
+from loadtest.rowlink import DEFAULT_WORKER_DIR, LOCAL_WORKER_ENV, WORKER_DIR_ENV, Inbox, Outbox
 from loadtest.state import STATE, worker_id_of
 from loadtest.version import suite_version
 from scenarios import ImageSet, ScenarioError, decode_image_set, encode_image_set, image_set_digest
@@ -93,7 +93,8 @@ def start_worker_run(environment: Environment, cfg: RunConfig) -> None:
     """At test_start on a worker: this run's outbox and local copy, payloads from the master's images."""
     options = environment.parsed_options
     run_dir = str(getattr(options, "ocr_run_dir", "") or "")
-    _outbox_for(Path(run_dir).name if run_dir else "run")
+    local = os.environ.get(LOCAL_WORKER_ENV) and run_dir  # on the master's machine: beside the run's files
+    _outbox_for(Path(run_dir).name if run_dir else "run", Path(run_dir) / WORKER_COPY_DIR if local else None)
     _Worker.wanted, _Worker.cfg = str(getattr(options, DIGEST_OPTION, "") or ""), cfg
     _apply_images(cfg)
 
@@ -108,13 +109,14 @@ def _apply_images(cfg: RunConfig) -> None:
     users.set_payloads(build_payloads(cfg, image_set))
 
 
-def _outbox_for(run_id: str) -> Outbox:
+def _outbox_for(run_id: str, folder: Path | None = None) -> Outbox:
     box = _Worker.outbox
     if box is not None and box.run_id == run_id:
         return box
     if box is not None and box.copy is not None:
         box.copy.close()  # a new run from the web UI
-    folder = Path(os.environ.get(WORKER_DIR_ENV) or DEFAULT_WORKER_DIR).resolve() / run_id
+    if folder is None:
+        folder = Path(os.environ.get(WORKER_DIR_ENV) or DEFAULT_WORKER_DIR).resolve() / run_id
     folder.mkdir(parents=True, exist_ok=True)
     _Worker.outbox = Outbox(run_id, LocalCopy(folder / f"{STATE.worker_id}{LOCAL_COPY_SUFFIX}"))
     _Worker.final_sent = False

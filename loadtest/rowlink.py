@@ -35,6 +35,7 @@ FLUSH_WAIT_S = 3.0  # how long the master waits at a step's end for each live wo
 FINAL_WAIT_S = 5.0  # at the run's end, after the workers' stop timeout
 WORKER_DIR_ENV = "OCRCAP_WORKER_DIR"  # `python -m loadtest worker --worker-dir` sets it for its Locust
 DEFAULT_WORKER_DIR = "ocr-worker"  # in the worker's working directory; a folder per run id inside
+LOCAL_WORKER_ENV = "OCRCAP_LOCAL_WORKER"  # set for workers `run` and `ui` start: copies in <run>/workers/
 
 
 class Outbox:
