@@ -110,7 +110,7 @@ master: $(STAMP)
 	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host '$(MASTER_BIND)' --master-port 5557 $(RUN_FLAGS)
 
 worker: $(STAMP)
-	@$(PY) -m loadtest worker --master '$(MASTER)'
+	@$(PY) -m loadtest worker --master '$(MASTER)' $(if $(WORKER_DIR),--worker-dir '$(WORKER_DIR)')
 
 sampler: $(STAMP)
 	@$(PY) -m gpu_sampler serve $(if $(SOURCE),--source '$(SOURCE)')

@@ -156,6 +156,30 @@ class Analysis:
     config_comments: dict[str, str]
 
 
+def _row_tally(manifest: dict[str, Any]) -> dict[str, Any]:
+    tally = manifest.get("row_tally")
+    workers = tally.get("workers") if isinstance(tally, dict) else None
+    return {str(w): t for w, t in workers.items() if isinstance(t, dict)} if isinstance(workers, dict) else {}
+
+
+def rows_only_on_workers(manifest: dict[str, Any]) -> dict[str, int]:
+    """Per worker, the rows it produced that requests.csv lacks (the master never received them and no
+    merge-rows added them), from the master's `row_tally`; {} when none (or a run from before it)."""
+    out = {}
+    for worker_id, t in sorted(_row_tally(manifest).items()):
+        missing = (
+            int(t.get("rows_produced", 0)) - int(t.get("rows_received", 0)) - int(t.get("rows_merged", 0))
+        )
+        if missing > 0:
+            out[worker_id] = missing
+    return out
+
+
+def workers_without_final_count(manifest: dict[str, Any]) -> list[str]:
+    """Workers lost before they sent their final count: rows after their last batch may be missing."""
+    return [w for w, t in sorted(_row_tally(manifest).items()) if "final_count" in t and not t["final_count"]]
+
+
 def analyze(
     run: RunData,
     headroom: float | None = None,
@@ -220,5 +244,7 @@ def analyze_run(
         "soak": soak_trend(run.gpu, run.steps, run.manifest),
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
         "events": events,
+        "rows_only_on_workers": rows_only_on_workers(run.manifest),
+        "workers_without_final_count": workers_without_final_count(run.manifest),
     }
     return Analysis(jsonable(summary), table, estimate, knee, comments)

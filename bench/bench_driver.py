@@ -35,9 +35,9 @@ machine). The req/s of each is printed for information.
 - bare: `FastHttpUser` whose task is `self.client.post("/ocr", data=BODY, headers=...)`.
 - ours: `loadtest.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
   RequestRow per request, answer parsing, CER against the image's ground truth, failure
-  classification, the report to Locust's `request` event; plus, every 3 s of its running time, what a
-  worker does with the rows (`wiring._on_report_to_master`: pack them, append them to the worker's
-  local copy; then Locust's msgpack `Message.serialize` of that report).
+  classification, the report to Locust's `request` event; plus, every second of its running time, what
+  a worker does with the rows (`link.next_batches`: pack them, append them to the worker's local copy;
+  then Locust's msgpack `Message.serialize` of that batch).
 - The answer: `noisy` (default) is the page's text with one character in 100 changed, so the CER is
   ~1% and the edit distance really runs; `exact` is the text itself (CER 0, the cheapest case).
 
@@ -69,7 +69,7 @@ MIN_ROUNDS = 7  # fewer rounds give no verdict: the median of so few moves with 
 EXTEND_BY = 4  # rounds added while the interval straddles the goal
 CONFIDENCE = 0.90  # of the median's interval that must lie on one side of the goal for a verdict
 BUCKETS = "2048x1536:1"  # one page of ~290 KB as a PNG multipart upload
-REPORT_EVERY_S = 3.0  # Locust workers report to the master every ~3 s
+REPORT_EVERY_S = 1.0  # a worker ships its rows every second (loadtest/rowlink.py SHIP_INTERVAL_S)
 COUNTER = struct.Struct("qq")  # requests, failures: written by the client at each request
 
 
@@ -82,8 +82,8 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
     from locust.rpc.protocol import Message
 
     sys.path.insert(0, str(ROOT))
+    from loadtest import link, rowlink
     from loadtest import users as ours
-    from loadtest import wiring
     from loadtest.config import RunConfig
     from loadtest.merge import LocalCopy
     from loadtest.payloads import build_payloads
@@ -118,14 +118,13 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
             last = now
             if active >= REPORT_EVERY_S:
                 active -= REPORT_EVERY_S
-                data: dict[str, object] = {}
-                wiring._on_report_to_master("bench", data)
-                Message("stats", data, "bench").serialize()
+                for data in link.next_batches():
+                    Message(rowlink.ROWS_MESSAGE, data, "bench").serialize()
 
     if kind == "ours":
         ours.set_payloads(payloads)
         tmp = tempfile.mkdtemp(prefix="bench-driver-")
-        wiring._local_copy = LocalCopy(Path(tmp) / "local.rows")
+        link._Worker.outbox = rowlink.Outbox("bench", LocalCopy(Path(tmp) / "local.rows"))
         user_class: type = ours.OcrUser
     else:
         user_class = BareUser

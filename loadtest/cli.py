@@ -3,7 +3,9 @@
     run     the real job from a driver machine (each RunConfig field is a flag: --host, --levels, ...)
     demo    the whole method against the built-in simulator, ending with `report: <path>`
     ui      Locust's web UI with the stepped plan and the step and GPU panel at /ocr
-    worker  a Locust worker for a master on another driver machine (`make worker MASTER=host`)
+    worker  a Locust worker for a master on another driver machine (`make worker MASTER=host[:port]`):
+            needs nothing but the package; the master sends the images, and refuses another suite version
+    merge-rows  add the rows of a worker's local copy (RUN_DIR COPY...) that the master never received
 
 Every user error ends in one line on stderr and exit status 2, before any load.
 """
@@ -28,9 +30,10 @@ from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.config import ConfigError, RunConfig, add_arguments, secret_env, to_argv, with_env_secrets
 from loadtest.idle import read_idle, record_idle
 from loadtest.manifest import REPO_ROOT, build_manifest
-from loadtest.merge import WORKER_COPY_DIR, merge_worker_copies
+from loadtest.merge import WORKER_COPY_DIR, merge_rows
 from loadtest.payloads import build_payloads
 from loadtest.preflight import PreflightError, check_first_answer
+from loadtest.rowlink import DEFAULT_WORKER_DIR, LOCAL_WORKER_ENV, WORKER_DIR_ENV
 from runfolder import STEPS_FILE, GpuSample, new_run_folder, write_manifest
 from scenarios import ScenarioError
 
@@ -136,10 +139,11 @@ def run_locust(
     log_dir.mkdir(exist_ok=True)
     master = subprocess.Popen(master_cmd, env=env, cwd=REPO_ROOT)
     workers = []
+    worker_env = {**env, LOCAL_WORKER_ENV: "1"}  # local workers' safety copies beside their logs
     for i in range(cfg.workers):
         log = open(log_dir / f"worker-{i}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
         cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
-        proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=worker_env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
         workers.append((proc, log))
     try:
         code = master.wait()
@@ -175,9 +179,6 @@ def cmd_run(ns: argparse.Namespace) -> int:
                                            idle_before_preflight=idle_before))  # fmt: skip
     print(f"run folder: {run_dir}", flush=True)
     code = run_locust(cfg, run_dir, ns.remote_workers, ns.master_bind_host, ns.master_port)
-    added = merge_worker_copies(run_dir)
-    if added:
-        print(f"recovered {added} rows from the workers' local copies", flush=True)
     aborted = aborted_because(run_dir)
     if code != 0:
         fail(f"the Locust master exited with status {code}; partial results are in {run_dir}")
@@ -291,7 +292,8 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         cwd=REPO_ROOT,
     )
     worker_cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
-    workers = [subprocess.Popen(worker_cmd, env=env, cwd=REPO_ROOT) for _ in range(cfg.workers)]
+    local = {**env, LOCAL_WORKER_ENV: "1"}  # their copies in each run's workers/
+    workers = [subprocess.Popen(worker_cmd, env=local, cwd=REPO_ROOT) for _ in range(cfg.workers)]
     print(f"ui: http://{ns.web_host}:{web_port}/ocr  (Locust: http://{ns.web_host}:{web_port}/)", flush=True)
     try:
         return master.wait()
@@ -307,8 +309,31 @@ def cmd_ui(ns: argparse.Namespace) -> int:
 
 
 def cmd_worker(ns: argparse.Namespace) -> int:
-    cmd = _worker_cmd(ns.master, ns.master_port)
-    return subprocess.call(cmd, cwd=REPO_ROOT)
+    """A Locust worker in this working directory; its safety copy of the rows under --worker-dir."""
+    host, sep, port = ns.master.rpartition(":")
+    if not sep:
+        host, port = ns.master, str(ns.master_port)
+    if not host or not port.isdigit():
+        return fail(f"bad --master {ns.master!r}: give the master's HOST:PORT, e.g. driver1:5557")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", WORKER_DIR_ENV: str(Path(ns.worker_dir).resolve())}
+    cmd = _worker_cmd(host.strip("[]"), int(port)) + ["--loglevel", "WARNING"]
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_merge_rows(ns: argparse.Namespace) -> int:
+    run_dir = Path(ns.run_dir)
+    if not (run_dir / "manifest.json").is_file():
+        return fail(f"{run_dir} is not a run folder (no manifest.json): give results/<run-id>")
+    for copy in map(Path, ns.copies):
+        if not copy.is_file():
+            return fail(f"{copy} is not a file: give a worker's <worker-id>.rows from its --worker-dir")
+        added, present = merge_rows(run_dir, copy)
+        print(f"{copy}: {added} rows added to requests.csv, {present} were there already", flush=True)
+    print(f"re-render the report: python -m reports {run_dir}", flush=True)
+    return 0
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -341,8 +366,13 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--web-host", default="127.0.0.1")
     ui.add_argument("--web-port", type=int, default=8089)
     w = sub.add_parser("worker")
-    w.add_argument("--master", required=True, help="the master's host name or address")
-    w.add_argument("--master-port", type=int, default=5557)
+    w.add_argument("--master", required=True, help="the master's HOST:PORT (port 5557 when left out)")
+    w.add_argument("--master-port", type=int, default=5557, help="the master's port when --master has none")
+    w.add_argument("--worker-dir", default=DEFAULT_WORKER_DIR,
+                   help="where this worker keeps its own copy of its rows, one folder per run")  # fmt: skip
+    m = sub.add_parser("merge-rows")
+    m.add_argument("run_dir", help="the master's run folder, results/<run-id>")
+    m.add_argument("copies", nargs="+", help="worker copies (<worker-dir>/<run-id>/<worker-id>.rows)")
     return parser
 
 
@@ -366,4 +396,6 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_demo(ns)
     if ns.command == "ui":
         return cmd_ui(ns)
+    if ns.command == "merge-rows":
+        return cmd_merge_rows(ns)
     return cmd_worker(ns)

@@ -63,8 +63,10 @@ class Controller:
         monitor: GpuMonitor | None,
         broadcast: Callable[[StepTag], None],
         clock: Callable[[], float] = time.time,
+        flush: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.flush = flush  # at each phase's end: every worker's rows so far reach the master first
         self.run_dir = run_dir
         self.clock = clock
         self.broadcast = broadcast
@@ -249,6 +251,8 @@ class Controller:
         spec = self.spec
         if spec is None:
             return
+        if self.flush is not None:
+            self.flush()
         status = "aborted" if self.aborted else ("degraded" if self.phase_degraded else "complete")
         note = self.aborted or self.phase_degraded or spec.note  # the report shows why a step ended early
         row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note)

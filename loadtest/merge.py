@@ -1,10 +1,11 @@
 """Request rows between processes: packed once on the worker, shipped to the master, kept locally.
 
-A worker packs its rows with msgpack (Locust's own wire format) once per report: the same bytes go
-to the master inside the report and are appended to the worker's local copy,
-`workers/<worker_id>.rows`. After the run, rows that reached only a local copy (the master's last
-report can be lost, or the master itself) are added to requests.csv, put on the master's clock
-with the offsets the master measured (loadtest/clock.py), as it did for the rows it received.
+A worker packs its rows with msgpack (Locust's own wire format) once per batch (loadtest/rowlink.py):
+the same bytes go to the master and are appended to the worker's local copy on its own disk,
+`<worker-dir>/<run-id>/<worker_id>.rows`. The master never reads a copy; when it reports rows only a
+worker holds (a lost worker, a lost master), the user brings the copy and `python -m loadtest
+merge-rows RUN_DIR COPY` adds them to requests.csv, put on the master's clock with the offsets the
+master measured (loadtest/clock.py, `workers/clock-offsets.json`), as it did for the rows it received.
 The local copy was a CSV once: writing it cost 9.4 us a row on the worker against 1.3 us to pack
 it (5,000 rows), a few percent of the driver's CPU per request in bench/bench_driver.py.
 """
@@ -13,15 +14,16 @@ from __future__ import annotations
 
 import csv
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
 
 from loadtest.clock import read_corrections
-from runfolder import REQUESTS_FILE, CsvAppender, RequestRow
+from runfolder import REQUESTS_FILE, CsvAppender, RequestRow, read_manifest, write_manifest
 
-WORKER_COPY_DIR = "workers"
+WORKER_COPY_DIR = "workers"  # in the run folder: local workers' logs and the clock offsets
 LOCAL_COPY_SUFFIX = ".rows"
 
 
@@ -65,26 +67,37 @@ def read_local_copy(path: Path) -> Iterator[RequestRow]:
         return  # a torn or foreign tail: keep what came before it
 
 
-def merge_worker_copies(run_dir: Path) -> int:
-    """Add rows that only reached a worker's local copy to requests.csv, on the master's clock;
-    how many were added."""
-    folder = run_dir / WORKER_COPY_DIR
+def merge_rows(run_dir: Path, copy: Path) -> tuple[int, int]:
+    """Add the rows of a worker's local copy that requests.csv lacks, on the master's clock; return
+    (rows added, rows already there). The manifest's `row_tally` counts them as merged, so a report
+    re-rendered afterwards no longer says they are only on the worker."""
     main = run_dir / REQUESTS_FILE
-    if not folder.is_dir():
-        return 0
     seen: set[str] = set()
     if main.exists():
         with open(main, newline="", encoding="utf-8") as f:
             seen = {row["request_id"] for row in csv.DictReader(f)}
-    corrections = read_corrections(folder)
+    corrections = read_corrections(run_dir / WORKER_COPY_DIR)
+    rows = list(read_local_copy(copy))
     missing = [
         row._replace(t_start_unix_s=row.t_start_unix_s - corrections.get(row.worker_id, 0.0))
-        for copy in sorted(folder.glob(f"*{LOCAL_COPY_SUFFIX}"))
-        for row in read_local_copy(copy)
+        for row in rows
         if row.request_id not in seen
     ]
     if missing:
         sink = CsvAppender(main, RequestRow)
         sink.append(missing)
         sink.close()
-    return len(missing)
+        _count_merged(run_dir, Counter(row.worker_id for row in missing))
+    return len(missing), len(rows) - len(missing)
+
+
+def _count_merged(run_dir: Path, merged: Counter[str]) -> None:
+    try:
+        manifest = read_manifest(run_dir)
+    except (OSError, ValueError):
+        return  # a run folder without a manifest: the rows are added all the same
+    workers = manifest.setdefault("row_tally", {}).setdefault("workers", {})
+    for worker_id, count in merged.items():
+        tally = workers.setdefault(worker_id, {})
+        tally["rows_merged"] = int(tally.get("rows_merged", 0)) + count
+    write_manifest(run_dir, manifest)

@@ -1,5 +1,7 @@
 """Payloads: the image set and each image's request, built once per process and reused as bytes.
 
+A worker builds them from the image set its master sent (loadtest/link.py), never from its own disk.
+
 No Locust here, so the CLI's pre-flight checks build exactly what the workers will send.
 """
 
@@ -26,8 +28,15 @@ class Payloads:
         return item, self.encoded[item.name]
 
 
-def build_payloads(cfg: RunConfig) -> Payloads:
-    image_set = build_image_set(cfg.scenario, cfg.images or None, seed=cfg.seed, buckets=cfg.buckets or None)
+def image_set_for(cfg: RunConfig) -> ImageSet:
+    """The images a run sends, read or generated from the config (on the master, or a local run)."""
+    return build_image_set(cfg.scenario, cfg.images or None, seed=cfg.seed, buckets=cfg.buckets or None)
+
+
+def build_payloads(cfg: RunConfig, image_set: ImageSet | None = None) -> Payloads:
+    """Each image's request; a worker passes the image set its master sent (its IMAGES are not read)."""
+    if image_set is None:
+        image_set = image_set_for(cfg)
     encoded = {
         item.name: encode_request(
             item,

@@ -54,11 +54,13 @@ _VERDICTS: dict[tuple[str, int, bytes, str], _Verdict] = {}
 VERDICTS_MAX = 1024
 
 
-def set_payloads(payloads: Payloads) -> None:
+def set_payloads(payloads: Payloads | None) -> None:
     """The payloads of this process's users, and the run's TLS settings for their connections."""
     global _PAYLOADS
     _PAYLOADS = payloads
     _VERDICTS.clear()
+    if payloads is None:
+        return
     set_tls(payloads.config.tls())
     if payloads.config.headers_from_workers and not payloads.headers:
         log.warning(

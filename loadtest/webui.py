@@ -19,7 +19,6 @@ from locust.env import Environment
 
 from loadtest.controller import Controller
 from loadtest.manifest import REPO_ROOT
-from loadtest.merge import merge_worker_copies
 
 _current: dict[int, Controller] = {}
 
@@ -63,8 +62,7 @@ def track(environment: Environment, ctl: Controller) -> None:
 
 
 def render_after_run(ctl: Controller) -> None:
-    """Merge the workers' copies, then analysis and report in their own process (run in a greenlet)."""
-    merge_worker_copies(ctl.run_dir)
+    """Analysis and report in their own process (run in a greenlet)."""
     out = subprocess.run(
         [sys.executable, "-m", "reports", str(ctl.run_dir)],
         cwd=REPO_ROOT,

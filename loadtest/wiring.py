@@ -1,9 +1,12 @@
 """Event wiring, one function per concern (like locust/stats.py's setup_*_listeners).
 
-- workers: build the payloads when the config arrives, tag requests with the step the master
-  announces, ship exact rows to the master in Locust's report messages, keep a local copy.
+- workers: say their suite version, build the payloads from the image set the master sent, tag
+  requests with the step the master announces, ship exact rows to the master (loadtest/link.py,
+  loadtest/rowlink.py: acknowledged batches, a flush at each step's end, a final batch), keep a
+  local copy on their own disk.
 - master: own the Controller (plan, run folder, GPU monitor), append rows as they arrive, each
-  put on the master's clock with its worker's measured clock offset (loadtest/clock.py).
+  put on the master's clock with its worker's measured clock offset (loadtest/clock.py); count
+  per worker the rows produced and received, and say which rows only a worker holds.
 - local runs (no workers): the same master side, fed from this process's rows every second.
 """
 
@@ -22,21 +25,27 @@ from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
 from gpu_sampler import GpuMonitor
-from loadtest import clock, users, webui
-from loadtest.config import RunConfig, add_arguments, from_namespace, with_env_secrets, worker_options
+from loadtest import clock, link, rowlink, users, webui
+from loadtest.config import (
+    ConfigError,
+    RunConfig,
+    add_arguments,
+    from_namespace,
+    with_env_secrets,
+    worker_options,
+)
 from loadtest.controller import Controller
 from loadtest.manifest import build_manifest
-from loadtest.merge import LOCAL_COPY_SUFFIX, WORKER_COPY_DIR, LocalCopy, pack_rows, unpack_rows
+from loadtest.merge import WORKER_COPY_DIR
 from loadtest.payloads import build_payloads
 from loadtest.state import STATE, StepTag, worker_id_of
+from loadtest.version import suite_version
 from runfolder import Event, new_run_folder, write_manifest
 
 log = logging.getLogger(__name__)
 STEP_MESSAGE = "ocr_step"
-ROWS_KEY = "ocr_rows"
 
 _controllers: dict[int, Controller] = {}
-_local_copy: LocalCopy | None = None
 _max_workers_seen = 0
 _offsets = clock.OffsetBook()  # the master's estimate of each worker's clock offset
 _offsets_reported: dict[str, float] = {}  # per worker, the offset the current run's events last gave
@@ -59,12 +68,14 @@ def controller_for(environment: Environment) -> Controller:
     options = environment.parsed_options
     assert options is not None  # Locust sets it before the first tick
     options.ocr_run_dir = str(run_dir)  # forwarded to workers with each spawn
-    vars(options).update(worker_options(cfg))  # so are the headers (unless HEADERS_FROM_WORKERS), CA_BUNDLE's text
+    # so are the headers (unless HEADERS_FROM_WORKERS) and CA_BUNDLE's text
+    vars(options).update(worker_options(cfg))
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if not environment.stop_timeout:
         environment.stop_timeout = cfg.stop_timeout_s  # requests in flight at a step-down finish
     runner = environment.runner
-    ctl = Controller(cfg, run_dir, None, broadcast=lambda tag: _broadcast(runner, tag))
+    ctl = Controller(cfg, run_dir, None, broadcast=lambda tag: _broadcast(runner, tag),
+                     flush=lambda: _flush(runner, ctl))  # fmt: skip
     if not (run_dir / "manifest.json").exists():
         write_manifest(run_dir, build_manifest(cfg, run_dir))
     monitor = GpuMonitor.from_spec(
@@ -78,7 +89,8 @@ def controller_for(environment: Environment) -> Controller:
         on_event=ctl.on_event,
         pid=cfg.server_pid or None,
         token=cfg.gpu_token or None,
-        metrics_headers=cfg.metrics_header_dict(), tls=cfg.tls(),
+        metrics_headers=cfg.metrics_header_dict(),
+        tls=cfg.tls(),
     )
     try:
         monitor.check()
@@ -94,12 +106,31 @@ def controller_for(environment: Environment) -> Controller:
     webui.track(environment, ctl)
     if isinstance(runner, LocalRunner):
         gevent.spawn(_feed_local_rows, ctl)
+    if isinstance(runner, MasterRunner):  # before the first spawn: workers need the images
+        warning = link.start_master_run(runner, cfg, run_dir.name, options)
+        if warning:
+            ctl.event("warning", warning)
+        ctl._update_manifest(images_sha256=getattr(options, link.DIGEST_OPTION, ""))
+    ctl._update_manifest(suite_version=suite_version())
     return ctl
 
 
 def _broadcast(runner: Runner | None, tag: StepTag) -> None:
     if isinstance(runner, MasterRunner):
         runner.send_message(STEP_MESSAGE, dataclasses.asdict(tag))
+
+
+def _flush(runner: Runner | None, ctl: Controller) -> None:
+    """At a phase's end, before its row is written and the plan decides: every row so far is in."""
+    if isinstance(runner, LocalRunner):
+        ctl.on_rows(STATE.take_rows())
+    elif isinstance(runner, MasterRunner):
+        warning = link.flush(runner)
+        if warning:
+            ctl.event("warning", warning)
+        inbox = link.current_inbox()
+        if inbox is not None:
+            ctl._update_manifest(row_tally=inbox.record())
 
 
 def _feed_local_rows(ctl: Controller) -> None:
@@ -121,11 +152,11 @@ def watch_workers(runner: Runner, ctl: Controller) -> None:
     _max_workers_seen = max(_max_workers_seen, count) if count >= _max_workers_seen else count
 
 
-def _on_worker_report(client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
-    blob = data.get(ROWS_KEY)
-    if not blob:
+def _on_rows_message(environment: Environment, msg: Any, **_kwargs: Any) -> None:
+    client_id = msg.node_id
+    rows = link.receive(client_id, msg.data, environment.runner)
+    if not rows:
         return
-    rows = unpack_rows(blob)
     correction = _offsets.correction_s(worker_id_of(client_id))
     if correction:  # onto the master's clock, where the step windows are
         rows = [row._replace(t_start_unix_s=row.t_start_unix_s - correction) for row in rows]
@@ -136,11 +167,16 @@ def _on_worker_report(client_id: str, data: dict[str, Any], **_kwargs: Any) -> N
 def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
     if not isinstance(environment.runner, MasterRunner | LocalRunner):
         return
-    ctl = _controllers.pop(id(environment), None)  # a later start from the web UI is a new run
+    ctl = _controllers.get(id(environment))
     if ctl is not None:
-        gevent.sleep(0.5)
-        ctl.on_rows(STATE.take_rows())
         runner = environment.runner
+        inbox = None
+        if isinstance(runner, MasterRunner):  # rows keep arriving into ctl while it waits
+            inbox = link.collect_final(runner, float(environment.stop_timeout or 0))
+        _controllers.pop(id(environment), None)  # a later start from the web UI is a new run
+        ctl.on_rows(STATE.take_rows())
+        if inbox is not None:
+            _report_rows_only_on_workers(ctl, inbox)
         if isinstance(runner, MasterRunner) and runner.worker_count == 0:
             ctl.stop_early("every worker was lost: run ended before its plan; check the workers' logs")
         else:
@@ -150,6 +186,16 @@ def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
         if environment.web_ui is not None:  # headless runs are rendered by `python -m loadtest run`
             vars(environment.parsed_options)["ocr_run_dir"] = ""  # the next start from the page is a new run
             gevent.spawn_later(1.0, webui.render_after_run, ctl)
+
+
+def _report_rows_only_on_workers(ctl: Controller, inbox: rowlink.Inbox) -> None:
+    """One `rows_only_on_worker` event per worker whose rows did not all reach the master, or that was
+    lost before its final count; the counts go to the manifest's `row_tally` for the report."""
+    for worker_id, tally in sorted(inbox.workers.items()):
+        if tally.only_on_worker or not tally.final:
+            message = inbox.describe(worker_id, str(ctl.run_dir))
+            ctl.on_event(Event(time.time(), ctl.step_index, "rows_only_on_worker", message))
+    ctl._update_manifest(row_tally=inbox.record())
 
 
 # --- clock offsets (protocol in loadtest/clock.py) ------------------------------------------
@@ -214,43 +260,12 @@ def _ensure_payloads(environment: Environment) -> None:
     users.set_payloads(build_payloads(cfg))
 
 
-def _on_report_to_master(client_id: str, data: dict[str, Any], **_kwargs: Any) -> None:
-    rows = STATE.take_rows()
-    if rows:
-        blob = pack_rows(rows)  # packed once: the same bytes go to the master and to the local copy
-        data[ROWS_KEY] = blob
-        if _local_copy is not None:
-            _local_copy.append(blob)
-
-
-def _open_local_copy(environment: Environment) -> None:
-    global _local_copy
-    run_dir = getattr(environment.parsed_options, "ocr_run_dir", "")
-    if not run_dir:
-        return
-    folder = Path(run_dir) / WORKER_COPY_DIR
-    if _local_copy is not None and _local_copy.path.parent != folder:
-        _local_copy.close()  # a new run from the web UI
-        _local_copy = None
-    if _local_copy is None:
-        folder.mkdir(parents=True, exist_ok=True)
-        _local_copy = LocalCopy(folder / f"{STATE.worker_id}{LOCAL_COPY_SUFFIX}")
-
-
-def _on_worker_quit(environment: Environment, **_kwargs: Any) -> None:
-    if _local_copy is not None:
-        rows = STATE.take_rows()
-        if rows:
-            _local_copy.append(pack_rows(rows))
-        _local_copy.close()
-
-
 def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
-    if isinstance(runner, WorkerRunner | LocalRunner):
-        _ensure_payloads(environment)
     if isinstance(runner, WorkerRunner):
-        _open_local_copy(environment)
+        link.start_worker_run(environment, config_of(environment))
+    elif isinstance(runner, LocalRunner):
+        _ensure_payloads(environment)
 
 
 def _on_init(environment: Environment, **_kwargs: Any) -> None:
@@ -260,17 +275,24 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         STATE.now = clock.wall_clock(clock.skew_from_env(os.environ))  # the test hook, read once
         runner.register_message(STEP_MESSAGE, _on_step_message)
         runner.register_message(clock.CLOCK_PROBE, _on_clock_probe)
-        environment.events.report_to_master.add_listener(_on_report_to_master)
-        environment.events.quitting.add_listener(_on_worker_quit)
+        link.setup_worker(environment, runner)
     elif isinstance(runner, MasterRunner):
         STATE.worker_id = "master"
-        environment.events.worker_report.add_listener(_on_worker_report)
+        runner.register_message(rowlink.ROWS_MESSAGE, _on_rows_message)
         runner.register_message(clock.CLOCK_REPLY, _on_clock_reply)
+        link.setup_master(runner, _config_or_none(environment))
         runner.greenlet.spawn(_probe_loop, runner)
     if not isinstance(runner, WorkerRunner):
         webui.attach(environment)
     environment.events.test_start.add_listener(_on_test_start)
     environment.events.test_stop.add_listener(_on_master_stop)
+
+
+def _config_or_none(environment: Environment) -> RunConfig | None:
+    try:
+        return config_of(environment)
+    except ConfigError:
+        return None  # the web UI's form sets it before a run starts
 
 
 def _memoize_default_args() -> None:

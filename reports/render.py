@@ -245,6 +245,8 @@ def build_context(
         "soak": summary.get("soak"),
         "events": list(summary.get("events") or [])[:MAX_EVENTS],
         "events_total": len(summary.get("events") or []),
+        "rows_only": mapping(summary.get("rows_only_on_workers")),
+        "unfinished_workers": [str(w) for w in summary.get("workers_without_final_count") or []],
         "error_examples": error_examples(frames.requests),
         "files": [(name, what) for name, what in RUN_FILES if name in present],
     }

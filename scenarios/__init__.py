@@ -21,6 +21,8 @@ from scenarios.styles import (
     data_uri,
     encode_request,
 )
+from scenarios.wire import decode_image_set, encode_image_set
+from scenarios.wire import digest as image_set_digest
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -38,10 +40,13 @@ __all__ = [
     "build_image_set",
     "character_error_rate",
     "data_uri",
+    "decode_image_set",
+    "encode_image_set",
     "encode_request",
     "extract_text",
     "extract_usage",
     "guess_style",
+    "image_set_digest",
     "levenshtein",
     "make_document_image",
     "parse_buckets",

@@ -40,7 +40,7 @@ def _skewed_worker(port: int, skew_s: float, log: Path) -> subprocess.Popen[str]
     """A Locust worker, like one on another driver machine, whose wall clock is `skew_s` off."""
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", "127.0.0.1",
            "--master-port", str(port), "--loglevel", "WARNING"]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", SKEW_ENV: str(skew_s)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", SKEW_ENV: str(skew_s), "OCRCAP_WORKER_DIR": str(log.parent)}
     with open(log, "w", encoding="utf-8") as f:
         return subprocess.Popen(cmd, cwd=REPO, env=env, text=True, stdout=f, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 
 from loadtest import clock
 from loadtest.clock import OffsetBook, OffsetSample, offset_sample, read_corrections, write_offsets
-from loadtest.merge import WORKER_COPY_DIR, LocalCopy, merge_worker_copies, pack_rows
+from loadtest.merge import WORKER_COPY_DIR, LocalCopy, merge_rows, pack_rows
 from loadtest.state import worker_id_of
 from runfolder import REQUESTS_FILE, Event, RequestRow
 
@@ -79,12 +79,12 @@ def test_the_test_hook_skews_the_clock_and_costs_nothing_when_unset():
 def test_merged_rows_get_the_offset_the_master_measured(tmp_path):
     folder = tmp_path / WORKER_COPY_DIR
     folder.mkdir()
+    copy = LocalCopy(tmp_path / "brought.rows")  # both workers' rows in one file: the merge does not mind
     for worker in ("wa", "wb"):
-        copy = LocalCopy(folder / f"{worker}.rows")
         copy.append(pack_rows([_row(i, 1000.0 + i, worker) for i in range(3)]))
-        copy.close()
+    copy.close()
     write_offsets(folder, {"wa": OffsetSample(3.0, 0.001, 0.0)})  # wb: no estimate, left as it is
-    assert merge_worker_copies(tmp_path) == 6
+    assert merge_rows(tmp_path, copy.path) == (6, 0)
     with open(tmp_path / REQUESTS_FILE, newline="") as f:
         starts = {r["request_id"]: float(r["t_start_unix_s"]) for r in csv.DictReader(f)}
     assert starts["wa-1"] == pytest.approx(998.0) and starts["wb-1"] == pytest.approx(1001.0)
@@ -125,9 +125,20 @@ def test_master_probes_hears_the_answer_and_corrects_that_workers_rows(tmp_path,
     (event,) = ctl.events
     assert event.kind == "clock_offset" and wid in event.message and "clock_offset_s=-3.0" in event.message
     assert read_corrections(tmp_path / WORKER_COPY_DIR)[wid] == pytest.approx(-3.0, abs=0.05)
-    # a report from that worker lands on the master's clock; its other fields are untouched
+    # a batch from that worker lands on the master's clock; its other fields are untouched
+    from loadtest import link
+    from loadtest.rowlink import ROWS_ACK, Inbox, Outbox
+
+    monkeypatch.setattr(link._Master, "inbox", Inbox("run-1"))
+    acks: list[tuple[str, dict, str]] = []
+    master_env = SimpleNamespace(
+        runner=SimpleNamespace(send_message=lambda t, d, client_id: acks.append((t, d, client_id)))
+    )
     row = _row(0, 1000.0, wid)
-    wiring._on_worker_report(client_id, {wiring.ROWS_KEY: pack_rows([row])})
+    wiring._on_rows_message(
+        master_env, SimpleNamespace(node_id=client_id, data=Outbox("run-1", None).batch([row]))
+    )
+    assert acks == [(ROWS_ACK, {"seq": 1, "run_id": "run-1", "received": 1}, client_id)]
     assert ctl.rows[0].t_start_unix_s == pytest.approx(1003.0, abs=0.05)
     assert ctl.rows[0]._replace(t_start_unix_s=1000.0) == row
     # an unchanged estimate makes no new event

@@ -12,14 +12,13 @@ import msgpack
 from analysis.loader import load_run
 from loadtest.merge import (
     LOCAL_COPY_SUFFIX,
-    WORKER_COPY_DIR,
     LocalCopy,
-    merge_worker_copies,
+    merge_rows,
     pack_rows,
     read_local_copy,
     unpack_rows,
 )
-from runfolder import REQUESTS_FILE, CsvAppender, RequestRow, columns_of
+from runfolder import REQUESTS_FILE, CsvAppender, RequestRow, columns_of, read_manifest, write_manifest
 
 
 def _row(i: int, ok: bool = True, worker: str = "wa", answer_kind: str = "") -> RequestRow:
@@ -89,19 +88,23 @@ def test_a_local_copy_cut_short_by_a_crash_keeps_its_complete_batches(tmp_path):
     assert [r.request_id for r in read_local_copy(path)] == [f"wa-{i}" for i in range(10)]
 
 
-def test_merge_adds_only_the_rows_the_master_never_got_once(tmp_path):
+def test_merge_adds_only_the_rows_the_master_never_got_once_and_counts_them_merged(tmp_path):
     main = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
-    main.append([_row(i) for i in range(5)])  # the master wrote these, then lost the last report
+    main.append([_row(i) for i in range(5)])  # the master wrote these, then lost the last batch
     main.close()
-    (tmp_path / WORKER_COPY_DIR).mkdir()
-    for worker in ("wa", "wb"):
-        copy = LocalCopy(tmp_path / WORKER_COPY_DIR / f"{worker}{LOCAL_COPY_SUFFIX}")
+    write_manifest(tmp_path, {"row_tally": {"workers": {"wa": {"rows_produced": 8, "rows_received": 5}}}})
+    copies = []
+    for worker in ("wa", "wb"):  # copies brought from the workers' own disks
+        copy = LocalCopy(tmp_path.parent / f"{worker}{LOCAL_COPY_SUFFIX}")
         copy.append(pack_rows([_row(i, worker=worker) for i in range(8)]))
         copy.close()
-    (tmp_path / WORKER_COPY_DIR / "wa.log").write_text("a worker's log is not a copy\n")
+        copies.append(copy.path)
 
-    assert merge_worker_copies(tmp_path) == 3 + 8
-    assert merge_worker_copies(tmp_path) == 0
+    assert merge_rows(tmp_path, copies[0]) == (3, 5)
+    assert merge_rows(tmp_path, copies[1]) == (8, 0)
+    assert merge_rows(tmp_path, copies[1]) == (0, 8)
+    tally = read_manifest(tmp_path)["row_tally"]["workers"]
+    assert tally["wa"]["rows_merged"] == 3 and tally["wb"]["rows_merged"] == 8
     rows = _read_csv(tmp_path / REQUESTS_FILE)
     ids = [r["request_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 16

@@ -21,6 +21,7 @@ import pytest
 from rel_procs import REPO, read_jsonl, run_argv
 
 from analysis import load_run
+from loadtest.merge import read_local_copy
 
 pytestmark = pytest.mark.slow
 
@@ -70,6 +71,13 @@ def test_a_worker_killed_mid_step_marks_the_step_degraded_and_the_run_goes_on(pr
     assert rows["request_id"].is_unique
     summary = json.loads((run_dir / "summary.json").read_text())
     assert next(s for s in summary["steps"] if s["phase"] == "step")["status"] == "degraded"
+    # the master names the worker lost before its final count, and counts exactly what only its copy holds
+    (lost,) = summary["workers_without_final_count"]
+    copy = next((run_dir / "workers").rglob(f"{lost}.rows"))  # a local worker's copy, never read by the master
+    only_in_copy = {r.request_id for r in read_local_copy(copy)} - set(rows["request_id"])
+    assert summary["rows_only_on_workers"].get(lost, 0) == len(only_in_copy), summary["rows_only_on_workers"]
+    told = [e["message"] for e in events if e["kind"] == "rows_only_on_worker"]
+    assert len(told) == 1 and lost in told[0] and "lost before its final count" in told[0], told
 
 
 def test_the_last_worker_killed_ends_the_run_with_an_abort_that_says_why(procs, tmp_path):

@@ -145,3 +145,16 @@ def test_the_answer_shows_its_interval_a_lower_bound_and_an_answer_check_turned_
     html = render_report(summary, run.frames())
     assert re.search(r'id="recommended-level">≥ 6<', html) and 'id="at-least"' in html
     assert re.search(r'id="answer-check-off">Answer check off: the first answer holds no text', html)
+
+
+def test_rows_only_a_worker_holds_are_one_line_and_absent_when_none() -> None:
+    run = build_run()
+    summary = dict(run.summary)
+    assert 'id="rows-only-on-workers"' not in render_report(summary, run.frames())
+    summary["rows_only_on_workers"] = {"w1a2b3c4d": 8}
+    summary["workers_without_final_count"] = ["w9f8e7d6c"]
+    html = render_report(summary, run.frames())
+    line = re.search(r'id="rows-only-on-workers">(.*?)</p>', html)
+    assert line is not None
+    assert "worker w1a2b3c4d holds 8 rows the master never received" in line.group(1)
+    assert "worker w9f8e7d6c was lost before its final count" in line.group(1) and "merge-rows" in line.group(1)
