@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def master_args(hosts: Hosts, out: Path, images: Path, levels: str, step_s: floa
         "--master-bind-host", HOSTS["master"], "--master-port", str(MASTER_PORT),
         "--host", hosts.sim_url, "--ca-bundle", str(hosts.cert), "--server-metrics", f"{hosts.sim_url}/metrics",
         "--gpu", f"sidecar:https://{HOSTS['side']}:{SIDE_PORT}",
-        "--images", str(images), "--out", str(out), "--levels", levels, "--refine", "false",
+        "--scenario", "folder", "--images", str(images), "--out", str(out), "--levels", levels, "--refine", "false",
         "--idle-s", "1", "--baseline-rounds", "1", "--baseline-round-requests", "5",
         "--warmup-s", "1", "--step-s", str(step_s), "--min-step-requests", "5", "--cooldown-s", "4",
         "--request-timeout-s", "10",
@@ -161,9 +162,10 @@ def finish_run(hosts: Hosts, run: Run, timeout_s: float) -> Run:
     except subprocess.TimeoutExpired:
         os.killpg(run.master.pid, signal.SIGKILL)
         run.master.wait()
+    deadline = time.monotonic() + 15
     for proc in run.workers.values():  # Locust's quit reaches connected workers; a cut one never hears it
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
