@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from mh_runs import HOSTS, Hosts, self_signed, start_services
-from netlab import Lab, LabUnavailable, check_available, clean_leftovers
+from netlab import Lab, LabUnavailable, check_available, clean_leftovers, namespaces, root_network
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +18,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
     except LabUnavailable as exc:
         pytest.skip(f"multi-host lab unavailable: {exc}")
     clean_leftovers()
+    network_before = root_network()
     root = tmp_path_factory.mktemp("multihost")
     lab = Lab(dict(HOSTS))
     try:
@@ -28,3 +29,5 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
         yield made
     finally:
         lab.down()
+    assert not [ns for ns in namespaces() if ns.startswith(lab.ns(""))], namespaces()
+    assert root_network() == network_before, "the lab changed the root namespace's network"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from netlab import SUBNET, Lab, wait_for_line
+
 from scenarios.pages import make_document_image
 
 HERE = Path(__file__).resolve().parent
@@ -52,8 +53,7 @@ class Hosts:
     def served(self) -> int:
         """Requests the simulator finished, read from the master's host with the CA and the token."""
         env = {"MH_CA": str(self.cert), "MH_TOKEN": METRICS_TOKEN}
-        url = self.sim_url.replace("https", "http") if os.environ.get("MH_PLAIN") == "1" else self.sim_url  # TEMP
-        return int(self.lab.run("master", [sys.executable, str(HERE / "probe.py"), url], 20, env))
+        return int(self.lab.run("master", [sys.executable, str(HERE / "probe.py"), self.sim_url], 20, env))
 
     def worker(self, host: str, folder: Path, log: Path, env: dict[str, str] | None = None,
                hide: tuple[Path, ...] = ()) -> subprocess.Popen[bytes]:  # fmt: skip
@@ -155,14 +155,18 @@ def start_run(hosts: Hosts, name: str, levels: str, step_s: float = 3.0) -> Run:
     return Run(name, master, master_log, workers, dirs, served_before=served_before)
 
 
-def finish_run(hosts: Hosts, run: Run, timeout_s: float) -> Run:
-    """Wait for the master (killed at `timeout_s`), then its workers; read what the run left."""
+def finish_run(hosts: Hosts, run: Run, timeout_s: float, cut: tuple[str, ...] = ()) -> Run:
+    """Wait for the master (killed at `timeout_s`), then its workers (those `cut` off the network are
+    killed at once: they never hear the master's quit); read what the run left."""
     try:
         run.code = run.master.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(run.master.pid, signal.SIGKILL)
         run.master.wait()
     deadline = time.monotonic() + 15
+    for host in cut:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.workers[host].pid, signal.SIGKILL)
     for proc in run.workers.values():  # Locust's quit reaches connected workers; a cut one never hears it
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))

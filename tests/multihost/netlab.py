@@ -37,7 +37,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=check)
 
 
-def _namespaces() -> list[str]:
+def namespaces() -> list[str]:
     out = _ip("netns", "list", check=False).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
@@ -68,12 +68,20 @@ def _kill_namespace(ns: str) -> None:
 def clean_leftovers() -> list[str]:
     """Remove the namespaces of earlier runs whose pytest is gone; return their names."""
     gone = []
-    for ns in _namespaces():
+    for ns in namespaces():
         m = _NAME.match(ns)
         if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
             _kill_namespace(ns)
             gone.append(ns)
     return gone
+
+
+def root_network() -> str:
+    """The root namespace's links, addresses and routes: the lab must leave them as they were."""
+    parts = [_ip("-o", "link", "show", check=False).stdout, _ip("-o", "addr", "show", check=False).stdout,
+             _ip("route", "show", "table", "all", check=False).stdout]  # fmt: skip
+    # counters and timers change by themselves; names, addresses and routes must not
+    return "\n".join(re.sub(r"(valid_lft|preferred_lft) \S+", "", p) for p in parts)
 
 
 def check_available() -> None:
@@ -139,7 +147,6 @@ class Lab:
     ) -> subprocess.Popen[bytes]:
         """`argv` in `host`'s network namespace and a mount namespace of its own with an empty tmpfs over
         each `hide` folder; its own process group; stdout and stderr to `log`."""
-        argv = _plain(argv)  # TEMP
         mounts = "".join(f"mount -t tmpfs -o size=64m ocrmh {shlex.quote(str(p))} && " for p in hide)
         script = f'{mounts}cd {shlex.quote(str(cwd))} && exec "$@"'
         cmd = ["ip", "netns", "exec", self.ns(host), "unshare", "-m", "--propagation", "private",
@@ -176,18 +183,3 @@ def wait_for_line(log: Path, prefix: str, proc: subprocess.Popen[bytes], timeout
         time.sleep(0.2)
     raise AssertionError(f"no '{prefix}' in {log} within {timeout_s} s:\n{log.read_text(errors='replace')[-3000:]}")
 
-
-def _plain(argv: list[str]) -> list[str]:  # TEMP: main has none of these flags yet
-    if os.environ.get("MH_PLAIN") != "1":
-        return argv
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("--tls-cert", "--tls-key", "--metrics-token", "--ca-bundle", "--worker-dir", "--images"):
-            skip = True
-            continue
-        out.append(a.replace("https://", "http://"))
-    return out

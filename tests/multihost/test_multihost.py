@@ -100,7 +100,7 @@ def lost(hosts: Hosts, whole: Run) -> Iterator[tuple[Run, subprocess.Popen[bytes
     other = hosts.worker("w1", folder, hosts.root / "logs" / "lost-other.log", env={"OCRCAP_SUITE_VERSION": OTHER_VERSION})
     time.sleep(2.0)
     hosts.lab.cut("w2")
-    yield finish_run(hosts, run, timeout_s=120), other
+    yield finish_run(hosts, run, timeout_s=120, cut=("w2",)), other
 
 
 @pytest.mark.timeout(240)
