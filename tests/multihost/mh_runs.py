@@ -52,8 +52,13 @@ class Hosts:
 
     def served(self) -> int:
         """Requests the simulator finished, read from the master's host with the CA and the token."""
-        env = {"MH_CA": str(self.cert), "MH_TOKEN": METRICS_TOKEN}
-        return int(self.lab.run("master", [sys.executable, str(HERE / "probe.py"), self.sim_url], 20, env))
+        return int(self.probe(ca=True, token=True).stdout)
+
+    def probe(self, ca: bool, token: bool) -> subprocess.CompletedProcess[str]:
+        """The simulator's /metrics read from the master's host, trusting our CA or not, with the token or not."""
+        env = {"MH_CA": str(self.cert) if ca else "", "MH_TOKEN": METRICS_TOKEN if token else ""}
+        argv = [sys.executable, str(HERE / "probe.py"), self.sim_url]
+        return self.lab.run("master", argv, 20, env, check=ca and token)
 
     def worker(self, host: str, folder: Path, log: Path, env: dict[str, str] | None = None,
                hide: tuple[Path, ...] = ()) -> subprocess.Popen[bytes]:  # fmt: skip

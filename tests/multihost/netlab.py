@@ -157,13 +157,15 @@ class Lab:
         self.procs.append(proc)
         return proc
 
-    def run(self, host: str, argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> str:
-        """A short command in `host`'s network namespace; its stdout (raises on failure)."""
+    def run(
+        self, host: str, argv: list[str], timeout_s: float, env: dict[str, str] | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """A short command in `host`'s network namespace (raises on failure when `check`)."""
         res = subprocess.run(["ip", "netns", "exec", self.ns(host), *argv], capture_output=True, text=True,
                              timeout=timeout_s, env={**os.environ, **(env or {})})  # fmt: skip
-        if res.returncode != 0:
+        if check and res.returncode != 0:
             raise AssertionError(f"{argv} in {host} failed ({res.returncode}): {res.stderr[-2000:]}")
-        return res.stdout
+        return res
 
     def cut(self, host: str) -> None:
         """Cut `host` off the network, as a pulled cable: its bridge port goes down."""

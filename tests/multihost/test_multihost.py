@@ -167,3 +167,16 @@ def test_a_worker_of_another_version_is_refused(seen: Observed) -> None:
     assert len(lines) == 1 and version("ocr-capacity") in lines[0], text[-3000:]  # one line, both versions
     assert "[refused]" in seen.run.log
     assert set(seen.rows().worker_id) == set(seen.copies["w1"].worker_id) | set(seen.copies["w2"].worker_id)
+
+
+@pytest.mark.timeout(60)
+def test_a_self_signed_server_and_a_metrics_token_across_hosts(seen: Observed, hosts: Hosts) -> None:
+    # the lab is what it claims: the certificate is trusted by no one but us, /metrics wants the token
+    assert "CERTIFICATE_VERIFY_FAILED" in hosts.probe(ca=False, token=True).stderr
+    assert "401" in hosts.probe(ca=True, token=False).stderr
+    # and the run read them all: the server's /metrics (token, CA) and the sidecar (HTTPS, its token)
+    # that reads the simulator's DCGM exporter from its own host
+    for name in ("server.csv", "gpu.csv"):
+        table = pd.read_csv(seen.run_dir / name)
+        assert len(table) > 10, (name, len(table))
+    assert "mh-metrics-token" not in seen.run.log + (seen.run_dir / "manifest.json").read_text()
