@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -88,14 +89,19 @@ def check_available() -> None:
     """Raise LabUnavailable with the reason when this machine cannot make the lab."""
     if os.geteuid() != 0:
         raise LabUnavailable("needs root (network and mount namespaces): run as root, e.g. in CI's container")
+    for tool in ("ip", "unshare", "openssl"):
+        if shutil.which(tool) is None:
+            raise LabUnavailable(f"`{tool}` is missing: install iproute2, util-linux and openssl")
     probe = f"{PREFIX}{os.getpid()}-probe"
+    steps = [("netns", "add", probe), ("-n", probe, "link", "add", BRIDGE, "type", "bridge"),
+             ("-n", probe, "link", "add", "v0", "type", "veth", "peer", "name", "v1")]  # fmt: skip
     try:
-        res = _ip("netns", "add", probe, check=False)
-    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
-        raise LabUnavailable(f"`ip netns` is not usable here ({exc}): install iproute2") from None
-    if res.returncode != 0:
-        raise LabUnavailable(f"`ip netns add` failed: {res.stderr.strip()}")
-    _ip("netns", "del", probe, check=False)
+        for step in steps:
+            res = _ip(*step, check=False)
+            if res.returncode != 0:
+                raise LabUnavailable(f"`ip {' '.join(step)}` failed: {res.stderr.strip()}")
+    finally:
+        _ip("netns", "del", probe, check=False)
     if subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=10).returncode != 0:
         raise LabUnavailable("`unshare -m` failed: mount namespaces are not allowed here")
 
