@@ -1,7 +1,7 @@
 """A small network of "hosts" on this machine: one network namespace per host, joined by veth pairs to a
 bridge that lives in a namespace of its own, so nothing is added to the root namespace's network.
 
-Names: every namespace is `ocrmh<owner pid>-<host>`; the owner is the pytest process that made it. A run
+Names: every namespace is `ocrmh<owner pid>-<lab tag>-<host>`; the owner is the pytest process that made it. A run
 killed before its teardown (a time limit, SIGKILL) leaves its namespaces behind: `clean_leftovers()`
 removes those whose owner is gone (processes in them killed by PID, then the namespace deleted; its
 veths and the bridge go with it). Addresses: 10.213.17.0/24, which exists only inside these namespaces.
@@ -109,11 +109,12 @@ def check_available() -> None:
 @dataclass
 class Lab:
     hosts: dict[str, str]  # host name -> its address
+    tag: str = "lab"  # two labs of one pytest differ by it
     owner: int = field(default_factory=os.getpid)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def ns(self, host: str) -> str:
-        return f"{PREFIX}{self.owner}-{host}"
+        return f"{PREFIX}{self.owner}-{self.tag}-{host}"
 
     def up(self) -> None:
         """The bridge namespace and one namespace per host, each with `eth0` on the bridge."""
