@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from mh_runs import PAGE_SIZE, Hosts, Run, finish_run, start_run
+from mh_runs import PAGE_SIZE, WORKERS, Hosts, Run, finish_run, start_run
 
 from loadtest.merge import read_local_copy
 
@@ -121,6 +121,19 @@ def test_steps_are_right(seen: Observed) -> None:
         assert step["level"] == row.level, row
     measured = rows[rows.phase == "step"]
     assert set(measured.level) == set(LEVELS) and measured.worker_id.nunique() == 2
+    for step in (s for s in steps if s["phase"] == "step" and s["step_index"] < seen.cut_step):
+        _every_worker_sent_throughout(rows[rows.step_index == step["step_index"]], step)
+
+
+def _every_worker_sent_throughout(rows: pd.DataFrame, step: dict[str, Any]) -> None:
+    """Each worker's users sent one request after another from the step's start to its end: no worker
+    lost its users during the step (a gap longer than a few answers' time)."""
+    longest_s = max(1.0, 3 * rows.latency_ms.quantile(0.95) / 1000)
+    for worker, mine in rows.groupby("worker_id"):
+        starts = [step["t_start_unix_s"], *sorted(mine.t_start_unix_s), step["t_end_unix_s"]]
+        gap_s = max(b - a for a, b in zip(starts, starts[1:], strict=False))
+        assert gap_s <= longest_s, (worker, step, f"no request for {gap_s:.2f} s")
+    assert rows.worker_id.nunique() == len(WORKERS), (step, rows.worker_id.unique())
 
 
 @pytest.mark.timeout(60)
