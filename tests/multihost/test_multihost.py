@@ -121,6 +121,12 @@ def test_steps_are_right(seen: Observed) -> None:
         assert step["level"] == row.level, row
     measured = rows[rows.phase == "step"]
     assert set(measured.level) == set(LEVELS) and measured.worker_id.nunique() == 2
+
+
+@pytest.mark.timeout(60)
+def test_each_level_ran_at_its_level_on_both_workers(seen: Observed) -> None:
+    """A worker of another version joined during level 2 and was refused: the level's users stay put."""
+    rows, steps = seen.rows(), seen.jsonl("steps.jsonl")
     for step in (s for s in steps if s["phase"] == "step" and s["step_index"] < seen.cut_step):
         _every_worker_sent_throughout(rows[rows.step_index == step["step_index"]], step)
 
