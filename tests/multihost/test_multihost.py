@@ -4,7 +4,8 @@ time, its /metrics wants a bearer token, the images exist only on the master. Wh
 worker of another suite version tries to join and is refused; 1.5 s into level 4, worker w2 is cut off
 the network. Then: every request the server served is a row in the master's requests.csv (read from the
 master's folder alone), but for the rows only the cut worker holds, which the master reports and
-`merge-rows` adds; the steps are right; the cut worker is reported lost.
+`merge-rows` adds; the steps are right and each level ran at its level on both workers; the cut worker
+is reported lost; the refused worker exits 2 with one line naming both versions.
 Needs root (namespaces): skipped elsewhere with the reason."""
 
 from __future__ import annotations
