@@ -217,7 +217,7 @@ class Controller:
         return spec.level, float(max(spec.level, 1) * 10)
 
     def _advance(self, now: float) -> tuple[int, float] | None:
-        self._close_phase(now)
+        now = self._close_phase(now)
         try:
             spec = next(self._plan)
         except StopIteration:
@@ -247,12 +247,15 @@ class Controller:
         per_level = 2 + (1 if self.cfg.warmup_s > 0 else 0)
         return str(self._first_level_step + per_level * (len(self.choice.levels) + self._refined) - 1)
 
-    def _close_phase(self, now: float) -> None:
+    def _close_phase(self, now: float) -> float:
+        """Write the phase's row; its end, which is after the flush: while the flush waits for workers
+        (up to seconds for one cut off), the users keep this phase's level and tag."""
         spec = self.spec
         if spec is None:
-            return
+            return now
         if self.flush is not None:
             self.flush()
+            now = max(now, self.clock())
         status = "aborted" if self.aborted else ("degraded" if self.phase_degraded else "complete")
         note = self.aborted or self.phase_degraded or spec.note  # the report shows why a step ended early
         row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note)
@@ -265,6 +268,7 @@ class Controller:
         if spec.phase == Phase.IDLE and self.monitor is not None:
             self.idle_mib = self.monitor.latest_mem_used_mib()
         self.spec = None
+        return now
 
     def _finish(self, now: float) -> None:
         self._close_phase(now)

@@ -42,6 +42,8 @@ IMAGES = "ocr_images"
 IMAGES_OK = "ocr_images_ok"
 DIGEST_OPTION = "ocr_images_sha256"  # set on the master's options: forwarded to workers with each spawn
 IMAGES_WAIT_S = 120.0  # megabytes per worker over a slow link
+REBALANCE_WAIT_S = 10.0  # for Locust's dispatch in progress to end before a dropped worker's users move
+REBALANCE_AFTER_S = (0.0, 0.5, 1.0, 2.0, 4.0)  # pauses before each resend of the shares (~7.5 s in all)
 
 
 # --- worker side ---------------------------------------------------------------------------
@@ -253,8 +255,25 @@ def _drop(runner: MasterRunner, client_id: str) -> None:
     dispatcher = runner._users_dispatcher
     if dispatcher is not None:
         dispatcher.remove_worker(node)
-        if not dispatcher.dispatch_in_progress and runner.state == STATE_RUNNING and runner.worker_count:
-            runner.start(runner.target_user_count, runner.spawn_rate)
+        gevent.spawn(_rebalance, runner)
+
+
+def _rebalance(runner: MasterRunner) -> None:
+    """Give a dropped worker's users back to the others. Locust gave it users as soon as it connected,
+    before its hello, taking them from the others, which stop them gracefully: a user finishing its
+    request still counts as running, so a share sent back at once is ignored and the worker ends up
+    with a user fewer (seen in the multi-host test: a step ran one user short to its end). So every
+    worker's share is sent again while those requests end; a worker at its share ignores it."""
+    for delay_s in REBALANCE_AFTER_S:
+        gevent.sleep(delay_s)
+        deadline = time.monotonic() + REBALANCE_WAIT_S  # Locust refuses a start while it dispatches
+        while runner.state != STATE_RUNNING and time.monotonic() < deadline:
+            gevent.sleep(0.1)
+        dispatcher = runner._users_dispatcher
+        if runner.state != STATE_RUNNING or not runner.worker_count or dispatcher is None:
+            return
+        dispatcher._prepare_rebalance()  # every worker's share, as if from 0, sent with the next start
+        runner.start(runner.target_user_count, runner.spawn_rate)
 
 
 def _send_images(runner: MasterRunner, client_id: str, offer: tuple[str, bytes, ImageSet]) -> None:
@@ -322,12 +341,13 @@ def receive(client_id: str, data: dict[str, Any], runner: Any) -> list[Any]:
     return rows
 
 
-def flush(runner: MasterRunner) -> str:
+def flush(runner: MasterRunner) -> list[str]:
     """At a step's end: ask every live worker for its rows and wait (bounded) for the answers.
-    Returns "" or a warning naming the workers that did not answer."""
+    Returns the workers that did not answer, those Locust found missing while it waited included:
+    they were lost in this step."""
     inbox = _Master.inbox
     if inbox is None:
-        return ""
+        return []
     _Master.flush_round += 1
     r, live = _Master.flush_round, live_clients(runner)
     for client_id in live:
@@ -338,9 +358,7 @@ def flush(runner: MasterRunner) -> str:
     while late and time.monotonic() < deadline:
         gevent.sleep(0.01)
         late = [w for w in inbox.not_answered(r, list(ids)) if ids[w] in live_clients(runner)]
-    if late:
-        return f"worker(s) {', '.join(late)} did not answer the step-end flush in {rowlink.FLUSH_WAIT_S:g} s"
-    return ""
+    return inbox.not_answered(r, list(ids))
 
 
 def collect_final(runner: MasterRunner, stop_timeout_s: float) -> Inbox | None:

@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 STEP_MESSAGE = "ocr_step"
 
 _controllers: dict[int, Controller] = {}
-_max_workers_seen = 0
+_workers_seen: set[str] = set()  # accepted workers ever live, by worker id
+_lost_announced: set[str] = set()  # those already reported lost (a worker_lost event each)
 _offsets = clock.OffsetBook()  # the master's estimate of each worker's clock offset
 _offsets_reported: dict[str, float] = {}  # per worker, the offset the current run's events last gave
 
@@ -102,6 +103,8 @@ def controller_for(environment: Environment) -> Controller:
     ctl._update_manifest(gpu=info)
     _controllers[key] = ctl
     _offsets_reported.clear()  # a new run folder: its events and file start from the current estimates
+    _workers_seen.clear()
+    _lost_announced.clear()
     _report_offsets(ctl)
     webui.track(environment, ctl)
     if isinstance(runner, LocalRunner):
@@ -125,9 +128,13 @@ def _flush(runner: Runner | None, ctl: Controller) -> None:
     if isinstance(runner, LocalRunner):
         ctl.on_rows(STATE.take_rows())
     elif isinstance(runner, MasterRunner):
-        warning = link.flush(runner)
-        if warning:
-            ctl.event("warning", warning)
+        late = link.flush(runner)
+        if late:  # cut off or lost: its rows since its last batch are missing from this step
+            ctl.mark_degraded(
+                f"worker(s) {', '.join(late)} did not answer the step-end flush in {rowlink.FLUSH_WAIT_S:g} s:"
+                " lost or cut off"
+            )
+            _lost_announced.update(late)
         inbox = link.current_inbox()
         if inbox is not None:
             ctl._update_manifest(row_tally=inbox.record())
@@ -142,14 +149,16 @@ def _feed_local_rows(ctl: Controller) -> None:
 
 
 def watch_workers(runner: Runner, ctl: Controller) -> None:
-    """A worker that disappears marks the current step degraded; the run goes on with the rest."""
-    global _max_workers_seen
+    """A worker that disappears marks the current step degraded, once (the step-end flush may have
+    said it first); the run goes on with the rest."""
     if not isinstance(runner, MasterRunner):
         return
-    count = runner.worker_count
-    if count < _max_workers_seen:
-        ctl.mark_degraded(f"a worker was lost: {count} of {_max_workers_seen} left")
-    _max_workers_seen = max(_max_workers_seen, count) if count >= _max_workers_seen else count
+    live = {worker_id_of(c) for c in link.live_clients(runner)}
+    gone = _workers_seen - live - _lost_announced
+    if gone:
+        ctl.mark_degraded(f"a worker was lost: {len(live)} of {len(live) + len(gone)} left")
+        _lost_announced.update(gone)
+    _workers_seen.update(live)
 
 
 def _on_rows_message(environment: Environment, msg: Any, **_kwargs: Any) -> None:

@@ -168,7 +168,7 @@ class _FakeMaster:
         self.answer(self, msg_type, data, client_id)
 
 
-def test_the_step_end_flush_waits_for_live_workers_only_and_names_a_silent_one(monkeypatch):
+def test_the_step_end_flush_waits_for_live_workers_only_and_names_the_silent_one(monkeypatch):
     from loadtest import link, rowlink
     from loadtest.state import worker_id_of
 
@@ -184,13 +184,37 @@ def test_the_step_end_flush_waits_for_live_workers_only_and_names_a_silent_one(m
             link.receive(client_id, batch, runner)
 
     runner = _FakeMaster([_Node(ids[0]), _Node(ids[1]), _Node(ids[2], "missing")], answer)
-    warning = link.flush(runner)
-    assert warning.startswith(f"worker(s) {worker_id_of(ids[1])} did not answer"), warning
+    assert link.flush(runner) == [worker_id_of(ids[1])]
     asked = [c for t, _, c in runner.sent if t == rowlink.FLUSH_MESSAGE]
     assert asked == ids[:2], "a missing worker is not asked"
     assert (rowlink.ROWS_ACK, {"seq": 1, "run_id": "run-1", "received": 2}, ids[0]) in runner.sent
     runner.clients.pop(ids[1])  # b is gone now: the next flush asks a only and needs no wait
-    assert link.flush(runner) == ""
+    assert link.flush(runner) == []
+
+
+def test_a_worker_found_missing_while_the_flush_waits_was_lost_in_this_step(monkeypatch):
+    """Cut off mid-step: Locust's heartbeat marks it missing during the wait. The wait ends then, and the
+    worker is named, so the step it was lost in is the one marked degraded, not the next."""
+    import time
+
+    from loadtest import link, rowlink
+    from loadtest.state import worker_id_of
+
+    ids = ["a_00000001", "b_00000002"]
+    monkeypatch.setattr(link._Master, "inbox", Inbox("run-1"))
+    monkeypatch.setattr(link._Master, "accepted", dict.fromkeys(ids, "d"))
+    monkeypatch.setattr(rowlink, "FLUSH_WAIT_S", 5.0)
+
+    def answer(runner, msg_type, data, client_id):  # a answers, b's heartbeats have just stopped
+        if msg_type == rowlink.FLUSH_MESSAGE and client_id == ids[0]:
+            link.receive(client_id, Outbox("run-1", None).batch([], flush_round=data["round"]), runner)
+        if msg_type == rowlink.FLUSH_MESSAGE and client_id == ids[1]:
+            runner.clients[client_id].state = "missing"
+
+    runner = _FakeMaster([_Node(ids[0]), _Node(ids[1])], answer)
+    t0 = time.monotonic()
+    assert link.flush(runner) == [worker_id_of(ids[1])]
+    assert time.monotonic() - t0 < 1.0, "no wait for a worker Locust already counts missing"
 
 
 def test_the_run_end_waits_for_final_counts_but_not_for_a_lost_worker(monkeypatch):
