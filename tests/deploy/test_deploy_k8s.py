@@ -38,7 +38,6 @@ from gpu_sampler.__main__ import TOKEN_ENV, is_loopback
 from gpu_sampler.__main__ import parse_args as sampler_parse_args
 from loadtest.cli import build_parser, config_from_args
 from loadtest.config import SECRET_ENV, ConfigError
-from simulator.cli import build_parser as simulator_parser
 
 # The oldest Kubernetes release still commonly run, and the newest the validator knows.
 K8S_VERSIONS = ("1.29.0", latest_version())
@@ -50,6 +49,14 @@ SECRET_FLAGS = ("--headers", "--gpu-token", "--token", "--metrics-headers")
 needs_kubectl = pytest.mark.skipif(
     kubectl() is None, reason="kubectl not found: its kustomize builds are not checked"
 )
+
+
+def simulator_parser() -> Any:
+    """simulator.cli's parser, imported when a test runs: it imports aiohttp, which imports names from
+    ssl that gevent cannot patch once Locust (imported by other test modules at collection) patches."""
+    from simulator.cli import build_parser
+
+    return build_parser()
 
 
 def _id(path: Path) -> str:

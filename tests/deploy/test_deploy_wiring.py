@@ -27,7 +27,6 @@ from k8s_manifests import (
 
 from gpu_sampler.__main__ import parse_args as sampler_parse_args
 from loadtest.cli import build_parser
-from simulator.cli import build_parser as simulator_parser
 
 pytestmark = pytest.mark.skipif(
     kubectl() is None, reason="kubectl not found: its kustomize builds are not checked"
@@ -35,6 +34,14 @@ pytestmark = pytest.mark.skipif(
 SUITE_UID = 10001  # the user deploy/Dockerfile creates
 IMAGE_WORKDIR = "/app"  # its WORKDIR
 RUNS = [K8S / "base", K8S / "examples" / "simulator", K8S / "overlays" / "three-workers"]  # they start a run
+
+
+def simulator_parser() -> Any:
+    """simulator.cli's parser, imported when a test runs: it imports aiohttp, which imports names from
+    ssl that gevent cannot patch once Locust (imported by other test modules at collection) patches."""
+    from simulator.cli import build_parser
+
+    return build_parser()
 
 
 def _id(path: Path) -> str:
