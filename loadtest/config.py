@@ -63,7 +63,7 @@ class RunConfig:
     step_s: float = 10.0
     min_step_requests: int = 20
     cooldown_s: float = 15.0  # the cap; a cooldown ends earlier once GPU memory is back near idle or stable
-    cooldown_min_s: float = 4.0  # > a worker's report interval (3 s): the step's last rows are in before the plan decides
+    cooldown_min_s: float = 4.0  # requests in flight at the step's end finish and their rows arrive (batches every 1 s) before the plan decides
     soak_s: float = 600.0
     headroom: float = 0.7
     refine: bool = True
@@ -223,7 +223,7 @@ FIELD_HELP = {
     "step_s": "measured seconds per step",
     "min_step_requests": "a step is lengthened (up to 3 x STEP_S) until it has this many requests",
     "cooldown_s": "longest cooldown at 0 users after a step; it ends earlier once GPU memory is back near idle, or stable for 3 s (a caching allocator keeps it)",
-    "cooldown_min_s": "shortest cooldown after a step (longer than a worker's 3 s report interval, so the plan decides on all of the step's rows)",
+    "cooldown_min_s": "shortest cooldown after a step (requests in flight at the step's end finish and reach the master before the plan decides on all of the step's rows)",
     "soak_s": "seconds SCENARIO=soak holds its level",
     "headroom": "fraction of GPU memory the estimate may plan for",
     "refine": "bisect until the answer is exact: the smallest level that reaches the plateau, between adjacent levels",

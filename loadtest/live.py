@@ -21,7 +21,7 @@ from analysis.loader import empty_frame
 from runfolder import Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
-SETTLE_S = 10.0  # rows of a step may still arrive this long after it ended (reports every ~3 s)
+SETTLE_S = 10.0  # rows of a step may still arrive this long after it ended (requests in flight at its end)
 _FLOATS = ("t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens")
 _INTS = ("step_index", "level", "status_code", "bytes_sent", "bytes_received", "attempt")
 
@@ -65,8 +65,8 @@ class LiveSteps:
 
     def table(self, now: float) -> pd.DataFrame:
         """The step table (analysis.STEP_COLUMNS) of every measured step closed so far. A step's row is
-        kept for good once SETTLE_S have passed since it ended: workers report every ~3 s, so rows of a
-        step that just ended may still be on their way (a decision taken on a part of them measured 9
+        kept for good once SETTLE_S have passed since it ended: rows of requests in flight at its end
+        arrive after it, in the workers' next batches (a decision taken on a part of the rows measured 9
         after 11 on vllm-far); until then it is computed afresh at each call."""
         rows = []
         for index, step in sorted(self._closed.items()):
