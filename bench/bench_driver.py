@@ -109,7 +109,7 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
             counts[1] += 1
         COUNTER.pack_into(shared, 0, counts[0], counts[1])
 
-    def ship_rows() -> None:  # what a worker does with the rows every ~3 s of its running time
+    def ship_rows() -> None:  # what a worker does with the rows every second of its running time
         active, last = 0.0, time.monotonic()
         while True:
             gevent.sleep(0.1)
