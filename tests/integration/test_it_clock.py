@@ -1,6 +1,9 @@
 """Workers whose clocks are 3 s off (the OCRCAP_TEST_CLOCK_SKEW_S test hook) give the same steps as
 workers on the master's clock: the master measures each offset and puts every request time on its
-own clock. Two runs side by side (each with its own simulator) keep the test within ~40 s."""
+own clock. Two runs side by side (each with its own simulator) keep the test within ~40 s.
+
+In `make test-slow`: `make test` skews the workers' clocks of its multi-host run (tests/multihost) and
+checks the offsets and every row's step there; this loopback version compares against an unskewed run."""
 
 from __future__ import annotations
 
@@ -13,10 +16,13 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from it_procs import REPO, spawn_cli, stop
 
 from loadtest.cli import LOCUSTFILE
 from loadtest.clock import SKEW_ENV
+
+pytestmark = pytest.mark.slow
 
 SKEWS_S = (3.0, -3.0)  # one worker's clock ahead of the master's, the other's behind
 OFFSET = re.compile(r"worker (\w+): clock_offset_s=([-+]\d+\.\d+)")

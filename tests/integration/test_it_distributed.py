@@ -2,7 +2,10 @@
 `python -m loadtest worker` in their own working folders, the simulator. IMAGES exist only on the
 master (deleted once it has read them, before any worker starts); every row reaches the master's
 requests.csv through Locust's channel (no worker copy is read), each tagged with its step; a worker
-of another suite version is refused with one line and exit status 2."""
+of another suite version is refused with one line and exit status 2.
+
+In `make test-slow`: `make test` runs these checks across hosts, on separate disks, in tests/multihost
+(where namespaces can be made: root); this loopback version is for machines where they cannot."""
 
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.merge import read_local_copy
 from scenarios import make_document_image
+
+pytestmark = pytest.mark.slow
 
 
 def _served(url: str) -> float:

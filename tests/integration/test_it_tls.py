@@ -144,6 +144,7 @@ def test_the_load_verifies_certificates_as_the_preflight_does(tls_sim):
         assert len(rows[name]) >= 3 and all(r["ok"] for r in rows[name]), (name, rows[name][:1])
 
 
+@pytest.mark.slow  # make test runs a whole method over HTTPS with the token across hosts: tests/multihost
 @pytest.mark.timeout(150)
 def test_a_run_over_https_records_rows_and_token_protected_metrics(tls_sim, tmp_path):
     args = [

@@ -21,12 +21,16 @@ from pathlib import Path
 
 from netlab import SUBNET, Lab, wait_for_line
 
+from loadtest.clock import SKEW_ENV
 from scenarios.pages import make_document_image
 
 HERE = Path(__file__).resolve().parent
 HOSTS = {"master": f"{SUBNET}.10", "w1": f"{SUBNET}.21", "w2": f"{SUBNET}.22", "sim": f"{SUBNET}.30",
          "side": f"{SUBNET}.40"}  # fmt: skip
 WORKERS = ("w1", "w2")
+# each worker's wall clock is this far off the master's (the loadtest.clock test hook), as on machines
+# without NTP: the master measures the offsets and puts every row on its own clock
+CLOCK_SKEW_S = {"w1": 2.5, "w2": -2.5}
 SIM_PORT, DCGM_PORT, SIDE_PORT, MASTER_PORT = 8000, 9400, 9410, 5557
 METRICS_TOKEN = "mh-metrics-token"  # test-only secrets, made up here, passed in environments
 SIDECAR_TOKEN = "mh-sidecar-token"
@@ -156,7 +160,10 @@ def start_run(hosts: Hosts, name: str, levels: str, step_s: float = 3.0) -> Run:
     master = hosts.lab.spawn("master", master_args(hosts, out, images, levels, step_s), master_log, cwd=out,
                              env={"OCRCAP_METRICS_HEADERS": METRICS_HEADERS, "OCRCAP_GPU_TOKEN": SIDECAR_TOKEN},
                              hide=tuple(dirs.values()))  # fmt: skip
-    workers = {w: hosts.worker(w, d, logs / f"{name}-{w}.log", hide=(out, images)) for w, d in dirs.items()}
+    workers = {
+        w: hosts.worker(w, d, logs / f"{name}-{w}.log", env={SKEW_ENV: str(CLOCK_SKEW_S[w])}, hide=(out, images))
+        for w, d in dirs.items()
+    }
     return Run(name, master, master_log, workers, dirs, served_before=served_before)
 
 

@@ -11,6 +11,7 @@ Needs root (namespaces): skipped elsewhere with the reason."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from mh_runs import PAGE_SIZE, WORKERS, Hosts, Run, finish_run, start_run
+from mh_runs import CLOCK_SKEW_S, PAGE_SIZE, WORKERS, Hosts, Run, finish_run, start_run
 
 from loadtest.merge import read_local_copy
 
@@ -175,6 +176,20 @@ def test_the_cut_worker_is_reported_lost(seen: Observed, tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr
     merged = pd.read_csv(folder / "requests.csv")
     assert merged.request_id.is_unique and set(seen.copies["w2"].request_id) <= set(merged.request_id)
+
+
+@pytest.mark.timeout(60)
+def test_each_workers_clock_offset_is_measured(seen: Observed) -> None:
+    """The workers' clocks are 2.5 s ahead and behind (CLOCK_SKEW_S): the master's estimate of each is
+    within 0.1 s of it, and test_steps_are_right finds every row inside its step on the master's clock."""
+    offsets: dict[str, float] = {}
+    for event in seen.jsonl("events.jsonl"):
+        m = re.search(r"worker (\w+): clock_offset_s=([-+]\d+\.\d+)", event["message"])
+        if event["kind"] == "clock_offset" and m:
+            offsets[m.group(1)] = float(m.group(2))  # the last estimate of each worker
+    for host in WORKERS:
+        (worker_id,) = set(seen.copies[host].worker_id)
+        assert abs(offsets[worker_id] - CLOCK_SKEW_S[host]) < 0.1, (host, offsets)
 
 
 @pytest.mark.timeout(60)
