@@ -48,9 +48,10 @@ _PAYLOADS: Payloads | None = None
 
 # Verdicts by (image, status, body, error): a deterministic server sends the same bytes for the same
 # image, and judging an answer (parse, CER, kinds) cost 1.1 us a request against 0.2 us to look it up.
-# Bounded: a server whose answers all differ only fills and clears it. Cleared with new payloads (the
-# config's style, JSON path and CER bar decide the verdict).
-_VERDICTS: dict[tuple[str, int, bytes, str], _Verdict] = {}
+# The body is keyed by its length and 64-bit hash, not kept: 1024 long markdown answers would hold tens
+# of MB. Bounded: a server whose answers all differ (vLLM's carry a fresh id) only fills and clears it.
+# Cleared with new payloads (the config's style, JSON path and CER bar decide the verdict).
+_VERDICTS: dict[tuple[str, int, int, int, str], _Verdict] = {}
 VERDICTS_MAX = 1024
 
 
@@ -296,7 +297,8 @@ class _Verdict(NamedTuple):
 
 def judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
     """_judge's verdict, remembered (see _VERDICTS)."""
-    key = (item.name, reply.status, reply.body, reply.error)
+    body = reply.body
+    key = (item.name, reply.status, len(body), hash(body), reply.error)
     verdict = _VERDICTS.get(key)
     if verdict is None:
         if len(_VERDICTS) >= VERDICTS_MAX:

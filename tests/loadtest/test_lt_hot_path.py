@@ -82,7 +82,7 @@ def test_a_remembered_verdict_equals_judging_again_and_new_payloads_forget_it(mo
     assert users.judge(strict.config, item, wrong).failure_kind != ""
 
 
-def test_the_remembered_verdicts_stay_bounded(monkeypatch):
+def test_the_remembered_verdicts_stay_bounded_and_keep_no_answer(monkeypatch):
     monkeypatch.setattr(users, "_PAYLOADS", None)
     payloads = _payloads()
     users.set_payloads(payloads)
@@ -90,3 +90,4 @@ def test_the_remembered_verdicts_stay_bounded(monkeypatch):
     for i in range(users.VERDICTS_MAX + 10):
         users.judge(payloads.config, item, _reply(f"answer {i}"))
     assert len(users._VERDICTS) <= users.VERDICTS_MAX
+    assert not any(isinstance(part, bytes) for key in users._VERDICTS for part in key), "answers are not kept"
