@@ -308,6 +308,9 @@ def cmd_ui(ns: argparse.Namespace) -> int:
                 proc.kill()
 
 
+WORKER_QUIT_S = 20.0  # for the Locust worker to stop its users and say goodbye
+
+
 def cmd_worker(ns: argparse.Namespace) -> int:
     """A Locust worker in this working directory; its safety copy of the rows under --worker-dir."""
     host, sep, port = ns.master.rpartition(":")
@@ -317,9 +320,15 @@ def cmd_worker(ns: argparse.Namespace) -> int:
         return fail(f"bad --master {ns.master!r}: give the master's HOST:PORT, e.g. driver1:5557")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", WORKER_DIR_ENV: str(Path(ns.worker_dir).resolve())}
     cmd = _worker_cmd(host.strip("[]"), int(port)) + ["--loglevel", "WARNING"]
+    worker = subprocess.Popen(cmd, env=env)
     try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
+        return worker.wait()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (a pod deleted): Locust's worker quits cleanly on SIGTERM,
+        worker.terminate()  # telling the master, its rows shipped and its copy closed
+        try:
+            worker.wait(timeout=WORKER_QUIT_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
         return 130
 
 

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -152,3 +153,40 @@ def test_rows_equal_requests_served_images_from_the_master_and_a_version_refused
         # tagged at request start: the start lies inside its step (step boundaries land ~1 s apart)
         assert step["t_start_unix_s"] - 0.5 <= row.t_start_unix_s <= step["t_end_unix_s"] + 0.5
         assert step["level"] == row.level
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_stopped_with_sigterm_hands_in_every_row_before_it_goes(simulator_factory, tmp_path):
+    """As when its pod is deleted: SIGTERM to `python -m loadtest worker` alone. Its Locust worker quits
+    cleanly (not killed), so its final batch reaches the master: nothing is only on its disk."""
+    sim = simulator_factory("--profile", "pytorch-24g", "--dcgm-port", "0")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = ["run", "--host", sim.url, "--out", str(tmp_path / "results"), "--levels", "2,4", "--workers", "0",
+            "--remote-workers", "2", "--master-port", str(port), "--idle-s", "1", "--warmup-s", "1",
+            "--step-s", "6", "--cooldown-s", "3", "--baseline-rounds", "1", "--gpu", f"dcgm:{sim.dcgm_url}",
+            "--refine", "false"]  # fmt: skip
+    master = spawn_cli(argv)
+    procs = [master, _worker(port, tmp_path / "w1"), _worker(port, tmp_path / "w2")]
+    lines: list[str] = []
+    try:
+        _lines_until(master, "step 5/", lines, 90)  # the first load step has begun
+        time.sleep(2.0)
+        procs[1].send_signal(signal.SIGTERM)
+        out, _ = procs[1].communicate(timeout=30)
+        master.wait(timeout=120)
+        assert master.returncode == 0, "\n".join(lines[-40:])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    m = re.search(r"^worker (w\w+): \d+ rows", out, re.M)
+    assert m is not None, out
+    run_dir = next(p for p in (tmp_path / "results").iterdir() if p.is_dir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rows_only_on_workers"] == {} and summary["workers_without_final_count"] == []
+    gone = summary["manifest"]["row_tally"]["workers"][m.group(1)]
+    assert gone["final_count"] and gone["rows_received"] == gone["rows_produced"] > 0, gone
+    assert len(pd.read_csv(run_dir / "requests.csv")) + 1 == _served(sim.url)
