@@ -102,7 +102,6 @@ def start_worker_run(environment: Environment, cfg: RunConfig) -> None:
 
 
 def _apply_images(cfg: RunConfig) -> None:
-    users.OcrUser.network_timeout = cfg.request_timeout_s
     image_set = _Worker.images.get(_Worker.wanted)
     if image_set is None:  # users wait (OcrUser sleeps without payloads) until the images arrive
         log.warning("waiting for the image set %s from the master", _Worker.wanted[:12] or "(none named)")
@@ -354,10 +353,10 @@ def flush(runner: MasterRunner) -> list[str]:
         runner.send_message(rowlink.FLUSH_MESSAGE, {"round": r, "run_id": inbox.run_id}, client_id=client_id)
     deadline = time.monotonic() + rowlink.FLUSH_WAIT_S
     ids = {worker_id_of(c): c for c in live}
-    late = inbox.not_answered(r, list(ids))
-    while late and time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # no wait for a worker Locust has found missing meanwhile
+        if not [w for w in inbox.not_answered(r, list(ids)) if ids[w] in live_clients(runner)]:
+            break
         gevent.sleep(0.01)
-        late = [w for w in inbox.not_answered(r, list(ids)) if ids[w] in live_clients(runner)]
     return inbox.not_answered(r, list(ids))
 
 

@@ -56,12 +56,14 @@ VERDICTS_MAX = 1024
 
 
 def set_payloads(payloads: Payloads | None) -> None:
-    """The payloads of this process's users, and the run's TLS settings for their connections."""
+    """The payloads of this process's users, and the run's request timeout and TLS settings for their
+    connections."""
     global _PAYLOADS
     _PAYLOADS = payloads
     _VERDICTS.clear()
     if payloads is None:
         return
+    OcrUser.network_timeout = payloads.config.request_timeout_s
     set_tls(payloads.config.tls())
     if payloads.config.headers_from_workers and not payloads.headers:
         log.warning(
@@ -249,7 +251,7 @@ class OcrUser(FastHttpUser):
         latency_ms: float, ttft_ms: float | None, status: int, received: int, verdict: _Verdict,
         attempt: int, final: bool,
     ) -> RequestRow:  # fmt: skip
-        # positional, in RequestRow's field order (tests/loadtest/test_lt_user.py checks it): keywords cost
+        # positional, in RequestRow's field order (tests/loadtest/test_lt_hot_path.py checks it): keywords cost
         # 0.5 us more a row on the hot path
         return RequestRow(
             STATE.next_request_id(),  # request_id

@@ -263,18 +263,12 @@ def _on_step_message(environment: Environment, msg: Any, **_kwargs: Any) -> None
     STATE.tag = StepTag(**msg.data)
 
 
-def _ensure_payloads(environment: Environment) -> None:
-    cfg = config_of(environment)
-    users.OcrUser.network_timeout = cfg.request_timeout_s
-    users.set_payloads(build_payloads(cfg))
-
-
 def _on_test_start(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         link.start_worker_run(environment, config_of(environment))
     elif isinstance(runner, LocalRunner):
-        _ensure_payloads(environment)
+        users.set_payloads(build_payloads(config_of(environment)))
 
 
 def _on_init(environment: Environment, **_kwargs: Any) -> None:
