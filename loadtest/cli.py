@@ -311,6 +311,30 @@ def cmd_ui(ns: argparse.Namespace) -> int:
 WORKER_QUIT_S = 20.0  # for the Locust worker to stop its users and say goodbye
 
 
+def _wait_for_master(host: str, port: int, wait_s: float) -> str:
+    """"" once something listens at host:port, else why not (one line). Locust's own worker waits in
+    silence, for minutes, on a master that is not there; a worker may start before its master, so
+    wait up to `wait_s`, saying so once."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
+                return ""
+        except socket.gaierror as exc:
+            return f"bad --master {host}:{port}: the name does not resolve ({exc.strerror}): give the master's address"
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                return (
+                    f"no master listens at {host}:{port} after {wait_s:.0f} s ({exc.strerror or exc}): start"
+                    " `make master` there first, check MASTER_BIND and the port, or raise --connect-wait-s"
+                )
+        if not said:
+            print(f"waiting for the master at {host}:{port} (up to {wait_s:.0f} s)", flush=True)
+            said = True
+        time.sleep(1.0)
+
+
 def cmd_worker(ns: argparse.Namespace) -> int:
     """A Locust worker in this working directory; its safety copy of the rows under --worker-dir."""
     host, sep, port = ns.master.rpartition(":")
@@ -318,8 +342,12 @@ def cmd_worker(ns: argparse.Namespace) -> int:
         host, port = ns.master, str(ns.master_port)
     if not host or not port.isdigit():
         return fail(f"bad --master {ns.master!r}: give the master's HOST:PORT, e.g. driver1:5557")
+    host = host.strip("[]")
+    unreachable = _wait_for_master(host, int(port), ns.connect_wait_s)
+    if unreachable:
+        return fail(unreachable)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", WORKER_DIR_ENV: str(Path(ns.worker_dir).resolve())}
-    cmd = _worker_cmd(host.strip("[]"), int(port)) + ["--loglevel", "WARNING"]
+    cmd = _worker_cmd(host, int(port)) + ["--loglevel", "WARNING"]
     worker = subprocess.Popen(cmd, env=env)
     try:
         return worker.wait()
@@ -377,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker")
     w.add_argument("--master", required=True, help="the master's HOST:PORT (port 5557 when left out)")
     w.add_argument("--master-port", type=int, default=5557, help="the master's port when --master has none")
+    w.add_argument("--connect-wait-s", type=float, default=120.0,
+                   help="how long to wait for the master to listen before giving up")  # fmt: skip
     w.add_argument("--worker-dir", default=DEFAULT_WORKER_DIR,
                    help="where this worker keeps its own copy of its rows, one folder per run")  # fmt: skip
     m = sub.add_parser("merge-rows")

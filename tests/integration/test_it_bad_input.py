@@ -57,6 +57,19 @@ def test_a_host_with_nothing_listening_exits_2_within_seconds(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_a_worker_whose_master_is_not_there_waits_then_exits_2_in_one_line(tmp_path):
+    port = _closed_port()
+    t0 = time.monotonic()
+    res = run_cli(["worker", "--master", f"127.0.0.1:{port}", "--connect-wait-s", "2"], timeout_s=60)
+    assert res.returncode == 2
+    (line,) = [x for x in res.stderr.splitlines() if x.strip()]
+    assert f"no master listens at 127.0.0.1:{port}" in line and "make master" in line, res.stderr
+    assert "waiting for the master" in res.stdout
+    assert time.monotonic() - t0 < 30
+    res = run_cli(["worker", "--master", "no-such-host.invalid:5557"], timeout_s=60)
+    assert res.returncode == 2 and "does not resolve" in res.stderr, res.stderr
+
+
 _CHAT = {
     "object": "chat.completion",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}}],
