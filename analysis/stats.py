@@ -24,6 +24,15 @@ def percentile(values: FloatArray, q: float) -> float:
     return float(np.percentile(values, q))
 
 
+def latency_cv(values: FloatArray) -> float:
+    """Coefficient of variation (sample standard deviation / mean); NaN under two values or a zero mean.
+    The step table's `latency_cv` and the master's live request target (loadtest/timing.py) both use it."""
+    if values.size < 2:
+        return math.nan
+    mean = float(values.mean())
+    return float(values.std(ddof=1)) / mean if mean > 0 else math.nan
+
+
 def _binomial_cdf(n: int, p: float) -> FloatArray:
     """P(B <= k) for k = 0..n, B ~ Binomial(n, p), in log space so large n stays exact."""
     k = np.arange(n + 1, dtype=np.float64)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis.estimate import gpu_of, gpus_named
 from analysis.loader import RunData, empty_frame
-from analysis.stats import FloatArray, percentile, quantile_ci
+from analysis.stats import FloatArray, latency_cv, percentile, quantile_ci
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
 MEASURED_PHASES = ("baseline", "step")
@@ -123,7 +123,7 @@ def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
         "p99_ms": percentile(good, 99),
         "max_ms": _stat(good, "max"),
         "mean_ms": _stat(good, "mean"),
-        "latency_cv": float(good.std(ddof=1) / good.mean()) if good.size > 1 and good.mean() > 0 else math.nan,
+        "latency_cv": latency_cv(good),
         "p95_all_ms": percentile(latency, 95),
         "p95_ci_low_ms": ci_low,
         "p95_ci_high_ms": ci_high,
@@ -196,6 +196,11 @@ class WindowShares:
         keep = share > 0
         return self.positions[lo:hi][keep], np.clip(share[keep], 0.0, 1.0)
 
+    def throughput_rps(self, t0: float, t1: float) -> float:
+        """The throughput of [t0, t1] (`window_throughput`): the one definition, used by the step table and,
+        live, by the master's console lines and panel (loadtest/live.py)."""
+        return window_throughput(self.shares(t0, t1)[1], t0, t1)
+
 
 def window_throughput(shares: np.ndarray, t0: float, t1: float) -> float:
     """Successful requests completed per second of [t0, t1], each counted by the share of its own time
@@ -216,9 +221,9 @@ def throughput_with_error(
     process: relative error = CV of latency / sqrt(answers)). Batch means alone understate it when a
     request lasts longer than a batch, since a request's share spreads over the batches it spans. Without
     an error, a 3% dip at one level (the size of a counting error once fixed here) moved the knee by 4."""
-    total = window_throughput(intervals.shares(t0, t1)[1], t0, t1)
+    total = intervals.throughput_rps(t0, t1)
     edges = np.linspace(t0, t1, THROUGHPUT_BATCHES + 1)
-    parts = np.array([window_throughput(intervals.shares(a, b)[1], a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+    parts = np.array([intervals.throughput_rps(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
     parts = parts[~np.isnan(parts)]
     if parts.size < 2 or math.isnan(total) or answers < 2 or math.isnan(latency_cv):
         return {"throughput_rps": total, "throughput_se_rps": math.nan,
