@@ -62,8 +62,8 @@ class RunConfig:
     warmup_s: float = 2.0
     step_s: float = 10.0
     min_step_requests: int = 20
-    cooldown_s: float = 15.0  # the cap; a cooldown ends earlier once GPU memory is back near idle or stable
-    cooldown_min_s: float = 4.0  # requests in flight at the step's end finish and their rows arrive (batches every 1 s) before the plan decides
+    cooldown_s: float = 15.0  # the cap on the wait for memory, once the step's requests are back (loadtest/timing.py)
+    cooldown_min_s: float = 4.0  # from the cooldown's start; at most cooldown_s
     soak_s: float = 600.0
     headroom: float = 0.7
     refine: bool = True
@@ -181,6 +181,9 @@ class RunConfig:
             raise ConfigError(
                 f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
             )
+        from loadtest.timing import limits_of  # it reads this module's ConfigError
+
+        limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
         return self
 
 
@@ -219,11 +222,17 @@ FIELD_HELP = {
     "idle_s": "seconds at 0 users to read idle GPU memory",
     "baseline_rounds": "rounds of single-request baseline",
     "baseline_round_requests": "requests per baseline round",
-    "warmup_s": "seconds of unmeasured load before each step",
+    "warmup_s": (
+        "shortest unmeasured load before each step; a warm-up lasts about two of the server's latencies at its"
+        " level, and the baseline's ends once latency has settled (slow first requests)"
+    ),
     "step_s": "measured seconds per step",
     "min_step_requests": "a step is lengthened (up to 3 x STEP_S) until it has this many requests",
-    "cooldown_s": "longest cooldown at 0 users after a step; it ends earlier once GPU memory is back near idle, or stable for 3 s (a caching allocator keeps it)",
-    "cooldown_min_s": "shortest cooldown after a step (requests in flight at the step's end finish and reach the master before the plan decides on all of the step's rows)",
+    "cooldown_s": (
+        "longest wait for GPU memory in a cooldown, once every request of the step is back (or cut at the stop"
+        " timeout); it ends earlier once memory is back near idle, or stable for 3 s (a caching allocator keeps it)"
+    ),
+    "cooldown_min_s": "shortest cooldown after a step (at most COOLDOWN_S); a cooldown also waits until every request of the step is back",
     "soak_s": "seconds SCENARIO=soak holds its level",
     "headroom": "fraction of GPU memory the estimate may plan for",
     "refine": "bisect until the answer is exact: the smallest level that reaches the plateau, between adjacent levels",

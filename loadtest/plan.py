@@ -24,6 +24,7 @@ from typing import Any
 
 from analysis import plan_levels
 from loadtest.config import RunConfig
+from loadtest.timing import TARGET_WINDOWS, limits_of
 from runfolder import Phase
 
 
@@ -50,7 +51,6 @@ class LevelChoice:
 DOUBLING_LEVELS = [1, 2, 4, 8, 16, 32, 64]
 TARGET_REL_SE = 0.02  # near the knee a smooth curve gains 3-5% a level: measure throughput to about 2%
 MAX_TARGET_REQUESTS = 2000
-TARGET_WINDOWS = 4  # a step may run up to 4 measured windows to reach its target
 
 
 def target_requests(latency_cv: float | None) -> int:
@@ -110,10 +110,10 @@ def _step(cfg: RunConfig, level: int, note: str, target: int = 0) -> Iterator[Ph
     if cfg.scenario == "soak":
         yield PhaseSpec(Phase.STEP, level, f"soak at {level} ({note})", cfg.soak_s, cfg.soak_s)
     else:
-        target_max_s = TARGET_WINDOWS * cfg.step_s
+        limits = limits_of(cfg)  # the step's own spread may raise its target (Controller._step_target)
         yield PhaseSpec(
-            Phase.STEP, level, note, cfg.step_s, max(3 * cfg.step_s, cfg.step_s + 30, target_max_s),
-            cfg.min_step_requests, target, target_max_s,
+            Phase.STEP, level, note, cfg.step_s, limits.step_max_s,
+            cfg.min_step_requests, target, limits.step_target_max_s,
         )  # fmt: skip
     yield _cooldown(cfg)
 

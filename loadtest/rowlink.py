@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.merge import LocalCopy, pack_rows, unpack_rows
+from loadtest.timing import FLUSH_WAIT_S as FLUSH_WAIT_S  # the timing limits live in loadtest/timing.py
 from runfolder import RequestRow
 
 ROWS_MESSAGE = "ocr_rows"
@@ -31,7 +32,6 @@ SHIP_INTERVAL_S = 1.0  # a SIGKILLed worker takes at most this much of its rows 
 RESEND_AFTER_S = 5.0
 MAX_UNACKED = 600  # batches kept for resending (~10 min without a master); older ones only in the copy
 MAX_RESENDS = 50  # batches sent again at once: a master back after a gap is not flooded
-FLUSH_WAIT_S = 3.0  # how long the master waits at a step's end for each live worker's answer
 FINAL_WAIT_S = 5.0  # at the run's end, after the workers' stop timeout
 WORKER_DIR_ENV = "OCRCAP_WORKER_DIR"  # `python -m loadtest worker --worker-dir` sets it for its Locust
 DEFAULT_WORKER_DIR = "ocr-worker"  # in the worker's working directory; a folder per run id inside
