@@ -27,7 +27,7 @@ import pandas as pd
 
 import analysis
 from loadtest.config import RunConfig
-from loadtest.plan import choose_levels, plan_phases
+from loadtest.plan import choose_levels, plan_phases, target_requests
 
 KNEE_SHARE = 0.95
 OOM_FAIL_MS = 5.0  # an allocator failure answers in milliseconds
@@ -132,15 +132,17 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
         return analysis.probe_level(table(), analysis.find_knee(table()))
 
     def levels() -> Any:
-        return choose_levels(cfg, _Estimate(curve.estimate), float(rows[0]["latency_cv"]))
+        return choose_levels(cfg, _Estimate(curve.estimate))  # each step's target follows its own spread
 
     for index, spec in enumerate(plan_phases(cfg, levels, knee_now, refine, probe), start=1):
         if spec.phase in ("baseline", "step"):
             window = cfg.step_s if spec.phase == "step" else max(cfg.step_s, 60 * curve.single_s)
-            if spec.target_requests:  # the controller's rule: go on to the target, up to target_max_s
-                needed_s = spec.target_requests / curve.throughput_rps(spec.level)
-                window = min(max(window, needed_s), spec.target_max_s)
-            rows.append(measure(curve, spec.level, window, str(spec.phase), 2 * index, seed))
+            row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
+            needed_s = target_requests(row["latency_cv"]) / curve.throughput_rps(spec.level)
+            if spec.target_max_s and needed_s > window:  # the controller's rule: the target its own spread sets
+                window = min(needed_s, spec.target_max_s)
+                row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
+            rows.append(row)
             result.seconds += window
             if spec.phase == "step":
                 result.levels.append(spec.level)

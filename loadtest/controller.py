@@ -21,10 +21,12 @@ import analysis
 from gpu_sampler import GpuMonitor, combine_gpus
 from loadtest import failures
 from loadtest.config import RunConfig
-from loadtest.live import LiveSteps
+from loadtest.live import LiveSteps, panel_row
+from loadtest.phase_timing import PhaseTiming
 from loadtest.plan import LevelChoice, PhaseSpec, choose_levels, expected_minutes, plan_phases, refine_guess
 from loadtest.settle import MemorySettle
 from loadtest.state import STATE, StepTag
+from loadtest.timing import limits_of
 from runfolder import (
     EVENTS_FILE,
     GPU_FILE,
@@ -91,6 +93,8 @@ class Controller:
         self.measured_levels: list[int] = []
         self.idle_mib: float | None = None
         self.settle = MemorySettle()  # the current phase's memory samples, for the cooldown's end
+        self.limits = limits_of(cfg)  # wiring puts Locust's own stop timeout in
+        self.timing = PhaseTiming(self)  # warm-ups, step targets and cooldowns that follow the server
         self.gpus_named = analysis.gpus_named({"config": {"gpu": cfg.gpu}})  # GPU= names the server's cards
         self.choice: LevelChoice | None = None
         self._first_level_step = 0
@@ -183,13 +187,18 @@ class Controller:
             self._print_live(elapsed)
         rows = self.rows_per_step[self.step_index]
         done = elapsed >= spec.min_s and rows >= spec.min_requests
-        if spec.target_requests and rows < spec.target_requests and elapsed < spec.target_max_s:
-            done = False  # a noisy server: more requests for a precise throughput (plan.target_requests)
+        if spec.phase == Phase.STEP and not self.timing.target_reached(spec, rows, elapsed):
+            done = False  # more requests for a precise throughput: the step's own spread says how many
+        if spec.phase == Phase.WARMUP and not self.measured_levels:
+            done = self.timing.baseline_warmed(spec, rows, elapsed)  # slow first requests are over
         if spec.phase == Phase.COOLDOWN:
-            done = done and user_count == 0 and self._memory_settled()
+            if self.timing.cooldown_over(now, elapsed, user_count):
+                return self._advance(now)
+            return self._users(spec)
         if done or elapsed >= spec.max_s:
             if (
                 elapsed >= spec.max_s
+                and spec.phase in MEASURED
                 and spec.min_requests
                 and self.rows_per_step[self.step_index] < spec.min_requests
             ):
@@ -219,7 +228,7 @@ class Controller:
     def _advance(self, now: float) -> tuple[int, float] | None:
         now = self._close_phase(now)
         try:
-            spec = next(self._plan)
+            spec = self.timing.timed(next(self._plan))
         except StopIteration:
             self._finish(now)
             return None
@@ -228,6 +237,7 @@ class Controller:
         self.phase_start = now
         self.phase_degraded = ""
         self.settle.reset()
+        self.timing.reset()
         self.live_latency_ms = []
         self.live_errors = 0
         tag = StepTag(self.step_index, str(spec.phase), spec.level)
@@ -264,7 +274,11 @@ class Controller:
         if spec.phase in MEASURED:
             self.measured_levels.append(spec.level)
             self._print_live(now - self.phase_start, final=True)
-            self.completed.append(self._live_row(row))
+            rps = self.live.throughput_rps(row.step_index, row.t_start_unix_s, row.t_end_unix_s)
+            self.completed.append(panel_row(row, None, self.gpu_peak_per_step, provisional=(
+                self.rows_per_step[row.step_index], self.live_errors, rps, self.live_latency_ms)))
+        if spec.phase == Phase.COOLDOWN:
+            self.timing.finalize_rows()  # every request of the steps before is back or cut: their rows are final
         if spec.phase == Phase.IDLE and self.monitor is not None:
             self.idle_mib = self.monitor.latest_mem_used_mib()
         self.spec = None
@@ -299,26 +313,12 @@ class Controller:
         lat = self.live_latency_ms
         p95 = f"{np.percentile(lat, 95):.0f} ms" if lat else "-"
         label = "done" if final else "running"
+        rps = self.live.throughput_rps(self.step_index, self.phase_start, self.phase_start + elapsed)
         progress(
             f"step {self.step_index}/{self._steps_planned()} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
             f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}"
+            f" throughput so far={rps:.2f} rps"
         )
-
-    def _live_row(self, row: StepRow) -> dict[str, Any]:
-        lat = self.live_latency_ms
-        duration = max(row.t_end_unix_s - row.t_start_unix_s, 1e-9)
-        return {
-            "step_index": row.step_index,
-            "phase": row.phase,
-            "level": row.level,
-            "status": row.status,
-            "requests": self.rows_per_step[row.step_index],
-            "errors": self.live_errors,
-            "throughput_rps": round(len(lat) / duration, 2),
-            "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat else None,
-            "p95_ms": round(float(np.percentile(lat, 95)), 1) if lat else None,
-            "gpu_mem_peak_mib": self.gpu_peak_per_step.get(row.step_index),
-        }
 
     # --- decisions between phases --------------------------------------------------------
     def _load(self) -> Any:
@@ -338,7 +338,7 @@ class Controller:
             self._update_manifest(estimate=self.estimate)
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
-        choice = choose_levels(cfg, estimate, self._baseline_cv())
+        choice = choose_levels(cfg, estimate)  # each step's request target follows its own spread (timing)
         self.choice = choice
         self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)
@@ -352,16 +352,6 @@ class Controller:
                if choice.target_requests > cfg.min_step_requests else "")
         )
         return choice
-
-    def _baseline_cv(self) -> float | None:
-        """The baseline's latency CV, from the running totals: how noisy the server is."""
-        try:
-            table = self.live.table(self.clock())
-            base = table[table["phase"] == "baseline"]
-            return None if base.empty else float(base["latency_cv"].iloc[-1])
-        except Exception as exc:
-            self.event("warning", f"could not read the baseline's latency spread: {exc}")
-            return None
 
     def _knee(self) -> tuple[Any, Any] | None:
         """The step table from the running totals and the knee on it (no run folder reload)."""

@@ -77,6 +77,7 @@ def controller_for(environment: Environment) -> Controller:
     runner = environment.runner
     ctl = Controller(cfg, run_dir, None, broadcast=lambda tag: _broadcast(runner, tag),
                      flush=lambda: _flush(runner, ctl))  # fmt: skip
+    ctl.limits = ctl.limits.with_stop_timeout(float(environment.stop_timeout))  # a cooldown waits this long for users
     if not (run_dir / "manifest.json").exists():
         write_manifest(run_dir, build_manifest(cfg, run_dir))
     monitor = GpuMonitor.from_spec(

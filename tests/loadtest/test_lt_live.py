@@ -1,4 +1,4 @@
-"""The master's running totals give the analysis's own step rows, late rows included until they settle."""
+"""The master's running totals give the analysis's own step rows, late rows included until the step is final."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis import step_table
 from analysis.loader import RunData, empty_frame
-from loadtest.live import SETTLE_S, LiveSteps, requests_frame
+from loadtest.live import LiveSteps, panel_row, requests_frame
 from runfolder import Event, GpuSample, HostSample, RequestRow, ServerSample, StepRow
 
 
@@ -48,16 +48,31 @@ def test_the_live_row_is_the_analysis_row() -> None:
         assert mine[column] == theirs[column], column
 
 
-def test_rows_arriving_after_the_step_count_until_it_settles() -> None:
+def test_rows_arriving_after_the_step_count_until_it_is_final_however_late() -> None:
     rows = _rows()
     live = LiveSteps()
     live.add_rows(rows[:20])  # the worker's last report of the step is still on its way
     for step in STEPS:
         live.close(step)
-    early = live.table(now=STEPS[1].t_end_unix_s + 1.0)
-    live.add_rows(rows[20:])
-    later = live.table(now=STEPS[1].t_end_unix_s + 2.0)
+    early = live.table()
+    live.add_rows(rows[20:])  # a minute later: a slow server's requests come back long after their step
+    later = live.table()
     assert early.iloc[0]["requests"] < later.iloc[0]["requests"] == 40
-    settled = live.table(now=STEPS[1].t_end_unix_s + SETTLE_S + 1)
-    live.add_rows([_row(99, 2, 5.0, 500.0)])  # past the settle time: only on disk
-    assert live.table(now=1e9).iloc[0]["requests"] == settled.iloc[0]["requests"] == 40
+    assert not live.is_final(2)
+    assert live.finalize(3) == [2]  # the cooldown after it drained: every request is back or cut
+    live.add_rows([_row(99, 2, 5.0, 500.0)])  # after that: only on disk
+    assert live.is_final(2) and live.table().iloc[0]["requests"] == 40
+
+
+def test_the_panel_and_console_throughput_is_the_step_tables() -> None:
+    live = LiveSteps()
+    live.add_rows(_rows())
+    for step in STEPS:
+        live.close(step)
+    table_row = live.row(2)
+    assert table_row is not None
+    assert live.throughput_rps(2, 2.0, 12.0) == table_row["throughput_rps"]  # the running line's definition
+    final = panel_row(STEPS[1], table_row, {})
+    assert final["throughput_rps"] == round(table_row["throughput_rps"], 2) and final["final"]
+    provisional = panel_row(STEPS[1], None, {}, provisional=(44, 5, 3.14159, [500.0, 500.0]))
+    assert provisional["status"] == "complete, requests in flight" and provisional["throughput_rps"] == 3.14
