@@ -59,7 +59,7 @@ class TimingLimits:
     stop_timeout_s: float  # Locust's graceful stop at a step-down: then requests in flight are cut
     drain_cap_s: float  # the cooldown's wait for every user to stop
     flush_wait_s: float
-    cooldown_min_s: float  # COOLDOWN_MIN_S, from the cooldown's start
+    cooldown_min_s: float  # COOLDOWN_MIN_S (at most COOLDOWN_S), from the cooldown's start
     cooldown_cap_s: float  # COOLDOWN_S, the wait for memory once drained
 
     def with_stop_timeout(self, stop_timeout_s: float) -> TimingLimits:
@@ -68,11 +68,6 @@ class TimingLimits:
 
     def check(self) -> TimingLimits:
         """Raise ConfigError (one line) when the limits' order cannot work; return self otherwise."""
-        if self.cooldown_min_s > self.cooldown_cap_s:
-            raise ConfigError(
-                f"COOLDOWN_MIN_S={self.cooldown_min_s:g} is above COOLDOWN_S={self.cooldown_cap_s:g}, the"
-                " cooldown's cap: lower COOLDOWN_MIN_S or raise COOLDOWN_S"
-            )
         if self.stop_timeout_s >= HEARTBEAT_TIMEOUT_S:
             raise ConfigError(
                 f"a stop timeout of {self.stop_timeout_s:g} s reaches Locust's {HEARTBEAT_TIMEOUT_S:g} s worker"
@@ -80,6 +75,7 @@ class TimingLimits:
             )
         ordered = [
             ("the drain's cap", self.drain_cap_s, "the stop timeout", self.stop_timeout_s + 1.0),
+            ("the cooldown's cap", self.cooldown_cap_s, "its minimum", self.cooldown_min_s),
             ("a warm-up's cap", self.warmup_cap_s, "WARMUP_S", self.warmup_min_s),
             ("a step's target time", self.step_target_max_s, "STEP_S", self.step_s),
             ("a step's longest time", self.step_max_s, "its target time", self.step_target_max_s),
@@ -104,7 +100,7 @@ def limits_of(cfg: RunConfig) -> TimingLimits:
         stop_timeout_s=stop_s,
         drain_cap_s=stop_s + DRAIN_GRACE_S,
         flush_wait_s=FLUSH_WAIT_S,
-        cooldown_min_s=cfg.cooldown_min_s,
+        cooldown_min_s=min(cfg.cooldown_min_s, cfg.cooldown_s),  # COOLDOWN_S=2 alone means 2 s cooldowns
         cooldown_cap_s=cfg.cooldown_s,
     )
 

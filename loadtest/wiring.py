@@ -77,7 +77,10 @@ def controller_for(environment: Environment) -> Controller:
     runner = environment.runner
     ctl = Controller(cfg, run_dir, None, broadcast=lambda tag: _broadcast(runner, tag),
                      flush=lambda: _flush(runner, ctl))  # fmt: skip
-    ctl.limits = ctl.limits.with_stop_timeout(float(environment.stop_timeout))  # a cooldown waits this long for users
+    try:  # a cooldown waits for users as long as Locust lets them finish (a --stop-timeout given to Locust)
+        ctl.limits = ctl.limits.with_stop_timeout(float(environment.stop_timeout)).check()
+    except ConfigError as exc:
+        ctl.event("warning", f"{exc}; the run goes on with the config's {cfg.stop_timeout_s} s")
     if not (run_dir / "manifest.json").exists():
         write_manifest(run_dir, build_manifest(cfg, run_dir))
     monitor = GpuMonitor.from_spec(
