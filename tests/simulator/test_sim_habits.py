@@ -197,3 +197,14 @@ def test_the_truth_of_slow_first_requests_is_the_warm_server() -> None:
     assert truth("pytorch-24g", 1000, 700, slow_first_requests=3, slow_first_s=30.0) == plain
     with pytest.raises(ProfileError, match="--slow-first-s"):
         make_options(slow_first_s=-1.0)
+
+
+def test_every_habit_is_a_flag_named_after_its_option() -> None:
+    argv = ["--error-rate", "0.02", "--error-status", "500", "--first-request-mib", "512", "--other-card-mib", "1000",
+            "--slow-first-requests", "2", "--slow-first-s", "3.5"]  # fmt: skip
+    o = config_from_args(build_parser().parse_args(argv)).options
+    assert (o.error_rate, o.error_status, o.first_request_mib) == (0.02, 500, 512.0)
+    assert (o.other_card_mib, o.slow_first_requests, o.slow_first_s) == (1000.0, 2, 3.5)
+    for flag in argv[::2]:
+        assert hasattr(Options(), flag[2:].replace("-", "_")), flag
+    assert config_from_args(build_parser().parse_args([])).options == Options()
