@@ -21,11 +21,14 @@ from simulator.profiles import (
     ANSWER_SHAPES,
     DEFAULT_PROFILE,
     PROFILES,
+    Options,
     ProfileError,
     get_profile,
     make_options,
 )
 from simulator.server import ServerConfig, SimServer
+
+HABITS = ("error_rate", "error_status", "first_request_mib", "other_card_mib", "slow_first_requests", "slow_first_s")
 
 
 class UserError(Exception):
@@ -66,8 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="device memory view: free (falls back per request), caching (PyTorch's high-water mark),"
         " caching-empty-cache (caching with torch.cuda.empty_cache() per request)",
     )  # fmt: skip
+    o = Options()
+    p.add_argument("--error-rate", type=float, default=o.error_rate,
+                   help="share of requests answered --error-status at every load (the truth records it)")
+    p.add_argument("--error-status", type=int, default=o.error_status, help="their HTTP status (default 502)")
+    p.add_argument("--first-request-mib", type=float, default=o.first_request_mib,
+                   help="memory the first request loads once and keeps (lazy CUDA modules, workspaces)")
+    p.add_argument("--other-card-mib", type=float, default=o.other_card_mib,
+                   help="another job holds this much of card 0, steady; the server's card becomes 1")
+    p.add_argument("--slow-first-requests", type=int, default=o.slow_first_requests,
+                   help="the first N requests take --slow-first-s more (lazy init, a first compile)")
+    p.add_argument("--slow-first-s", type=float, default=o.slow_first_s, help="their extra time (s)")
     d = Faults()
-    p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction answered 500")
     p.add_argument("--spike-rate", type=float, default=d.spike_rate, help="fraction delayed by --spike-ms")
     p.add_argument("--spike-ms", type=float, default=d.spike_ms)
     p.add_argument("--reset-rate", type=float, default=d.reset_rate, help="fraction of connections reset")
@@ -98,8 +111,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         time_scale=args.time_scale,
         answer_shape=args.answer_shape,
         allocator=args.allocator,
+        **{name: getattr(args, name) for name in HABITS},
     )
-    names = Faults.__dataclass_fields__
+    if options.other_card_mib > profile.total_mib:
+        raise UserError(f"--other-card-mib {options.other_card_mib:g} is more than the card ({profile.total_mib:g} MiB)")
+    names = [name for name in Faults.__dataclass_fields__ if name not in HABITS]  # those start from options
     try:
         faults = updated_faults(Faults(), {k: getattr(args, k) for k in names})
     except FaultError as exc:

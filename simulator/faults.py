@@ -2,7 +2,8 @@
 
 Each request draws exactly three numbers in arrival order (error, spike, reset), whatever the rates, so a
 run with the same seed and the same request order makes the same decisions.
-    error_rate            1      fraction of requests answered 500 before any work
+    error_rate            1      fraction of requests answered error_status before any work
+    error_status          HTTP   the status of those answers (502 by default: a balancer dropping requests)
     spike_rate            1      fraction of answers delayed by spike_ms
     spike_ms              ms     extra delay of a latency spike (x time_scale)
     reset_rate            1      fraction of requests whose connection is reset (no HTTP answer)
@@ -11,6 +12,8 @@ run with the same seed and the same request order makes the same decisions.
     force_oom             reqs   the next N requests fail like an out-of-memory error
     restart_on_oom        bool   after an OOM every request inside fails and the server is down restart_s
     restart_s             s      how long a restart after an OOM takes (x time_scale)
+The server starts with the error habit of its Options (`--error-rate`, `--error-status`: `starting_faults`),
+so the truth records it; the admin route may change it live (the truth then no longer describes the server).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ import random
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from simulator.profiles import Options
+
 
 @dataclass(frozen=True, slots=True)
 class Faults:
     error_rate: float = 0.0
+    error_status: int = 502
     spike_rate: float = 0.0
     spike_ms: float = 2000.0
     reset_rate: float = 0.0
@@ -66,8 +72,17 @@ def updated_faults(current: Faults, changes: dict[str, Any]) -> Faults:
             raise FaultError(f"{key} must be a non-negative number")
         if key.endswith("_rate") and value > 1:
             raise FaultError(f"{key} must be between 0 and 1")
+        if key == "error_status" and not 400 <= value <= 599:
+            raise FaultError(f"{key} must be an HTTP error status (400-599), e.g. 502")
         clean[key] = float(value) if kind == "float" else value
     return replace(current, **clean)
+
+
+def starting_faults(faults: Faults, options: Options) -> Faults:
+    """`faults` with the server's error habit (Options.error_rate, error_status) when it has one."""
+    if options.error_rate <= 0:
+        return faults
+    return replace(faults, error_rate=options.error_rate, error_status=options.error_status)
 
 
 class FaultPlan:

@@ -20,6 +20,9 @@ Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
    front of the queue). The step lasts max(a + b x batch, c x batch) (c: the compute roofline, 0 for
    most profiles) + the prefill of the sequences that joined; at its end every running sequence has one
    more token; those with output_tokens tokens are answered.
+Habits (Options): the first request to reach the engine loads first_request_mib once, kept (allocator);
+the first slow_first_requests requests to run make the step they join slow_first_s longer (a first compile
+holds the engine). Load-independent errors (error_rate) are drawn before the pipeline, in the HTTP layer.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class _Job:
     blocks: int = 0
     holds_mib: float = 0.0
     preemptions: int = 0
+    slow_first_ms: float = 0.0  # unscaled; added once, to the step it joins (slow_first_requests)
 
 
 @dataclass(slots=True)
@@ -127,7 +131,8 @@ class Pipeline:
         self._stepping = False
         self._free_blocks = profile.num_gpu_blocks
         self._held_mib = 0.0
-        self.memory = DeviceMemory(options.allocator)  # the device's view of _held_mib
+        self.memory = DeviceMemory(options.allocator, options.first_request_mib)  # the device's view
+        self._slow_left = options.slow_first_requests
         self._leak_mib = 0.0
         self._down_until_ms: float | None = None
         self._counters = _Counters()
@@ -159,9 +164,9 @@ class Pipeline:
         if down:
             mem = 0.0
         elif p.kind == "vllm":
-            mem = p.idle_mib + self._leak_mib
+            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib
         else:
-            mem = p.idle_mib + self._leak_mib + self.memory.device_mib(self._held_mib)
+            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._held_mib)
         used_blocks = p.num_gpu_blocks - self._free_blocks
         return Snapshot(
             running=len(self._running),
@@ -256,14 +261,16 @@ class Pipeline:
 
     def _enter_engine(self, job: _Job, t: float) -> None:
         p = self.profile
+        self.memory.note_request()
         if p.kind == "pytorch" or job.force_oom:
-            used = p.idle_mib + self._leak_mib + self._held_mib
+            used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self._held_mib
             need = job.work.increment_mib
             if job.force_oom or used + need > p.total_mib - p.reserved_mib:
                 free = max(0.0, p.total_mib - p.reserved_mib - used)
+                gpu = 1 if self.options.other_card_mib > 0 else 0
                 msg = (
                     f"CUDA out of memory. Tried to allocate {need:.0f} MiB "
-                    f"(GPU 0; {p.total_mib:.0f} MiB total capacity; {free:.0f} MiB free)"
+                    f"(GPU {gpu}; {p.total_mib:.0f} MiB total capacity; {free:.0f} MiB free)"
                 )
                 self._fail(job, t, 500, "oom", msg, None)
                 if self.restart_on_oom:
@@ -277,6 +284,9 @@ class Pipeline:
             msg = f"request needs {n} tokens, more than the KV cache holds ({p.kv_cache_size_tokens}): resize the image"
             self._fail(job, t, 400, "too_long", msg, None)
             return
+        if self._slow_left > 0:
+            self._slow_left -= 1
+            job.slow_first_ms = self.options.slow_first_s * 1000.0
         job.stage = "engine"
         job.engine_in_ms = t
         self._waiting.append(job.job_id)
@@ -331,7 +341,9 @@ class Pipeline:
             return
         n = len(self._running)
         decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)
-        ms = decode_ms + sum(j.work.prefill_ms for j in joined)
+        ms = decode_ms + sum(j.work.prefill_ms + j.slow_first_ms for j in joined)
+        for job in joined:
+            job.slow_first_ms = 0.0  # once: a preempted sequence that rejoins is already compiled
         end = t + ms * self._scale
         self._stepping = True
         self._step_serial += 1

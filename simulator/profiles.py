@@ -24,6 +24,8 @@ Parameters of a `Profile` (a simulated server on one GPU):
     gpu_memory_utilization    1      vllm: fraction of total_mib taken at start (flat FB_USED)
     kv_block_size_tokens      tokens vllm: tokens per KV block
     num_gpu_blocks            blocks vllm: KV blocks in the cache; kv_cache_size_tokens = blocks x block size
+    kv_bytes_per_token        bytes  vllm: KV-cache bytes per token (kv_cache_memory_bytes on /metrics)
+    max_model_len             tokens vllm: --max-model-len; kv_cache_max_concurrency = KV tokens / this
 
 Options usable with any profile (`Options`, CLI flags of the same names):
     gateway_slots             reqs   a gateway semaphore in front of the server (0: no gateway)
@@ -38,6 +40,21 @@ Options usable with any profile (`Options`, CLI flags of the same names):
                                      coordinates), blank (newlines only); timing, tokens, memory unchanged
     allocator                 -      free | caching | caching-empty-cache: how device memory shows what
                                      requests held (simulator.allocator); the truth does not depend on it
+Habits of real deployments (each changes `truth()` only where it says; see simulator/README.md):
+    error_rate                1      share of requests answered error_status before any work, at every load
+                                     (a balancer dropping 1%); drawn from the --seed RNG (simulator.faults).
+                                     truth: error_rate and error_status recorded; the curve and knee unchanged
+    error_status              HTTP   the status of those errors (502 by default)
+    first_request_mib         MiB    memory the first request loads once and keeps (lazy CUDA modules, cuBLAS
+                                     workspaces, weights on first use). truth: idle_mib = the profile's idle
+                                     + this (the resident memory once the service runs); the increment is the
+                                     same; the estimate and OOM concurrency count it
+    other_card_mib            MiB    a second card, index 0, held by another job (this much memory, steady
+                                     utilisation); the server's card becomes index 1 on the DCGM page.
+                                     truth: server_gpu_index = 1, nothing else changes
+    slow_first_requests       reqs   the first N requests to reach the engine take slow_first_s more (lazy
+                                     init, a first compile: the engine step they join lasts that much longer)
+    slow_first_s              s      that extra time (x time_scale). truth: unchanged (a warm server)
 
 The work of one image of w x h pixels (after resize to max_side):
     visual_tokens = ceil(w x h / px_per_visual_token); prompt_tokens = visual_tokens + prompt_text_tokens
@@ -86,6 +103,8 @@ class Profile:
     gpu_memory_utilization: float = 0.9
     kv_block_size_tokens: int = 16
     num_gpu_blocks: int = 640
+    kv_bytes_per_token: int = 28672  # 28 layers x 2 (K, V) x 2 KV heads x 128 dims x 2 bytes (bf16)
+    max_model_len: int = 4096
 
     @property
     def kv_cache_size_tokens(self) -> int:
@@ -143,6 +162,23 @@ PROFILES: dict[str, Profile] = {
         act_mib_per_mpix=1500.0,
         mib_per_token=0.6,
     ),
+    # A vision-language model generating a page: ~40 ms a decode step, so a 1000x700 page (140 tokens) takes
+    # ~5.7 s alone and 2-60 s across sizes (50-1536 tokens); 8 batch slots; memory for 16 pages.
+    "slow-vlm-24g": Profile(
+        name="slow-vlm-24g",
+        kind="pytorch",
+        model_name="sim-vlm-7b",
+        idle_mib=8000.0,
+        step_base_ms=38.0,
+        step_per_seq_ms=2.5,
+        prefill_ms_per_1k_tokens=40.0,
+        px_per_output_token=5000,
+        default_max_tokens=1536,
+        max_batch=8,
+        base_mib_per_request=100.0,
+        act_mib_per_mpix=400.0,
+        mib_per_token=0.6,
+    ),
 }
 DEFAULT_PROFILE = "pytorch-24g"
 
@@ -158,6 +194,12 @@ class Options:
     time_scale: float = 1.0
     answer_shape: str = "text"  # one of ANSWER_SHAPES; the truth does not depend on it
     allocator: str = "free"  # one of ALLOCATORS (simulator.allocator): the device view only, not the truth
+    error_rate: float = 0.0  # habits of real deployments: see the module docstring
+    error_status: int = 502
+    first_request_mib: float = 0.0
+    other_card_mib: float = 0.0
+    slow_first_requests: int = 0
+    slow_first_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +243,21 @@ def make_options(**options: object) -> Options:
     shape = options.get("answer_shape", "text")
     if shape not in ANSWER_SHAPES:
         raise ProfileError(f"unknown answer_shape {shape!r}: use one of {', '.join(ANSWER_SHAPES)}")
-    return replace(Options(), **options)  # type: ignore[arg-type]
+    made = replace(Options(), **options)  # type: ignore[arg-type]
+    _check_habits(made)
+    return made
+
+
+def _check_habits(o: Options) -> None:
+    """One line naming the flag for a habit out of range."""
+    if not 0.0 <= o.error_rate <= 1.0:
+        raise ProfileError(f"--error-rate {o.error_rate} must be between 0 and 1")
+    if not 400 <= o.error_status <= 599:
+        raise ProfileError(f"--error-status {o.error_status} must be an HTTP error status (400-599), e.g. 502")
+    for flag, value in (("--first-request-mib", o.first_request_mib), ("--other-card-mib", o.other_card_mib),
+                        ("--slow-first-requests", o.slow_first_requests), ("--slow-first-s", o.slow_first_s)):  # fmt: skip
+        if value < 0:
+            raise ProfileError(f"{flag} {value} must be >= 0")
 
 
 def resize_to(width_px: int, height_px: int, max_side: int) -> tuple[int, int]:

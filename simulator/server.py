@@ -12,13 +12,14 @@ import random
 import ssl
 import time
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 
 from simulator.answers import ocr_fields, shaped_text
 from simulator.bodies import read_json, read_ocr_body
-from simulator.faults import Decision, FaultError, FaultPlan, Faults, updated_faults
+from simulator.faults import Decision, FaultError, FaultPlan, Faults, starting_faults, updated_faults
 from simulator.images import (
     BadInput,
     ImageInput,
@@ -73,7 +74,7 @@ class SimServer:
         self.pipeline = Pipeline(
             config.profile, config.options, config.faults.restart_on_oom, config.faults.restart_s
         )
-        self.plan = FaultPlan(config.faults, config.seed)
+        self.plan = FaultPlan(starting_faults(config.faults, config.options), config.seed)
         self._lengths = random.Random(f"answer-lengths-{config.seed}")  # apart from the faults' draws
         self.stats = ServerStats()
         self._waiters: dict[int, _Waiter] = {}
@@ -204,8 +205,9 @@ class SimServer:
         if decision.reset:
             reset_connection(request)
             raise Reset()
-        if decision.error:
-            raise error(500, "injected server error")
+        if decision.error:  # at every load, before any work: a balancer dropping a share of requests
+            status = self.plan.faults.error_status
+            raise error(status, f"injected error: {status} {_phrase(status)}")
         return decision
 
     async def _ocr(self, request: web.Request) -> web.StreamResponse:
@@ -320,7 +322,8 @@ class SimServer:
     async def _dcgm(self, request: web.Request) -> web.StreamResponse:
         if refused := self._metrics_refused(request):
             return refused
-        text = render_dcgm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.config.hostname)
+        snap = self.pipeline.snapshot(self.now_ms())
+        text = render_dcgm_metrics(self.profile, snap, self.config.hostname, self.config.options)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _truth(self, request: web.Request) -> web.StreamResponse:
@@ -359,3 +362,10 @@ class SimServer:
                     self.now_ms() + faults.slow_start_s * 1000.0 * self.config.options.time_scale
                 )
         return web.json_response(self.plan.faults.to_json())
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "error"

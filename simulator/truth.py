@@ -23,13 +23,24 @@ Memory (seed 000's method, headroom 0.7):
              once (None when a gateway keeps fewer than that inside).
     vllm:    memory is flat (increment 0); estimate = floor(kv_cache_size_tokens / tokens per request);
              oom_concurrency = None.
+Habits (Options; simulator/README.md "Habits of real servers"):
+    error_rate, error_status   recorded as they are; the curve and the knee do not change (errors are
+                               drawn before any work, at the same rate at every load)
+    first_request_mib          idle_mib = the profile's idle + it (seed 000's idle is the resident memory
+                               once the service runs); the same increment; the estimate and the OOM
+                               concurrency count it (the curve's pipeline loads it too)
+    other_card_mib             server_gpu_index = 1 (the server's card on the DCGM page); nothing else
+    slow_first_requests/_s     nothing: the truth is the warm server's (a few slow first requests are a
+                               warm-up, not capacity)
+The walk runs once per options that change it: answer_shape, allocator and the habits that do not are
+set to their defaults before the cached walk (`_curve_options`), so a habit costs no second walk.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simulator.pipeline import Failed, Finished, Pipeline
@@ -67,6 +78,10 @@ class Truth:
     output_tokens: int
     kv_cache_size_tokens: int | None
     curve: tuple[CurvePoint, ...]
+    first_request_mib: float = 0.0  # memory the first request loads once (included in idle_mib)
+    error_rate: float = 0.0  # share of requests failing at every load, with error_status
+    error_status: int = 502
+    server_gpu_index: int = 0  # the server's card on the DCGM page (1 when another job holds card 0)
 
 
 def truth(profile: str, width_px: int, height_px: int, **options: object) -> Truth:
@@ -83,7 +98,34 @@ def truth(profile: str, width_px: int, height_px: int, **options: object) -> Tru
 @lru_cache(maxsize=128)
 def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None = None) -> Truth:
     """`truth` for a `Profile` object: also for a variant of a registered one (dataclasses.replace)."""
+    core = _walked(p, _curve_options(o), width_px, height_px, max_tokens)
+    return replace(
+        core,
+        error_rate=o.error_rate,
+        error_status=o.error_status,
+        server_gpu_index=1 if o.other_card_mib > 0 else 0,
+    )
+
+
+def _curve_options(o: Options) -> Options:
+    """`o` with what does not change the curve, the memory or the estimate at its default."""
+    d = Options()
+    return replace(
+        o,
+        answer_shape=d.answer_shape,
+        allocator=d.allocator,
+        error_rate=d.error_rate,
+        error_status=d.error_status,
+        other_card_mib=d.other_card_mib,
+        slow_first_requests=d.slow_first_requests,
+        slow_first_s=d.slow_first_s,
+    )
+
+
+@lru_cache(maxsize=128)
+def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None) -> Truth:
     work = work_of(p, o, width_px, height_px, max_tokens)
+    idle = p.idle_mib + o.first_request_mib  # the resident memory once the service runs
     slots = min(p.max_batch, o.gateway_slots) if o.gateway_slots > 0 else p.max_batch
     c_max = 2 * slots + 4
     if o.gateway_slots > 0:
@@ -91,8 +133,8 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
     oom: int | None = None
     if p.kind == "pytorch":
         increment = work.increment_mib
-        estimate = math.floor((p.total_mib * HEADROOM - p.idle_mib) / increment)
-        fit = math.floor((p.total_mib - p.reserved_mib - p.idle_mib) / increment)
+        estimate = math.floor((p.total_mib * HEADROOM - idle) / increment)
+        fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment)
         if not (o.gateway_slots > 0 and o.gateway_slots <= fit):
             oom = _find_oom(p, o, width_px, height_px, max_tokens, fit + 1)
         if oom is not None:
@@ -115,7 +157,7 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
         profile=p.name,
         width_px=width_px,
         height_px=height_px,
-        idle_mib=p.idle_mib,
+        idle_mib=idle,
         increment_mib=increment,
         total_mib=p.total_mib,
         estimate=estimate,
@@ -128,6 +170,7 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
         output_tokens=work.output_tokens,
         kv_cache_size_tokens=kv_tokens,
         curve=curve,
+        first_request_mib=o.first_request_mib,
     )
 
 

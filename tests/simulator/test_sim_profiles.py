@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from simulator import PROFILES, truth
 from simulator.answers import ocr_fields, page_lines, shaped_text
 from simulator.metrics import ServerStats, render_vllm_metrics
-from simulator.pipeline import Failed, Pipeline
-from simulator.profiles import Options, ProfileError, drawn_work, work_of
+from simulator.pipeline import Failed, Finished, Pipeline
+from simulator.profiles import Options, Profile, ProfileError, drawn_work, work_of
 from simulator.truth import KNEE_FRACTION, simulate_closed_loop, truth_of
 
 NEW = ("smooth-24g", "noisy-24g", "vllm-far", "oom-first-24g")
@@ -120,7 +120,8 @@ def test_vllm_far_kv_estimate_is_far_above_the_compute_knee() -> None:
     snap = Pipeline(p, Options()).snapshot(0.0)
     families = {f.name: f for f in text_string_to_metric_families(render_vllm_metrics(p, snap, ServerStats()))}
     info = families["vllm:cache_config_info"].samples[0].labels
-    assert int(info["max_num_seqs"]) == 256 and int(info["block_size"]) == p.kv_block_size_tokens
+    assert "max_num_seqs" not in info and int(info["block_size"]) == p.kv_block_size_tokens  # as vLLM 0.32
+    assert float(info["kv_cache_max_concurrency"]) == t.kv_cache_size_tokens / p.max_model_len  # type: ignore[operator]
     assert int(info["num_gpu_blocks"]) * int(info["block_size"]) == int(info["kv_cache_size_tokens"])
     assert int(info["kv_cache_size_tokens"]) == t.kv_cache_size_tokens
 
@@ -177,3 +178,28 @@ def test_answer_shapes_change_only_the_characters() -> None:
 def test_new_profiles_answer_a_4k_page_or_say_to_resize(name: str) -> None:
     t = truth(name, 640, 480)
     assert t.knee_concurrency >= 1 and t.plateau_rps > 0
+
+
+def _alone_ms(p: Profile, width_px: int, height_px: int) -> float:
+    """One request alone on the server (cheaper than a truth for the biggest pages)."""
+    pipe = Pipeline(p, Options())
+    pipe.submit(0, work_of(p, Options(), width_px, height_px, None), 0.0)
+    while (due := pipe.next_due_ms()) is not None:
+        for outcome in pipe.advance(due):
+            if isinstance(outcome, Finished):
+                return outcome.e2e_ms
+    raise AssertionError("no answer")
+
+
+def test_slow_vlm_takes_seconds_a_page_and_its_knee_is_its_batch() -> None:
+    p = PROFILES["slow-vlm-24g"]
+    t = truth("slow-vlm-24g", 1000, 700)
+    assert p.kind == "pytorch" and 4000 <= t.single_latency_ms <= 8000, t.single_latency_ms
+    assert t.knee_concurrency == t.slots == p.max_batch == 8
+    assert t.oom_concurrency is not None and t.oom_concurrency > 2 * p.max_batch  # memory is not the limit
+    assert abs(t.estimate - t.knee_concurrency) <= 1
+    assert 1500 <= _alone_ms(p, 500, 500) <= 2500  # a small page: ~2 s
+    assert 55_000 <= _alone_ms(p, 3500, 2300) <= 65_000  # a big one hits the token budget: ~60 s
+    fast = truth("slow-vlm-24g", 1000, 700, time_scale=0.1)  # what the tests run
+    assert fast.single_latency_ms == pytest.approx(0.1 * t.single_latency_ms, rel=1e-6)
+    assert fast.knee_concurrency == t.knee_concurrency
