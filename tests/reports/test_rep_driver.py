@@ -1,0 +1,67 @@
+"""A saturated driver is named on the report's first screen, in summary.json and the step table, from a
+run folder's host.csv through the real analysis; retries and rejections get their own columns."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from rep_fixtures import build_run, write_run_folder
+
+from reports import render_report
+from reports.output import load_for_report
+from runfolder import HOST_FILE, CsvAppender, HostSample
+
+
+def _run_folder(tmp_path: Path, busy_levels: tuple[int, ...]) -> Path:
+    run = build_run()
+    run = dataclasses.replace(run, manifest={**run.manifest, "config": {"workers": 2}})
+    write_run_folder(tmp_path, run)
+    samples = []
+    for step in run.plan:
+        cpu = 92.0 if step.phase == "step" and step.level in busy_levels else 30.0
+        for k in range(10):
+            t = step.t_start_unix_s + k * (step.t_end_unix_s - step.t_start_unix_s) / 10
+            samples.append(HostSample(t, step.step_index, "driver", cpu, 1000.0))
+    host = CsvAppender(tmp_path / HOST_FILE, HostSample)
+    host.append(samples)
+    host.close()
+    return tmp_path
+
+
+def _first_screen(html: str) -> str:
+    return html[: html.index('<section id="charts">')]
+
+
+def test_a_saturated_driver_is_named_in_summary_reason_and_first_screen(tmp_path: Path) -> None:
+    summary, frames = load_for_report(_run_folder(tmp_path, busy_levels=(8, 10)))
+    assert summary["driver_saturated_levels"] == [8, 10]
+    assert summary["knee"]["driver_saturated_levels"] == [8, 10]
+    assert "driver's CPU was near saturation" in summary["knee"]["reason"]
+    driver = summary["driver"]
+    assert driver["machines_needed"] == 2 and [s["level"] for s in driver["steps"]] == [8, 10]
+    assert "at least 2 driver machines with 2 worker(s) on each (4 in all)" in driver["advice"]
+    first = _first_screen(render_report(summary, frames))
+    assert 'id="driver-saturated"' in first and "Driver saturated</b> at level 8, 10" in first
+    assert "about 46% (under 60%)" in first
+    table = render_report(summary, frames).split('<section id="steps">')[1]
+    assert "driver CPU" in table and re.search(r'class="badge warn"[^>]*>92 %<', table)
+
+
+def test_a_calm_driver_is_not_named(tmp_path: Path) -> None:
+    summary, frames = load_for_report(_run_folder(tmp_path, busy_levels=()))
+    assert summary["driver_saturated_levels"] == [] and summary["driver"]["advice"] == ""
+    html = render_report(summary, frames)
+    assert 'id="driver-saturated"' not in html and "driver's CPU" not in summary["knee"]["reason"]
+
+
+def test_retried_and_rejected_columns_show_only_when_a_step_has_them() -> None:
+    run = build_run()
+    steps = [dict(s, retried=0, rejected=0) for s in run.summary["steps"]]
+    plain = render_report({**run.summary, "steps": steps}, run.frames())
+    assert ">retried</th>" not in plain and ">rejected</th>" not in plain
+    steps[-1].update(retried=17, rejected=4)
+    shown = render_report({**run.summary, "steps": steps}, run.frames())
+    assert ">retried</th>" in shown and ">rejected</th>" in shown
+    assert re.search(r"<td>4</td>\s*<td>17</td>", shown)
