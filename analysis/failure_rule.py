@@ -12,6 +12,10 @@ The baseline itself has no reference: it is tested against max_error_rate alone 
 binomial test, X ~ Bin(n, 0.01), p = P(X >= failures)). Counts are outcomes, not attempts: an attempt
 tried again is `retried`, not failed; a request cut at a step-down is a failure; rejections (503/429)
 count as failures (a sign of overload) and are named apart in the reason.
+
+`point_failure` joins the four reasons a point fails (knee.py's rule 1): any OOM, the rise above, a
+step that completed answers for fewer than half its users (`unanswered`), answers worse than the
+baseline's (`answers_worse`).
 """
 
 from __future__ import annotations
@@ -166,3 +170,36 @@ def unanswered(row: dict[str, Any], baseline: dict[str, Any] | None, p: dict[str
         f"completed {int(completed)} requests with {level} users in {duration_s:.0f} s (fewer than"
         f" {p['min_completed_share']:.0%} of its users got an answer): past the knee"
     )
+
+
+def answers_worse(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
+    share, n = _value(row, "bad_answer_share"), _value(row, "ok_requests")
+    base_share = 0.0 if base is None else _value(base, "bad_answer_share")
+    base_n = 1.0 if base is None else _value(base, "ok_requests")
+    if any(math.isnan(v) for v in (share, n, base_share, base_n)) or n <= 0 or base_n <= 0:
+        return ""
+    noise = 3.0 * math.sqrt(share * (1 - share) / n + base_share * (1 - base_share) / base_n)
+    if share - base_share <= max(p["max_answer_drop"], noise):
+        return ""
+    return f"bad answers {share:.0%} against {base_share:.0%} in the baseline (answers got worse under load)"
+
+
+def point_failure(
+    row: dict[str, Any], reference: Outcomes, base: dict[str, Any] | None, p: dict[str, Any]
+) -> tuple[str, bool]:
+    """(why this point's failures end the safe range, whether that rests on few failures); "" when not."""
+    own = outcomes_of(row)
+    parts, few = [], False
+    if own.oom:
+        parts.append(f"{own.oom} OOM failure(s)")
+    rise, few = error_rise(row, reference, p)
+    if rise:
+        parts.append(rise)
+    silent = unanswered(row, base, p)
+    if silent:
+        parts.append(silent)
+    if row is not base:
+        worse = answers_worse(row, base, p)
+        if worse:
+            parts.append(worse)
+    return "; ".join(parts), few and len(parts) == 1 and bool(rise)

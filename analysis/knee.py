@@ -25,7 +25,7 @@ Algorithm. Points: the baseline (level 1) and every "step" row, the latest per l
    `error_p` (0.01) (the baseline, with no reference, is tested against 1% by an exact binomial test);
    or it completed (answers inside its window) fewer than `min_completed_share` (0.5) of its users'
    worth of requests, while one user alone answers within the window: most users never got an answer,
-   the point is past the knee (rule 2's search then goes down from it, never up); or its answers got
+   the point is past the knee (refinement, rule 4, then searches below it, never above); or its answers got
    worse under load than in the baseline: the share of bad answers (empty, unparseable, far from the
    expected text) exceeds the baseline's by more than `max_answer_drop` (0.05) and by 3 standard
    errors. Failures are outcomes: an attempt tried again (SCENARIO=retry) is retried, not failed; a
@@ -69,7 +69,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.driver import driver_load
-from analysis.failure_rule import Outcomes, error_rise, outcomes_of, unanswered
+from analysis.failure_rule import Outcomes, outcomes_of, point_failure
 
 DEFAULTS: dict[str, Any] = {
     "max_error_rate": 0.01,
@@ -144,39 +144,6 @@ def fmt(value: float, spec: str = ".0f", unit: str = "") -> str:
 def _count(row: dict[str, Any]) -> int:
     value = num(row, "requests")
     return 0 if math.isnan(value) else int(value)
-
-
-def _answers_worse(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
-    share, n = num(row, "bad_answer_share"), num(row, "ok_requests")
-    base_share = 0.0 if base is None else num(base, "bad_answer_share")
-    base_n = 1.0 if base is None else num(base, "ok_requests")
-    if any(math.isnan(v) for v in (share, n, base_share, base_n)) or n <= 0 or base_n <= 0:
-        return ""
-    noise = 3.0 * math.sqrt(share * (1 - share) / n + base_share * (1 - base_share) / base_n)
-    if share - base_share <= max(p["max_answer_drop"], noise):
-        return ""
-    return f"bad answers {share:.0%} against {base_share:.0%} in the baseline (answers got worse under load)"
-
-
-def _failure(
-    row: dict[str, Any], reference: Outcomes, base: dict[str, Any] | None, p: dict[str, Any]
-) -> tuple[str, bool]:
-    """(why this point's failures end the safe range, whether that rests on few failures); "" when not."""
-    own = outcomes_of(row)
-    parts, few = [], False
-    if own.oom:
-        parts.append(f"{own.oom} OOM failure(s)")
-    rise, few = error_rise(row, reference, p)
-    if rise:
-        parts.append(rise)
-    silent = unanswered(row, base, p)
-    if silent:
-        parts.append(silent)
-    if row is not base:
-        worse = _answers_worse(row, base, p)
-        if worse:
-            parts.append(worse)
-    return "; ".join(parts), few and len(parts) == 1 and bool(rise)
 
 
 def plateau_and_reach(thr: np.ndarray, se: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +228,7 @@ def _walk(table: pd.DataFrame, p: dict[str, Any]) -> _Walk:
     seeded = baseline is not None and all(r is not baseline for r in points)
     reference = outcomes_of(baseline) if seeded and baseline is not None else Outcomes()
     for row in points:
-        why, few = _failure(row, Outcomes() if row is baseline else reference, baseline, p)
+        why, few = point_failure(row, Outcomes() if row is baseline else reference, baseline, p)
         if why:
             failing, failure = row, why
             break
