@@ -7,13 +7,17 @@ greenlet that has its answer waits for the CPU before it stops its clock, so lat
 include the driver's own queue (the issue's run at ~5,000 requests/s sat at 85-91% around its knee and
 answered without a word). More local workers cannot lift a machine that is busy as a whole: the load
 must be spread over more driver machines, as many as bring the measured share under DRIVER_COMFORT_PCT.
+When the target is a loopback address the server shares the machine and its CPU is in the figure: the
+advice is then to drive it from another machine.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import pandas as pd
 
@@ -46,10 +50,17 @@ class DriverLoad:
             " there the load generator, not only the server, may have set latency and throughput"
         )
 
-    def advice(self, workers: int | None) -> str:
+    def advice(self, workers: int | None, server_here: bool = False) -> str:
         """How many driver machines (and workers) would lift it, from the measured CPU share."""
         if not self.steps:
             return ""
+        if server_here:  # the figure holds the server's CPU too: a driver elsewhere is the first step
+            return (
+                f"The driver's CPU reached {self.peak_pct:.0f}% at level(s) {', '.join(map(str, self.levels))},"
+                " and the server runs on this machine too (a loopback target), so its CPU is in that figure:"
+                " run the driver on another machine (make loadtest HOST=http://gpu-box:8000) to measure the"
+                " server alone."
+            )
         peak, machines = self.peak_pct, self.machines_needed
         spread = f" with {workers} worker(s) on each ({workers * machines} in all)" if workers else ""
         return (
@@ -60,13 +71,13 @@ class DriverLoad:
             " check these levels again."
         )
 
-    def to_dict(self, workers: int | None = None) -> dict[str, Any]:
+    def to_dict(self, workers: int | None = None, server_here: bool = False) -> dict[str, Any]:
         return {
             "threshold_pct": DRIVER_BUSY_PCT,
             "steps": [{"step_index": i, "level": lv, "driver_cpu_mean_pct": cpu} for i, lv, cpu in self.steps],
             "levels": list(self.levels),
             "machines_needed": self.machines_needed if self.steps else None,
-            "advice": self.advice(workers),
+            "advice": self.advice(workers, server_here),
         }
 
 
@@ -83,3 +94,14 @@ def driver_load(table: pd.DataFrame) -> DriverLoad:
     )
     peak = max((c for _, _, c in steps), default=0.0)
     return DriverLoad(steps, max(2, math.ceil(peak / DRIVER_COMFORT_PCT)) if steps else 1)
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def server_on_driver(manifest: Mapping[str, Any]) -> bool:
+    """Whether the target is this machine (a loopback address): its CPU is then in the driver's figure."""
+    target = manifest.get("target")
+    url = str(target.get("host") or "") if isinstance(target, Mapping) else str(target or "")
+    host = urlsplit(url if "//" in url else f"//{url}").hostname or ""
+    return host in LOOPBACK_HOSTS

@@ -262,7 +262,8 @@ def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
     driver = driver_load(table)
     if driver.steps:
         mine = knee.knee_level in driver.levels or knee.recommended_level in driver.levels
-        tail = "; the knee itself may be the driver's: add driver machines and measure again" if mine else ""
+        what = "knee" if knee.found else "answer"
+        tail = f"; the {what} itself may be the driver's: add driver machines and measure again" if mine else ""
         knee = replace(knee, driver_saturated_levels=driver.levels, reason=f"{knee.reason}; {driver.words()}{tail}")
     return knee
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from analysis.config import build_config
 from analysis.diagnosis import diagnose
-from analysis.driver import driver_load
+from analysis.driver import driver_load, server_on_driver
 from analysis.estimate import (
     DEFAULT_HEADROOM,
     Estimate,
@@ -220,7 +220,9 @@ def analyze_run(
         ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
         generated_unix_s = float(ends.max()) if not ends.empty else 0.0
     workers = manifest_setting(run.manifest, "workers")
-    driver = driver_load(table).to_dict(workers if isinstance(workers, int) and workers > 0 else None)
+    driver = driver_load(table).to_dict(
+        workers if isinstance(workers, int) and workers > 0 else None, server_on_driver(run.manifest)
+    )
     events = (
         []
         if run.events.empty

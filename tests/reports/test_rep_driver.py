@@ -4,6 +4,7 @@ run folder's host.csv through the real analysis; retries and rejections get thei
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -65,3 +66,13 @@ def test_retried_and_rejected_columns_show_only_when_a_step_has_them() -> None:
     shown = render_report({**run.summary, "steps": steps}, run.frames())
     assert ">retried</th>" in shown and ">rejected</th>" in shown
     assert re.search(r"<td>4</td>\s*<td>17</td>", shown)
+
+
+def test_a_server_on_the_driver_machine_is_named_in_the_advice(tmp_path: Path) -> None:
+    run_dir = _run_folder(tmp_path, busy_levels=(10,))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "target": {"host": "http://127.0.0.1:8000"}}))
+    summary, _ = load_for_report(run_dir)
+    assert summary["driver_saturated_levels"] == [10]
+    assert "the server runs on this machine too" in summary["driver"]["advice"]
+    assert "driver machines with" not in summary["driver"]["advice"]
