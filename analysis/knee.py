@@ -256,9 +256,10 @@ def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
     w = _walk(table, p)
     knee = _decide(table, w, p, flagged)
     if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
+        few = outcomes_of(w.failing).failed if w.failing is not None else 0
         knee = replace(knee, confirm_level=w.confirm_level, reason=(
-            f"{knee.reason}; this rests on few failures: level {w.confirm_level} is measured once more"
-            " before it ends the range"))  # fmt: skip
+            f"{knee.reason}; this rests on few failures ({few}): level {w.confirm_level} is to be measured once"
+            " more before it ends the range"))  # fmt: skip
     driver = driver_load(table)
     if driver.steps:
         mine = knee.knee_level in driver.levels or knee.recommended_level in driver.levels

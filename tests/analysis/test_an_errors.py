@@ -98,7 +98,7 @@ def test_a_knee_by_few_failures_is_measured_once_more_and_the_latest_decides() -
     first = _row(8, 100, 7, thr=38)
     knee = find_knee(_table(base, *low, first))
     assert knee.found and knee.knee_level == 8 and knee.confirm_level == 8, knee.reason
-    assert "rests on few failures: level 8 is measured once more" in knee.reason
+    assert "rests on few failures (7): level 8 is to be measured once more" in knee.reason
     assert knee.to_dict()["confirm_level"] == 8
     clean_again = find_knee(_table(base, *low, first, _row(8, 100, 0, thr=38)))
     assert clean_again.confirm_level is None and clean_again.criterion != "errors", clean_again.reason

@@ -76,3 +76,11 @@ def test_a_server_on_the_driver_machine_is_named_in_the_advice(tmp_path: Path) -
     assert summary["driver_saturated_levels"] == [10]
     assert "the server runs on this machine too" in summary["driver"]["advice"]
     assert "driver machines with" not in summary["driver"]["advice"]
+
+
+def test_the_knee_tile_says_when_the_knee_waits_for_confirmation() -> None:
+    run = build_run()
+    knee = {**run.summary["knee"], "confirm_level": 8, "driver_saturated_levels": [8]}
+    html = render_report({**run.summary, "knee": knee}, run.frames())
+    tile = html[html.index('id="tile-knee"') : html.index('id="tile-latency"')]
+    assert "level 8 to be measured once more" in tile and "driver CPU near saturation at level 8" in tile
