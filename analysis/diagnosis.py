@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.driver import DRIVER_BUSY_PCT
 from analysis.estimate import Estimate
 from analysis.knee import Knee, fmt
 from analysis.memory_cases import HighWater, high_water_mark, out_of_memory
@@ -40,7 +41,6 @@ ABOVE_FLOOR_FRAC = 0.02
 BELOW_FRAC = 0.5
 LATENCY_UP_RATIO = 1.5  # P95 at the knee over P95 at the lowest level: "latency climbs"
 GPU_BUSY_PCT = 80.0
-DRIVER_BUSY_PCT = 85.0
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,8 @@ def _focus(compared: list[dict[str, Any]], knee: Knee) -> dict[str, Any]:
 
 def _suspects(util: float, driver: float, host: float) -> str:
     if not math.isnan(driver) and driver >= DRIVER_BUSY_PCT:
-        return ("The driver's CPU is saturated: the load generator may be the limit; add Locust workers"
-                " before trusting this knee.")  # fmt: skip
+        return ("The driver's CPU is saturated: the load generator may be the limit; spread the load over"
+                " more driver machines (see the driver note on the first screen) before trusting this knee.")  # fmt: skip
     if not math.isnan(util) and util < GPU_BUSY_PCT:
         cpu = f" (GPU-host CPU {host:.0f}%)" if not math.isnan(host) else ""
         return ("Suspects in order: CPU preprocessing (image decode, resize, colour conversion) since the GPU"

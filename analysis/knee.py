@@ -17,13 +17,25 @@ the plateau). On a smooth curve it is where the curve comes within 5% of its pla
 moves throughput by a few percent, so noise can move the answer by one: rule 3 states by how much.
 
 Algorithm. Points: the baseline (level 1) and every "step" row, the latest per level, sorted by level.
-1. Failures end the safe range. A point fails when it has any OOM, or its failed requests (every kind
-   but requests cut at a step-down) number at least `min_failures` (2) and are more than
-   `max_error_rate` (1%) of its requests, or its answers got worse under load than in the baseline:
-   the share of bad answers (empty, unparseable, far from the expected text) exceeds the baseline's by
-   more than `max_answer_drop` (0.05) and by 3 standard errors. A mismatch present from the first
-   request is a format or model matter, shown in the report, never a failure. The lowest failing level
-   F bounds the clean points (those below it).
+1. Failures end the safe range; errors only when they grow with load (analysis/failure_rule.py).
+   Points are walked up by level; the reference is the baseline pooled with the clean points below.
+   A point fails when it has any OOM; or its failure rate exceeds the reference's by more than
+   `max_error_rate` (0.01 absolute: the smallest rise that matters) with at least `min_failures` (2)
+   failures, and a one-sided Fisher exact test of its failures against the reference's gives p <
+   `error_p` (0.01) (the baseline, with no reference, is tested against 1% by an exact binomial test);
+   or it completed (answers inside its window) fewer than `min_completed_share` (0.5) of its users'
+   worth of requests, while one user alone answers within the window: most users never got an answer,
+   the point is past the knee (refinement, rule 4, then searches below it, never above); or its answers got
+   worse under load than in the baseline: the share of bad answers (empty, unparseable, far from the
+   expected text) exceeds the baseline's by more than `max_answer_drop` (0.05) and by 3 standard
+   errors. Failures are outcomes: an attempt tried again (SCENARIO=retry) is retried, not failed; a
+   request cut at a step-down after the stop timeout is a failure; rejections (503/429) are failures,
+   named apart. A mismatch present from the first request is a format or model matter, shown in the
+   report, never a failure. The lowest failing level F bounds the clean points (those below it).
+   A knee by errors resting on fewer than `confirm_failures` (10) failures at a level measured once
+   asks for that level once more (`Knee.confirm_level`; the plan re-measures it): the latest
+   measurement then decides, not the two pooled, since the first was picked for looking bad.
+   Every measured point whose driver CPU was >= 85% is named in the reason (analysis/driver.py).
 2. The plateau is seen when a clean point below the highest already reaches 95% of the plateau: the
    levels above it added under 5%. No gain-per-user bar: on a smooth curve the gain per added user
    falls under half the average long before the curve flattens (a bar of 0.5 stopped climbing at 8
@@ -50,15 +62,21 @@ Algorithm. Points: the baseline (level 1) and every "step" row, the latest per l
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis.driver import driver_load
+from analysis.failure_rule import Outcomes, outcomes_of, point_failure
+
 DEFAULTS: dict[str, Any] = {
     "max_error_rate": 0.01,
     "min_failures": 2,
+    "error_p": 0.01,
+    "confirm_failures": 10,
+    "min_completed_share": 0.5,
     "max_answer_drop": 0.05,
     "knee_share": 0.95,
     "min_requests": 20,
@@ -83,6 +101,8 @@ class Knee:
     confidence: tuple[int, int] | None = None  # 95% interval of the recommended level
     server_limit: int | None = None  # requests the server runs at once at most, where it shows it
     narrow_hint: str = ""  # what would narrow the interval
+    confirm_level: int | None = None  # a knee by few failures: measure this level once more first
+    driver_saturated_levels: tuple[int, ...] = field(default=())  # driver CPU >= 85% (analysis/driver.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +120,8 @@ class Knee:
             "confidence": list(self.confidence) if self.confidence else None,
             "server_limit": self.server_limit,
             "narrow_hint": self.narrow_hint,
+            "confirm_level": self.confirm_level,
+            "driver_saturated_levels": list(self.driver_saturated_levels),
         }
 
 
@@ -122,37 +144,6 @@ def fmt(value: float, spec: str = ".0f", unit: str = "") -> str:
 def _count(row: dict[str, Any]) -> int:
     value = num(row, "requests")
     return 0 if math.isnan(value) else int(value)
-
-
-def _answers_worse(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
-    share, n = num(row, "bad_answer_share"), num(row, "ok_requests")
-    base_share = 0.0 if base is None else num(base, "bad_answer_share")
-    base_n = 1.0 if base is None else num(base, "ok_requests")
-    if any(math.isnan(v) for v in (share, n, base_share, base_n)) or n <= 0 or base_n <= 0:
-        return ""
-    noise = 3.0 * math.sqrt(share * (1 - share) / n + base_share * (1 - base_share) / base_n)
-    if share - base_share <= max(p["max_answer_drop"], noise):
-        return ""
-    return f"bad answers {share:.0%} against {base_share:.0%} in the baseline (answers got worse under load)"
-
-
-def _failure(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
-    """Why this point's failures end the safe range, or "" when they do not."""
-    errors = {str(k): int(v) for k, v in (row.get("errors") or {}).items()}  # cut requests are not in it
-    oom = sum(n for k, n in errors.items() if "oom" in k.lower())
-    failed = sum(errors.values())
-    counted = _count(row) - int(np.nan_to_num(num(row, "cut_requests")))
-    parts = []
-    if oom:
-        parts.append(f"{oom} OOM failure(s)")
-    if counted > 0 and failed >= p["min_failures"] and failed / counted > p["max_error_rate"]:
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(errors.items(), key=lambda kv: -kv[1])[:3])
-        parts.append(f"{failed / counted:.1%} of requests failed ({kinds}), above {p['max_error_rate']:.0%}")
-    if row is not base:
-        worse = _answers_worse(row, base, p)
-        if worse:
-            parts.append(worse)
-    return "; ".join(parts)
 
 
 def plateau_and_reach(thr: np.ndarray, se: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
@@ -227,19 +218,29 @@ class _Walk:
     clean: list[dict[str, Any]]  # trusted points below the first failure
     failing: dict[str, Any] | None
     failure: str
+    confirm_level: int | None = None  # the failing level, to be measured once more
 
 
 def _walk(table: pd.DataFrame, p: dict[str, Any]) -> _Walk:
     points, baseline = points_of(table)
-    failing, failure = None, ""
+    failing, failure, few = None, "", False
+    # the reference: the baseline pooled with the clean points below the one judged (rule 1)
+    seeded = baseline is not None and all(r is not baseline for r in points)
+    reference = outcomes_of(baseline) if seeded and baseline is not None else Outcomes()
     for row in points:
-        why = _failure(row, baseline, p)
+        why, few = point_failure(row, Outcomes() if row is baseline else reference, baseline, p)
         if why:
             failing, failure = row, why
             break
+        reference = reference + outcomes_of(row)
     bound = int(failing["level"]) if failing is not None else math.inf
     clean = [r for r in points if int(r["level"]) < bound and _count(r) >= p["min_requests"]]
-    return _Walk(points, baseline, clean, failing, failure)
+    confirm = None
+    if failing is not None and few and failing is not baseline:
+        level = int(failing["level"])
+        if int(((table["phase"] == "step") & (table["level"].astype(int) == level)).sum()) == 1:
+            confirm = level
+    return _Walk(points, baseline, clean, failing, failure, confirm)
 
 
 def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
@@ -253,6 +254,22 @@ def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
     if not steps:
         return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)
     w = _walk(table, p)
+    knee = _decide(table, w, p, flagged)
+    if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
+        few = outcomes_of(w.failing).failed if w.failing is not None else 0
+        knee = replace(knee, confirm_level=w.confirm_level, reason=(
+            f"{knee.reason}; this rests on few failures ({few}): level {w.confirm_level} is to be measured once"
+            " more before it ends the range"))  # fmt: skip
+    driver = driver_load(table)
+    if driver.steps:
+        mine = knee.knee_level in driver.levels or knee.recommended_level in driver.levels
+        what = "knee" if knee.found else "answer"
+        tail = f"; the {what} itself may be the driver's: add driver machines and measure again" if mine else ""
+        knee = replace(knee, driver_saturated_levels=driver.levels, reason=f"{knee.reason}; {driver.words()}{tail}")
+    return knee
+
+
+def _decide(table: pd.DataFrame, w: _Walk, p: dict[str, Any], flagged: tuple[int, ...]) -> Knee:
     limit = server_limit(table)
     if not w.clean:
         return _no_clean_level(w, p, flagged, limit)

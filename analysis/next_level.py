@@ -15,7 +15,10 @@ from analysis.knee import Knee, num, points_of
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     """The next level to measure inside `refine_between`: the server's own limit when it lies inside and
-    is unmeasured, else the bisection midpoint; None when the bracket is adjacent or measured."""
+    is unmeasured, else the bisection midpoint; None when the bracket is adjacent or measured. A knee by
+    few failures (`confirm_level`) is measured once more first: the one measured level this returns."""
+    if knee.confirm_level is not None:
+        return knee.confirm_level
     if knee.refine_between is None:
         return None
     low, high = knee.refine_between

@@ -7,7 +7,13 @@ time that lies inside the window, whichever step it started in (see `window_thro
 percentiles are exact (numpy, linear
 interpolation) over successful requests; p95_all_ms includes failures (a timeout is a slow answer too).
 GPU columns are the server's GPUs summed per read (see estimate.gpu_of). Every attempt, retries included,
-is a request here: each one reached the server.
+is a request here (`requests`): each one reached the server. Errors count outcomes, not attempts: an attempt
+that was tried again (final_attempt false; SCENARIO=retry) is `retried`, never failed; `failed_requests` and
+`error_rate` count each logical request once, by its final attempt, over `requests - retried`. A request cut
+at a step-down (failure_kind "cut": killed after the stop timeout) is a failure of its step; `cut_requests`
+shows how many of the failures were cuts, `rejected` how many were 503/429 (the server or gateway turned
+them away). `completed_requests` counts answers (ok or failed, cuts excluded, whatever step they started
+in) that arrived inside the step's window: far fewer than its users means most users never got an answer.
 Memory: gpu_mem_peak_mib is the device's highest reading in the step; gpu_mem_rise_mib that peak minus
 the step's first reading (what the step itself added: 0 on a caching allocator's high-water mark left
 by a higher level); gpu_mem_after_mib the last reading of the cooldown that follows the step (zero
@@ -44,10 +50,12 @@ STEP_COLUMNS = [
     "gpu_mem_peak_mib", "gpu_mem_rise_mib", "gpu_mem_after_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
     "server_waiting_max", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
+    "rejected", "retried", "completed_requests",
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
-CUT_KIND = "cut"  # a request in flight when Locust stopped its user at a step-down: slow, not failed
+CUT_KIND = "cut"  # in flight when Locust killed its user at a step-down, after the stop timeout: failed
+REJECTED_KIND = "rejected"  # 503 / 429 (loadtest.failures.REJECTED)
 BUCKET_COLUMNS = ["step_index", "level", "bucket", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps"]
 
 
@@ -68,7 +76,7 @@ _EMPTY_REQUEST_COLUMNS: dict[str, Any] = {
     "p50_ms": math.nan, "p95_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "mean_ms": math.nan,
     "latency_cv": math.nan, "p95_all_ms": math.nan, "p95_ci_low_ms": math.nan, "p95_ci_high_ms": math.nan, "errors": {},
     "status_codes": {}, "cer_mean": math.nan, "cer_median": math.nan, "bad_answers": 0,
-    "bad_answer_share": math.nan, "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan,
+    "bad_answer_share": math.nan, "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan, "rejected": 0, "retried": 0,
 }  # fmt: skip
 
 
@@ -98,17 +106,26 @@ def _answer_columns(part: pd.DataFrame, ok: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _final(part: pd.DataFrame) -> np.ndarray:
+    """Rows that are a request's final attempt (all of them in frames from before the column)."""
+    if "final_attempt" not in part.columns:
+        return np.ones(len(part), dtype=bool)
+    return part["final_attempt"].fillna(True).astype(bool).to_numpy()
+
+
 def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
     if rows.size == 0:
         return dict(_EMPTY_REQUEST_COLUMNS)
     part = req.iloc[rows]
     ok = part["ok"].to_numpy(dtype=bool)
-    cut = (part["failure_kind"].astype(str) == CUT_KIND).to_numpy()
+    kinds = part["failure_kind"].astype(str).to_numpy()
+    cut = kinds == CUT_KIND
     latency = part["latency_ms"].to_numpy(dtype=np.float64)
     good = np.sort(latency[ok])
     ci_low, ci_high = quantile_ci(good, 0.95)
-    failed = ~ok & ~cut  # a request cut at a step-down is slow (its latency counts in p95_all), not failed
-    counted = int(rows.size - cut.sum())
+    retried = ~ok & ~_final(part)  # tried again: the final attempt tells the outcome
+    failed = ~ok & ~retried  # cut included: a request that outlived the stop timeout got no answer
+    outcomes = int(rows.size - retried.sum())
     codes = part["status_code"].value_counts()
     ttft = part.loc[ok, "ttft_ms"].to_numpy(dtype=np.float64)
     ttft = ttft[~np.isnan(ttft)]
@@ -117,7 +134,7 @@ def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
         "ok_requests": int(ok.sum()),
         "failed_requests": int(failed.sum()),
         "cut_requests": int(cut.sum()),
-        "error_rate": float(failed.sum()) / counted if counted else math.nan,
+        "error_rate": float(failed.sum()) / outcomes if outcomes else math.nan,
         "p50_ms": percentile(good, 50),
         "p95_ms": percentile(good, 95),
         "p99_ms": percentile(good, 99),
@@ -132,7 +149,24 @@ def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
         **_answer_columns(part, ok),
         "ttft_p50_ms": percentile(ttft, 50),
         "ttft_p95_ms": percentile(ttft, 95),
+        "rejected": int((failed & (kinds == REJECTED_KIND)).sum()),
+        "retried": int(retried.sum()),
     }
+
+
+class AnswerTimes:
+    """When each answer (ok or failed; cut requests got none) arrived, sorted, for `completed_requests`."""
+
+    def __init__(self, req: pd.DataFrame) -> None:
+        if req.empty:
+            self.end_s = np.empty(0)
+            return
+        answered = (req["failure_kind"].astype(str) != CUT_KIND).to_numpy()
+        end = req["t_start_unix_s"].to_numpy(dtype=np.float64) + req["latency_ms"].to_numpy(dtype=np.float64) / 1000.0
+        self.end_s = np.sort(end[answered & ~np.isnan(end)])
+
+    def between(self, t0: float, t1: float) -> int:
+        return int(np.searchsorted(self.end_s, t1, side="right") - np.searchsorted(self.end_s, t0, side="left"))
 
 
 def _column(frame: pd.DataFrame, rows: np.ndarray | None, name: str) -> FloatArray:
@@ -260,7 +294,7 @@ def step_table(run: RunData) -> pd.DataFrame:
     driver_host = host[host["host_role"] == "driver"].reset_index(drop=True)
     gpu_host = host[host["host_role"] == "gpu"].reset_index(drop=True)
     driver_idx, gpu_host_idx = _indices(driver_host), _indices(gpu_host)
-    intervals = WindowShares(req)
+    intervals, answers = WindowShares(req), AnswerTimes(req)
     phases = run.steps if not run.steps.empty else pd.DataFrame({"step_index": [], "phase": []})
     cooldowns = dict(zip(phases["step_index"], phases["phase"] == "cooldown", strict=True))
     rows: list[dict[str, Any]] = []
@@ -290,6 +324,7 @@ def step_table(run: RunData) -> pd.DataFrame:
         row["kv_cache_peak_frac"] = _stat(_column(server, srv, "kv_cache_usage_frac"), "max")
         row["preemptions"] = _positive_increase(_column(server, srv, "num_preemptions_total"))
         row["framework_peak_mib"] = _stat(_column(server, srv, "framework_peak_mib"), "max")
+        row["completed_requests"] = answers.between(t0, t1)
         rows.append(row)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in STEP_COLUMNS})

@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.config import build_config
 from analysis.diagnosis import diagnose
+from analysis.driver import driver_load, server_on_driver
 from analysis.estimate import (
     DEFAULT_HEADROOM,
     Estimate,
@@ -218,6 +219,10 @@ def analyze_run(
     if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"
         ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
         generated_unix_s = float(ends.max()) if not ends.empty else 0.0
+    workers = manifest_setting(run.manifest, "workers")
+    driver = driver_load(table).to_dict(
+        workers if isinstance(workers, int) and workers > 0 else None, server_on_driver(run.manifest)
+    )
     events = (
         []
         if run.events.empty
@@ -240,6 +245,8 @@ def analyze_run(
         "recommended_level": knee.recommended_level,
         "answer": answer_text(knee),
         "diagnosis": diagnosis.to_dict(),
+        "driver_saturated_levels": driver["levels"],  # steps whose driver CPU was >= 85% (analysis/driver.py)
+        "driver": driver,
         "config": config,
         "soak": soak_trend(run.gpu, run.steps, run.manifest),
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,

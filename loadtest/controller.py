@@ -367,7 +367,9 @@ class Controller:
         if found is None:
             return None
         knee = found[1]
-        if knee.found:
+        if knee.confirm_level is not None:
+            self.event("confirm", f"a knee by few failures, measured once more: {knee.reason}")
+        elif knee.found:
             self.event("knee", f"past the knee, climbing stops: {knee.reason}")
         return knee
 
@@ -384,7 +386,10 @@ class Controller:
             return None
         table, knee = found
         level = analysis.next_refine_level(table, knee)
-        if level is not None:
+        if level is not None and level == knee.confirm_level:
+            self._refined += 1
+            self.event("confirm", f"the knee at {level} rests on few failures: measuring it once more")
+        elif level is not None:
             self._refined += 1
             low, high = knee.refine_between
             self.event("refine", f"the answer lies in {low}..{high}: measuring {level}")

@@ -81,6 +81,12 @@ def keep_climbing(knee: Any) -> bool:
     return knee is None or not knee.found
 
 
+def confirm_level(knee: Any, confirmed: list[int]) -> int | None:
+    """The level a knee by few failures asks to measure once more (Knee.confirm_level), once per level."""
+    level = getattr(knee, "confirm_level", None)
+    return None if level is None or level in confirmed else int(level)
+
+
 def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, cfg: RunConfig) -> int | None:
     """The next doubled level when the planned levels ran out with no knee, within the budget."""
     if knee is None or knee.found or not knee.at_least or knee.criterion:
@@ -147,6 +153,7 @@ def plan_phases(
 
     choice = choose_levels()
     done: list[int] = []
+    confirmed: list[int] = []  # levels measured once more to confirm a knee by few failures
     queue, climbs = [(level, choice.why) for level in choice.levels], 0
     while queue:
         level, why = queue.pop(0)
@@ -155,6 +162,11 @@ def plan_phases(
         if cfg.scenario == "soak":
             return
         knee = knee_now()
+        again = confirm_level(knee, confirmed)
+        if again is not None:
+            confirmed.append(again)
+            queue.insert(0, (again, f"confirm the knee at {again}: few failures, measured once more"))
+            continue
         if not keep_climbing(knee):
             break
         probe = probe_level()
@@ -168,7 +180,11 @@ def plan_phases(
         return
     for _ in range(cfg.refine_budget):
         refined = refine_level()
-        if refined is None or refined in done:
+        if refined is None or refined in confirmed:
             return
-        yield from _step(cfg, refined, "refine the knee", choice.target_requests)
+        note = "refine the knee"
+        if refined in done:  # only a knee by few failures asks for a measured level again (next_level.py)
+            confirmed.append(refined)
+            note = f"confirm the knee at {refined}: few failures, measured once more"
+        yield from _step(cfg, refined, note, choice.target_requests)
         done.append(refined)

@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from analysis.driver import DRIVER_BUSY_PCT
 from reports.figures import Chart, build_charts
 from reports.points import ReportFrames, error_examples, mapping, num, whole
 
@@ -137,12 +138,15 @@ OPTIONAL_COLUMNS = (
     "server_waiting_max",
     "kv_cache_peak_frac",
     "cer_median",
+    "driver_cpu_mean_pct",
 )
+COUNT_COLUMNS = ("retried", "rejected")  # shown when any step has one
 
 
 def shown_columns(steps: Sequence[Mapping[str, Any]]) -> list[str]:
     """The optional step-table columns that hold a value in at least one step (keeps the table narrow)."""
-    return [c for c in OPTIONAL_COLUMNS if any(num(s.get(c)) is not None for s in steps)]
+    shown = [c for c in OPTIONAL_COLUMNS if any(num(s.get(c)) is not None for s in steps)]
+    return shown + [c for c in COUNT_COLUMNS if any(num(s.get(c)) for s in steps)]
 
 
 def estimate_formula(estimate: Mapping[str, Any]) -> str:
@@ -240,6 +244,8 @@ def build_context(
         "step_columns": shown_columns(steps),
         "measured_count": sum(1 for s in steps if s.get("phase") == "step"),
         "diagnosis": mapping(summary.get("diagnosis")),
+        "driver": mapping(summary.get("driver")),
+        "driver_busy_pct": DRIVER_BUSY_PCT,
         "baseline": summary.get("baseline"),
         "slo": summary.get("slo"),
         "soak": summary.get("soak"),

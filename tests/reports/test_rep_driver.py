@@ -1,0 +1,86 @@
+"""A saturated driver is named on the report's first screen, in summary.json and the step table, from a
+run folder's host.csv through the real analysis; retries and rejections get their own columns."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+from rep_fixtures import build_run, write_run_folder
+
+from reports import render_report
+from reports.output import load_for_report
+from runfolder import HOST_FILE, CsvAppender, HostSample
+
+
+def _run_folder(tmp_path: Path, busy_levels: tuple[int, ...]) -> Path:
+    run = build_run()
+    run = dataclasses.replace(run, manifest={**run.manifest, "config": {"workers": 2}})
+    write_run_folder(tmp_path, run)
+    samples = []
+    for step in run.plan:
+        cpu = 92.0 if step.phase == "step" and step.level in busy_levels else 30.0
+        for k in range(10):
+            t = step.t_start_unix_s + k * (step.t_end_unix_s - step.t_start_unix_s) / 10
+            samples.append(HostSample(t, step.step_index, "driver", cpu, 1000.0))
+    host = CsvAppender(tmp_path / HOST_FILE, HostSample)
+    host.append(samples)
+    host.close()
+    return tmp_path
+
+
+def _first_screen(html: str) -> str:
+    return html[: html.index('<section id="charts">')]
+
+
+def test_a_saturated_driver_is_named_in_summary_reason_and_first_screen(tmp_path: Path) -> None:
+    summary, frames = load_for_report(_run_folder(tmp_path, busy_levels=(8, 10)))
+    assert summary["driver_saturated_levels"] == [8, 10]
+    assert summary["knee"]["driver_saturated_levels"] == [8, 10]
+    assert "driver's CPU was near saturation" in summary["knee"]["reason"]
+    driver = summary["driver"]
+    assert driver["machines_needed"] == 2 and [s["level"] for s in driver["steps"]] == [8, 10]
+    assert "at least 2 driver machines with 2 worker(s) on each (4 in all)" in driver["advice"]
+    first = _first_screen(render_report(summary, frames))
+    assert 'id="driver-saturated"' in first and "Driver saturated</b> at level 8, 10" in first
+    assert "about 46% (under 60%)" in first
+    table = render_report(summary, frames).split('<section id="steps">')[1]
+    assert "driver CPU" in table and re.search(r'class="badge warn"[^>]*>92 %<', table)
+
+
+def test_a_calm_driver_is_not_named(tmp_path: Path) -> None:
+    summary, frames = load_for_report(_run_folder(tmp_path, busy_levels=()))
+    assert summary["driver_saturated_levels"] == [] and summary["driver"]["advice"] == ""
+    html = render_report(summary, frames)
+    assert 'id="driver-saturated"' not in html and "driver's CPU" not in summary["knee"]["reason"]
+
+
+def test_retried_and_rejected_columns_show_only_when_a_step_has_them() -> None:
+    run = build_run()
+    steps = [dict(s, retried=0, rejected=0) for s in run.summary["steps"]]
+    plain = render_report({**run.summary, "steps": steps}, run.frames())
+    assert ">retried</th>" not in plain and ">rejected</th>" not in plain
+    steps[-1].update(retried=17, rejected=4)
+    shown = render_report({**run.summary, "steps": steps}, run.frames())
+    assert ">retried</th>" in shown and ">rejected</th>" in shown
+    assert re.search(r"<td>4</td>\s*<td>17</td>", shown)
+
+
+def test_a_server_on_the_driver_machine_is_named_in_the_advice(tmp_path: Path) -> None:
+    run_dir = _run_folder(tmp_path, busy_levels=(10,))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "target": {"host": "http://127.0.0.1:8000"}}))
+    summary, _ = load_for_report(run_dir)
+    assert summary["driver_saturated_levels"] == [10]
+    assert "the server runs on this machine too" in summary["driver"]["advice"]
+    assert "driver machines with" not in summary["driver"]["advice"]
+
+
+def test_the_knee_tile_says_when_the_knee_waits_for_confirmation() -> None:
+    run = build_run()
+    knee = {**run.summary["knee"], "confirm_level": 8, "driver_saturated_levels": [8]}
+    html = render_report({**run.summary, "knee": knee}, run.frames())
+    tile = html[html.index('id="tile-knee"') : html.index('id="tile-latency"')]
+    assert "level 8 to be measured once more" in tile and "driver CPU near saturation at level 8" in tile
