@@ -9,12 +9,15 @@ row per user, which tests about other things leave out (`_without_final_cuts`)."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +56,40 @@ def _probe(host: str, seconds: float, n_users: int, *fields: str) -> dict[str, A
     return result
 
 
+def _answered(url: str) -> float:
+    """Answers the simulator has sent (its vLLM-style e2e latency histogram's count)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+        page = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+               if line.startswith("vllm:e2e_request_latency_seconds_count"))  # fmt: skip
+
+
+@contextlib.contextmanager
+def _restarting_once_answered(url: str, slow_start_s: float) -> Iterator[None]:
+    """Put the simulator back in its "starting" state (503 + Retry-After) once its first answer is out.
+    A slow start counted from the simulator's own start was over before the probe sent anything on a
+    busy machine: the probe's start (Locust's import) took seconds."""
+    done = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
+            if _answered(url) > 0:
+                body = json.dumps({"slow_start_s": slow_start_s}).encode()
+                req = urllib.request.Request(f"{url}/admin/faults", data=body, method="POST")
+                urllib.request.urlopen(req, timeout=5).close()
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=10)
+
+
 def _without_final_cuts(rows: list[dict[str, Any]], n_users: int) -> list[dict[str, Any]]:
     cut = [r for r in rows if r["failure_kind"] == "cut"]
     assert len(cut) <= n_users, cut
@@ -84,12 +121,11 @@ def test_rows_and_locust_statistics_agree_request_by_request(faulty_sim):
 
 
 def test_streamed_answers_get_a_first_byte_time_and_token_counts_and_a_503_its_text():
-    # 503 while the server "starts" (30 s x time scale 0.05 = 1.5 s), then streamed answers
-    proc, url, _dcgm = cli.start_simulator(
-        profile="vllm-24g", extra=["--time-scale", "0.05", "--slow-start-s", "30"]
-    )
+    # streamed answers, then 503 while the server "restarts" (30 s x time scale 0.05 = 1.5 s), then answers
+    proc, url, _dcgm = cli.start_simulator(profile="vllm-24g", extra=["--time-scale", "0.05"])
     try:
-        got = _probe(url, 3.0, 2, "style=openai", "stream=1")
+        with _restarting_once_answered(url, slow_start_s=30):
+            got = _probe(url, 4.0, 2, "style=openai", "stream=1")
     finally:
         cli.stop_process(proc)
     rows = _without_final_cuts(got["rows"], 2)
@@ -114,16 +150,17 @@ def _gaps_s(rows: list[dict[str, Any]]) -> list[float]:
 
 
 def test_a_user_turned_away_waits_retry_after_before_asking_again():
-    # 503 + Retry-After: 1 while the server "starts" (60 s x time scale 0.05 = 3 s from the simulator's
-    # start; the probe's own start, Locust's import, can take 2 s on a busy machine)
-    proc, url, _dcgm = cli.start_simulator(extra=["--time-scale", "0.05", "--slow-start-s", "60"])
+    # 503 + Retry-After: 1 while the server "restarts" (50 s x time scale 0.05 = 2.5 s from its first answer)
+    proc, url, _dcgm = cli.start_simulator(extra=["--time-scale", "0.05"])
     try:
-        paused = _without_final_cuts(_probe(url, 4.5, 1)["rows"], 1)
+        with _restarting_once_answered(url, slow_start_s=50):
+            paused = _without_final_cuts(_probe(url, 4.5, 1)["rows"], 1)
     finally:
         cli.stop_process(proc)
     rejected = [r for r in paused if r["failure_kind"] == "rejected"]
     assert 1 <= len(rejected) <= 3, [(r["failure_kind"], r["t_start_unix_s"]) for r in paused]
-    assert any(r["ok"] for r in paused), "the user went on once the server was up"
+    last_rejected = max(r["t_start_unix_s"] for r in rejected)
+    assert any(r["ok"] and r["t_start_unix_s"] > last_rejected for r in paused), "the user went on once up"
     assert all(0.9 <= g <= 1.5 for g in _gaps_s(rejected)), _gaps_s(rejected)
 
 
