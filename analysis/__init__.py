@@ -17,13 +17,23 @@ from analysis.estimate import (
 )
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
+from analysis.memory_slope import MemorySlope, memory_slope, restate_estimate
 from analysis.next_level import next_refine_level, probe_level
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
+from analysis.server_card import CardChoice, choose_server_card, gpu_of, manifest_card, run_card
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
 from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_row, step_table
 from analysis.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
 
 __all__ = [
+    "run_card",
+    "manifest_card",
+    "gpu_of",
+    "choose_server_card",
+    "restate_estimate",
+    "memory_slope",
+    "CardChoice",
+    "MemorySlope",
     "BUCKET_COLUMNS",
     "DEFAULT_HEADROOM",
     "STEP_COLUMNS",
