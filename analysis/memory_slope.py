@@ -168,8 +168,9 @@ def _case(estimate: Estimate, slope: MemorySlope, before_mib: float | None) -> t
     resident = slope.intercept_mib
     base = f"memory with no request in service is {resident:,.0f} MiB (the fit's intercept)"
     loaded = resident - before_mib if before_mib is not None else None
-    if loaded is None or loaded <= NOISE_FLOOR_MIB:
-        return estimate.memory_case or "per_request", None, base
+    kept = estimate.memory_case in ("caching_allocator", "loaded_once", "loaded_once_and_caching")
+    if loaded is None or loaded <= NOISE_FLOOR_MIB or not kept:  # nothing stayed after the pre-flight
+        return estimate.memory_case or "per_request", estimate.loaded_once_mib, base
     if estimate.memory_case in ("caching_allocator", "loaded_once_and_caching"):
         return "loaded_once_and_caching", loaded, (
             f"{base}: of the {estimate.memory_kept_mib or 0:,.0f} MiB kept after the pre-flight, one"

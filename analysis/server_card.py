@@ -32,6 +32,7 @@ PREFLIGHT_STEP_INDEX = -2  # gpu.csv rows read before the pre-flight's request (
 ALL_CARDS = -1  # gpu_index of the named cards summed
 MOVE_FLOOR_MIB = 32.0  # a card whose memory moved less than this did not move (NVML rounds, jitter)
 MOVE_STD_FACTOR = 3.0  # ... nor less than 3 standard deviations of its own idle readings
+HELD_MIB = 1024.0  # a steady card holding more than this is another job's (less: a driver context, unused)
 UTIL_RISE_PCT = 5.0  # utilisation points a card must gain with the baseline to count as computing for us
 _SUMMED = ("mem_used_mib", "mem_total_mib", "mem_reserved_mib", "power_w")
 _EARLY_PHASES = ("idle", "warmup", "baseline")  # the phases up to the choice (the warm-up before the baseline)
@@ -114,14 +115,19 @@ def card_movement(gpu: pd.DataFrame, steps: pd.DataFrame) -> dict[int, dict[str,
 
 
 def _others(chosen: int, moved: dict[int, dict[str, float | None]]) -> str:
+    """The other cards in a few words: steady (held by another job, or unused) or moving too."""
     parts = []
     for index, m in sorted(moved.items()):
         if index == chosen:
             continue
         level = m["level_mib"]
         at = f" at {level:,.0f} MiB" if level is not None else ""
-        steady = m["moved_mib"] is not None and m["moved_mib"] <= (m["noise_mib"] or MOVE_FLOOR_MIB)
-        parts.append(f"card {index} {'steady' if steady else 'moved too'}{at}" + (": another job" if steady and level and level > 2 * MOVE_FLOOR_MIB else ""))
+        moved_mib = m["moved_mib"]
+        if moved_mib is not None and moved_mib > (m["noise_mib"] or MOVE_FLOOR_MIB):
+            parts.append(f"card {index} moved too ({moved_mib:+,.0f} MiB){at}: name the server's card to be sure")
+        else:
+            held = ": another job" if level is not None and level >= HELD_MIB else " (unused)"
+            parts.append(f"card {index} steady{at}{held}")
     return "; ".join(parts)
 
 

@@ -367,7 +367,7 @@ class Controller:
             return None
         if self.monitor is not None and self.card.index is not None:
             self.monitor.use_card(self.card.index)
-            self.idle_mib = self.card.idle_mib(run.gpu, run.steps)
+            self.idle_mib = self.card.idle_mib(run.gpu, run.steps) or self.idle_mib  # the card's own idle
         self.event("server_gpu", card_line(choice))
         self._update_manifest(server_gpu=choice.to_dict())
         return choice.index

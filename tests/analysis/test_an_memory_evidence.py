@@ -89,3 +89,17 @@ def test_other_processes_memory_is_left_out_and_counted_as_taken() -> None:
     table = step_table(run)
     assert (table["other_mem_mib"] > 2000.0).all()
     assert table["gpu_mem_rise_mib"].iloc[-1] == pytest.approx(8 * 500.0, abs=10)  # the server's own
+
+
+def test_a_request_that_takes_less_under_load_is_restated_without_calling_it_loaded_once() -> None:
+    def shared(now: int, most: int) -> float:  # 300 MiB shared by whatever is in service, 500 per request
+        return BEFORE + (300.0 + 500.0 * now if now else 0.0)
+
+    run = fake_run(shared, levels=(2, 4, 8))
+    est = _estimate(run)
+    assert est.memory_case == "per_request" and est.increment_mib == pytest.approx(800.0, abs=10)
+    restated = restate_estimate(est, step_table(run), before_mib=BEFORE)
+    assert restated is not None and restated.memory_case == "per_request" and restated.loaded_once_mib is None
+    assert restated.idle_mib == pytest.approx(BEFORE + 300.0, abs=10)
+    assert restated.estimate == math.floor((TOTAL_MIB * 0.7 - BEFORE - 300.0) / 500.0)
+    assert "loaded once" not in restated.reason and "not the 80" in restated.reason
