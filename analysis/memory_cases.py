@@ -134,7 +134,12 @@ def high_water_mark(table: pd.DataFrame, estimate: Estimate) -> HighWater | None
         " (torch.cuda.empty_cache() returns them); the device view is a high-water mark: memory kept for"
         " reuse, not lost."
     )
-    if estimate.memory_kept_mib:
+    if estimate.restated_after_step is not None:
+        text += (
+            f" The estimate's increment is the steps' slope of peak memory per request in service (re-stated"
+            f" after step {estimate.restated_after_step})."
+        )
+    elif estimate.memory_kept_mib:
         text += " The estimate's increment comes from the baseline over the idle read before the cache grew."
     if not_comparable:
         listed = ", ".join(f"{level} (step {index})" for index, level in not_comparable)

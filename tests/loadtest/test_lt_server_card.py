@@ -87,3 +87,24 @@ def test_a_step_slope_that_disagrees_restates_the_estimate(tmp_path: Path) -> No
     assert list(analysis.load_run(tmp_path).events["kind"]).count("estimate") == 2
     ctl.close()
 
+
+
+def test_after_the_choice_another_jobs_moving_card_does_not_hold_the_cooldown(tmp_path: Path) -> None:
+    run = fake_run(per_request(5800.0, 500.0), levels=(), other_card_mib=20000.0)
+    ctl = _Controller(run, tmp_path, _FakeMonitor())
+
+    def feed() -> None:
+        for i in range(20):  # 5 s at zero users: the server's card steady, the other job's card moving
+            t = 100.0 + 0.25 * i
+            ctl.on_gpu([dataclasses.replace(_sample(ctl.step_index, 0, 20000.0 + 300.0 * (i % 2)), t_unix_s=t),
+                        dataclasses.replace(_sample(ctl.step_index, 1, 5900.0), t_unix_s=t)])  # fmt: skip
+
+    ctl.step_index = 3
+    feed()
+    assert not ctl.settle.stable(5800.0)  # before the choice every card counts, as it always did
+    ctl._choose_levels()
+    ctl.step_index = 4
+    ctl.settle.reset()  # a new phase
+    feed()
+    assert ctl.settle.stable(5800.0)
+    ctl.close()
