@@ -236,6 +236,7 @@ def _estimate_from_baseline(
     idle_mib = float(idle.median()) if not idle.empty else None
     peak_mib = float(base.max()) if not base.empty else None
     why_not_gpu = ""
+    kv = _kv_estimate(requests, steps, server, kv_headroom, idle_mib, total_mib)
     if idle_mib is None or peak_mib is None or total_mib is None:
         lacking = [name for name, value in (("idle", idle_mib), ("baseline", peak_mib)) if value is None]
         why_not_gpu = f"no GPU memory samples in the {' and '.join(lacking) or 'total memory'} phase"
@@ -249,18 +250,34 @@ def _estimate_from_baseline(
             other_mib=_median_of(card, idle_idx, "other_mem_mib") or 0.0,
         )  # fmt: skip
         found, why_not_gpu = gpu_estimate(readings, total_mib, headroom)
+        if found is not None and found.memory_case == "caching_allocator" and kv is not None:
+            return _loaded_once_by_a_kv_server(found, kv, peak_mib)
         if found is not None:
             return found
-    kv = _kv_estimate(requests, steps, server, kv_headroom, idle_mib, total_mib)
     if kv is not None:
+        case = "preallocated" if "preallocated" in why_not_gpu else ""
         return Estimate(
-            **{**asdict(kv), "single_peak_mib": peak_mib, "reason": f"{why_not_gpu}; {kv.reason}"}
+            **{**asdict(kv), "single_peak_mib": peak_mib, "reason": f"{why_not_gpu}; {kv.reason}", "memory_case": case}
         )
     return Estimate(
         "none", None, idle_mib, peak_mib, None if peak_mib is None or idle_mib is None else peak_mib - idle_mib,
         total_mib, None, headroom,
         reason=f"{why_not_gpu}, and no KV-cache size with tokens per request in server.csv/requests.csv",
     )  # fmt: skip
+
+
+def _loaded_once_by_a_kv_server(kept: Estimate, kv: Estimate, peak_mib: float) -> Estimate:
+    """Memory that rose after the pre-flight and stayed flat through the baseline, on a server that
+    exports a KV cache: it preallocates (vLLM), so the rise was loaded once (lazily loaded CUDA modules,
+    cuBLAS workspaces), not a caching allocator's request; the KV cache is the dimension."""
+    rise = kept.memory_kept_mib or 0.0
+    why = (
+        f"memory rose {rise:+.0f} MiB after the pre-flight's first request and did not move with the baseline,"
+        " on a server that exports a KV cache: it preallocates its memory, and that rise was loaded once"
+        " (CUDA modules loaded lazily, cuBLAS/cuDNN workspaces), not one request kept by a caching allocator"
+    )
+    return Estimate(**{**asdict(kv), "single_peak_mib": peak_mib, "reason": f"{why}; {kv.reason}",
+                       "memory_case": "loaded_once", "loaded_once_mib": rise})  # fmt: skip
 
 
 def _with(found: Estimate, how: str, **fields: Any) -> Estimate:

@@ -4,8 +4,11 @@ steps' slope; other processes' memory on the card (--pid) left out."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
+import pandas as pd
 import pytest
 from memory_runs import TOTAL_MIB, caching, fake_run, loaded_once, per_request
 
@@ -103,3 +106,17 @@ def test_a_request_that_takes_less_under_load_is_restated_without_calling_it_loa
     assert restated.idle_mib == pytest.approx(BEFORE + 300.0, abs=10)
     assert restated.estimate == math.floor((TOTAL_MIB * 0.7 - BEFORE - 300.0) / 500.0)
     assert "loaded once" not in restated.reason and "not the 80" in restated.reason
+
+
+def test_a_kv_cache_server_whose_first_request_loads_memory_stays_on_the_kv_cache() -> None:
+    # vLLM preallocates (flat under load) but its first request loads cuBLAS workspaces lazily: +400 MiB
+    run = fake_run(lambda now, most: 0.9 * TOTAL_MIB + (400.0 if most else 0.0), levels=(2, 4))
+    rows = [{"t_unix_s": t, "step_index": i, "num_requests_running": 1.0, "num_requests_waiting": 0.0,
+             "kv_cache_usage_frac": 0.002, "num_preemptions_total": 0.0, "kv_cache_size_tokens": 500000.0,
+             "max_num_seqs": np.nan, "framework_peak_mib": np.nan}
+            for i, t in zip(run.steps["step_index"], run.steps["t_start_unix_s"], strict=True)]  # fmt: skip
+    run = dataclasses.replace(run, server=pd.DataFrame(rows))
+    est = _estimate(run)
+    assert est.dimension == "kv_cache" and est.estimate == math.floor(1.0 / 0.002)  # not 0 from "idle ate it"
+    assert est.memory_case == "loaded_once" and est.loaded_once_mib == pytest.approx(400.0, abs=10)
+    assert "loaded once" in est.reason and "not one request kept by a caching allocator" in est.reason
