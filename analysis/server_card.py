@@ -95,7 +95,7 @@ def card_movement(gpu: pd.DataFrame, steps: pd.DataFrame) -> dict[int, dict[str,
         base_p95 = float(np.percentile(base.to_numpy(np.float64), 95)) if not base.empty else None
         moves = []
         if before is not None and idle is not None:
-            moves.append(abs(idle - before))
+            moves.append(idle - before)  # our request only adds: memory another job freed is not ours
         if base_p95 is not None and (idle is not None or before is not None):
             moves.append(base_p95 - (idle if idle is not None else float(before or 0.0)))
         std = float(idle_values.std(ddof=0)) if idle_values.size > 1 else 0.0
@@ -158,7 +158,7 @@ def choose_server_card(gpu: pd.DataFrame, steps: pd.DataFrame, named: bool = Fal
     best = max(peaks, key=lambda i: peaks[i] or 0.0) if peaks else cards[0]
     why = (
         f"no card's memory or utilisation moved with the pre-flight and baseline: card {best}, the highest,"
-        f" is taken; name the server's card to be sure (GPU=nvml:{best})"
+        f" is taken; name the server's card to be sure (GPU=nvml:{best}, or URL#{best} after dcgm: or sidecar:)"
     )
     return CardChoice(best, why, {**evidence, "rule": "highest peak"})
 

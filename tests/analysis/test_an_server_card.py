@@ -57,3 +57,12 @@ def test_named_cards_are_summed_and_one_card_is_itself() -> None:
 
 def _frames(run):  # type: ignore[no-untyped-def]
     return run.requests, run.steps, run.gpu, run.server
+
+
+def test_memory_another_job_freed_during_the_preflight_is_not_a_move_of_ours() -> None:
+    run = fake_run(per_request(5800.0, 500.0), other_card_mib=OTHER_MIB)
+    gpu = run.gpu.copy()
+    freed = (gpu["gpu_index"] == 0) & (gpu["step_index"] == -2)
+    gpu.loc[freed, "mem_used_mib"] = OTHER_MIB + 3000.0  # the other job let 3 GB go as ours started
+    choice = choose_server_card(gpu, run.steps)
+    assert choice.index == 1, choice.why
