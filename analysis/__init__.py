@@ -17,8 +17,10 @@ from analysis.estimate import (
 )
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
+from analysis.memory_slope import MemorySlope, memory_slope, restate_estimate
 from analysis.next_level import next_refine_level, probe_level
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
+from analysis.server_card import CardChoice, choose_server_card, gpu_of, manifest_card, run_card
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
 from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_row, step_table
 from analysis.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
@@ -29,9 +31,11 @@ __all__ = [
     "STEP_COLUMNS",
     "SUMMARY_SCHEMA_VERSION",
     "Analysis",
+    "CardChoice",
     "Diagnosis",
     "Estimate",
     "Knee",
+    "MemorySlope",
     "RunData",
     "RunFolderError",
     "analyze",
@@ -40,6 +44,7 @@ __all__ = [
     "bucket_table",
     "build_config",
     "capacity_markdown",
+    "choose_server_card",
     "comparison_rows",
     "config_yaml",
     "diagnose",
@@ -49,14 +54,19 @@ __all__ = [
     "find_knee",
     "fit_memory_slope",
     "flat_steps",
+    "gpu_of",
     "gpus_named",
     "load_run",
+    "manifest_card",
+    "memory_slope",
     "next_refine_level",
     "parse_levels",
     "plan_levels",
     "predicted_memory",
     "probe_level",
     "recommend_config",
+    "restate_estimate",
+    "run_card",
     "server_kind",
     "slo_level",
     "soak_trend",

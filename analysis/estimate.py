@@ -15,30 +15,48 @@ Pass kv_headroom < 1 to keep a margin for answers longer than the baseline's. `e
 itself applies whatever headroom it is given (default 0.7, the contract's).
 When tokens are unknown (non-OpenAI styles), the baseline's peak KV-cache fraction stands in for
 tokens_per_request / kv_cache_size_tokens.
-Idle before anything of ours (DESIGN section 1): gpu.csv rows tagged PREFLIGHT_STEP_INDEX were read
-before the pre-flight sent its one request (loadtest.idle). When the idle phase, after that request,
-reads more than noise above them, the server kept the request's memory (PyTorch's caching allocator
-keeps freed blocks: the device shows a high-water mark), so idle is the reading before the pre-flight and
-the increment is the baseline's peak over it; `memory_kept_mib` says how much was kept and the reason
-says how the increment was obtained. Without such rows a kept request looks like preallocated memory.
+Memory evidence (DESIGN section 1; analysis.memory_slope re-takes it over the steps). Three readings
+come before the estimate: gpu.csv rows tagged PREFLIGHT_STEP_INDEX, read before the pre-flight sent its
+one request (loadtest.idle); the idle phase after it; the baseline's peak (one request in service), with
+the cooldown after it. They tell three cases apart, each named in the reason (`memory_case`):
+- memory per request: idle as before the pre-flight, the baseline's peak one request above it;
+- memory loaded once: the first request loaded CUDA modules, cuBLAS/cuDNN workspaces or weights, and
+  they stay, whatever the load: idle rose after the pre-flight, the baseline's peak is still one request
+  above that idle and falls back to it after the baseline. Idle is the resident memory once the service
+  runs (the reading after that first request), the increment what a request adds on top
+  (`loaded_once_mib` says how much was loaded);
+- memory kept by a caching allocator (PyTorch holds freed blocks: the device shows a high-water mark that
+  grows with the most requests ever in service): idle rose by one request and the baseline's peak is not
+  above it (or stays at its peak after the baseline), so idle is the reading before the pre-flight and
+  the increment the baseline's peak over it (`memory_kept_mib`). Memory loaded once on top of a caching
+  allocator looks the same from one request: the steps' slope separates them (analysis.memory_slope
+  re-states the estimate).
+Without the reading before the pre-flight a kept request looks like preallocated memory.
+With the server's PID, other processes' memory on its card (`other_mem_mib`) is left out of every
+reading and counted as taken: available = total x headroom - other processes - idle.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+# re-exported: callers take them from here
+from analysis.server_card import PREFLIGHT_STEP_INDEX as PREFLIGHT_STEP_INDEX
+from analysis.server_card import gpu_of as gpu_of
+from analysis.server_card import gpus_named as gpus_named
+
 DEFAULT_HEADROOM = 0.7
 KV_HEADROOM = 1.0  # the KV cache is already the budget: see the module doc
 DEFAULT_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.2)
 NOISE_FLOOR_MIB = 32.0  # smallest increment we believe: NVML rounds, allocators jitter by a few MiB
 NOISE_STD_FACTOR = 3.0  # an increment below 3 standard deviations of idle memory is noise
-PREFLIGHT_STEP_INDEX = -2  # gpu.csv rows read before the pre-flight's request (-1: before the first step)
+FELL_BACK_FRACTION = 0.5  # after the baseline, memory within half a request of idle fell back: freed
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,13 @@ class Estimate:
     kv_cache_size_tokens: float | None = None
     reason: str = ""
     memory_kept_mib: float | None = None  # idle phase above the idle read before the pre-flight's request
+    # per_request | loaded_once | caching_allocator | loaded_once_and_caching | preallocated | "" (unknown)
+    memory_case: str = ""
+    loaded_once_mib: float | None = None  # memory the first request loaded and that stays, whatever the load
+    other_mem_mib: float | None = None  # other processes' memory on the server's card at idle (--pid)
+    slope_mib: float | None = None  # the steps' slope of peak memory per request in service (re-stated)
+    restated_after_step: int | None = None  # the step whose slope re-stated the estimate
+    capped_at: int | None = None  # the server's max_num_seqs that capped the estimate
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _plain(v) for k, v in asdict(self).items()}
@@ -69,30 +94,36 @@ def _plain(value: Any) -> Any:
 
 
 def estimate_capacity(
-    idle_mib: float, single_peak_mib: float, total_mib: float, headroom: float = DEFAULT_HEADROOM
+    idle_mib: float,
+    single_peak_mib: float,
+    total_mib: float,
+    headroom: float = DEFAULT_HEADROOM,
+    other_mib: float = 0.0,
 ) -> Estimate:
-    """Seed 000's formula. Raises ValueError for inputs that make it meaningless."""
+    """Seed 000's formula; `other_mib` (other processes on the card) is taken from what is available.
+    Raises ValueError for inputs that make it meaningless."""
     if not 0 < headroom <= 1:
         raise ValueError(f"headroom {headroom} is outside (0, 1]; pass e.g. --headroom 0.7")
     if total_mib <= 0:
         raise ValueError(f"total GPU memory {total_mib} MiB is not positive; check the GPU samples")
     increment = single_peak_mib - idle_mib
-    available = total_mib * headroom - idle_mib
+    available = total_mib * headroom - other_mib - idle_mib
     if increment <= 0:
         return Estimate(
             "none", None, idle_mib, single_peak_mib, increment, total_mib, available, headroom,
             reason=f"single-request peak {single_peak_mib:.0f} MiB is not above idle {idle_mib:.0f} MiB",
         )  # fmt: skip
     estimate = max(0, math.floor(available / increment))
+    others = f" - {other_mib:.0f} MiB other processes" if other_mib else ""
     reason = (
-        f"floor(({total_mib:.0f} MiB x {headroom:g} - {idle_mib:.0f} MiB idle) / {increment:.0f} MiB per request)"
-        f" = {estimate}"
+        f"floor(({total_mib:.0f} MiB x {headroom:g}{others} - {idle_mib:.0f} MiB idle) / {increment:.0f} MiB"
+        f" per request) = {estimate}"
     )
     if estimate == 0:
         reason += "; idle memory already uses the headroom: lower the model's footprint or raise --headroom"
     return Estimate(
         "gpu_memory", estimate, idle_mib, single_peak_mib, increment, total_mib, available, headroom,
-        reason=reason,
+        reason=reason, other_mem_mib=other_mib or None,
     )  # fmt: skip
 
 
@@ -129,43 +160,6 @@ def _phase_steps(steps: pd.DataFrame, phase: str) -> list[int]:
     return [int(i) for i in steps.loc[steps["phase"] == phase, "step_index"]]
 
 
-_SUMMED = ("mem_used_mib", "mem_total_mib", "mem_reserved_mib", "power_w")
-
-
-def gpus_named(manifest: Mapping[str, Any]) -> bool:
-    """Does the run's GPU= spec name the server's cards (nvml:0,1, nvml:GPU-..., dcgm:URL#0, sidecar:URL#0)?"""
-    config = manifest.get("config")
-    text = str(config.get("gpu") or "") if isinstance(config, Mapping) else ""
-    return text.startswith("nvml:") or "#" in text
-
-
-def gpu_of(gpu: pd.DataFrame, named: bool = False) -> pd.DataFrame:
-    """The server's GPU memory, one sample per read.
-
-    When GPU= names the server's cards, gpu.csv holds only those, and their sum is the server's memory
-    (a server spread over two cards by tensor parallelism): the suite's one rule, `gpu_sampler.combine_gpus`
-    on the driver. Memory used, total, reserved and power are summed (unknown when a card lacks them), the
-    server's process memory summed where known, utilisation and temperature the highest card's. When GPU=
-    names no card (plain nvml: every card of the host) and there are several, summing would add other
-    cards' memory and totals, so the card with the highest peak is taken: name the card to be sure."""
-    if gpu.empty or gpu["mem_used_mib"].isna().all():
-        return gpu.iloc[0:0]
-    cards = int(gpu["gpu_index"].nunique())
-    if cards <= 1:
-        return gpu
-    if not named:
-        busiest = gpu.dropna(subset=["mem_used_mib"]).groupby("gpu_index")["mem_used_mib"].max().idxmax()
-        return gpu[gpu["gpu_index"] == busiest]
-    grouped = gpu.groupby(["t_unix_s", "step_index"], sort=True, observed=True)
-    out = grouped[list(_SUMMED)].sum(min_count=cards)
-    out["proc_mem_mib"] = grouped["proc_mem_mib"].sum(min_count=1)
-    out[["util_pct", "temp_c"]] = grouped[["util_pct", "temp_c"]].max()
-    out["source"] = grouped["source"].first()
-    out = out.reset_index()
-    out["gpu_index"] = -1
-    return out[list(gpu.columns)]
-
-
 def estimate_from_baseline(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
@@ -175,13 +169,15 @@ def estimate_from_baseline(
     total_mib: float | None = None,
     kv_headroom: float = KV_HEADROOM,
     gpus_named: bool = False,
+    card: int | None = None,
 ) -> Estimate:
     """Pick the dimension from the data: GPU memory if one request visibly moves it, else the KV cache.
 
     `headroom` applies to the GPU-memory dimension, `kv_headroom` to the KV cache (see the module doc);
-    `gpus_named`: GPU= named the server's cards, so gpu.csv's cards are summed (see gpu_of)."""
-    card = gpu_of(gpu, gpus_named)
-    estimate = _estimate_from_baseline(requests, steps, card, server, headroom, total_mib, kv_headroom)
+    `gpus_named`: GPU= named the server's cards, so gpu.csv's cards are summed; `card`: the server's card
+    as the controller chose it (else analysis.server_card's rule finds it; see gpu_of)."""
+    samples = gpu_of(gpu, gpus_named, card, steps)
+    estimate = _estimate_from_baseline(requests, steps, samples, server, headroom, total_mib, kv_headroom)
     return cap_by_server(estimate, server)
 
 
@@ -192,7 +188,35 @@ def cap_by_server(estimate: Estimate, server: pd.DataFrame) -> Estimate:
         return estimate
     cap = int(seqs.max())
     reason = f"{estimate.reason}; capped at the server's max_num_seqs {cap} (it runs no more at once)"
-    return Estimate(**{**asdict(estimate), "estimate": cap, "reason": reason})
+    return Estimate(**{**asdict(estimate), "estimate": cap, "reason": reason, "capped_at": cap})
+
+
+@dataclass(frozen=True)
+class Readings:
+    """The server's memory around the baseline (MiB): before the pre-flight's request, the idle phase
+    after it, the baseline's peak, the last reading of the cooldown after the baseline; idle's noise."""
+
+    idle_mib: float
+    peak_mib: float
+    noise_mib: float
+    before_mib: float | None = None
+    after_mib: float | None = None
+    other_mib: float = 0.0  # other processes' memory on the card at idle (--pid), taken from what is free
+
+
+def _median_of(card: pd.DataFrame, rows: Sequence[int], column: str = "mem_used_mib") -> float | None:
+    values = card.loc[card["step_index"].isin(rows), column].dropna() if column in card.columns else None
+    return float(values.median()) if values is not None and not values.empty else None
+
+
+def _after_baseline(card: pd.DataFrame, steps: pd.DataFrame) -> float | None:
+    """The last reading of the cooldown that follows the (first) baseline, None without one."""
+    base = _phase_steps(steps, "baseline")
+    cooldowns = set(_phase_steps(steps, "cooldown"))
+    if not base or base[0] + 1 not in cooldowns:
+        return None
+    after = card[card["step_index"] == base[0] + 1].sort_values("t_unix_s", kind="stable")["mem_used_mib"].dropna()
+    return float(after.iloc[-1]) if not after.empty else None
 
 
 def _estimate_from_baseline(
@@ -207,26 +231,33 @@ def _estimate_from_baseline(
     idle_idx, base_idx = _phase_steps(steps, "idle"), _phase_steps(steps, "baseline")
     idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()
     base = card.loc[card["step_index"].isin(base_idx), "mem_used_mib"].dropna()
-    before = card.loc[card["step_index"] == PREFLIGHT_STEP_INDEX, "mem_used_mib"].dropna()
     if total_mib is None and not card["mem_total_mib"].dropna().empty:
         total_mib = float(card["mem_total_mib"].dropna().median())
     idle_mib = float(idle.median()) if not idle.empty else None
     peak_mib = float(base.max()) if not base.empty else None
     why_not_gpu = ""
+    kv = _kv_estimate(requests, steps, server, kv_headroom, idle_mib, total_mib)
     if idle_mib is None or peak_mib is None or total_mib is None:
         lacking = [name for name, value in (("idle", idle_mib), ("baseline", peak_mib)) if value is None]
         why_not_gpu = f"no GPU memory samples in the {' and '.join(lacking) or 'total memory'} phase"
         if total_mib is None and not lacking:
             why_not_gpu = "GPU total memory unknown (no mem_total_mib samples)"
     else:
-        noise = max(NOISE_FLOOR_MIB, NOISE_STD_FACTOR * float(idle.std(ddof=0)))
-        found, why_not_gpu = _gpu_estimate(idle_mib, peak_mib, before, noise, total_mib, headroom)
+        readings = Readings(
+            idle_mib=idle_mib, peak_mib=peak_mib,
+            noise_mib=max(NOISE_FLOOR_MIB, NOISE_STD_FACTOR * float(idle.std(ddof=0))),
+            before_mib=_median_of(card, [PREFLIGHT_STEP_INDEX]), after_mib=_after_baseline(card, steps),
+            other_mib=_median_of(card, idle_idx, "other_mem_mib") or 0.0,
+        )  # fmt: skip
+        found, why_not_gpu = gpu_estimate(readings, total_mib, headroom)
+        if found is not None and found.memory_case == "caching_allocator" and kv is not None:
+            return _loaded_once_by_a_kv_server(found, kv, peak_mib)
         if found is not None:
             return found
-    kv = _kv_estimate(requests, steps, server, kv_headroom, idle_mib, total_mib)
     if kv is not None:
+        case = "preallocated" if "preallocated" in why_not_gpu else ""
         return Estimate(
-            **{**asdict(kv), "single_peak_mib": peak_mib, "reason": f"{why_not_gpu}; {kv.reason}"}
+            **{**asdict(kv), "single_peak_mib": peak_mib, "reason": f"{why_not_gpu}; {kv.reason}", "memory_case": case}
         )
     return Estimate(
         "none", None, idle_mib, peak_mib, None if peak_mib is None or idle_mib is None else peak_mib - idle_mib,
@@ -235,29 +266,60 @@ def _estimate_from_baseline(
     )  # fmt: skip
 
 
-def _gpu_estimate(
-    idle_mib: float, peak_mib: float, before: pd.Series, noise: float, total_mib: float, headroom: float
-) -> tuple[Estimate | None, str]:
-    """The GPU-memory estimate, from the idle read before the pre-flight when the server kept memory;
-    else (None, why the GPU dimension does not apply)."""
-    before_mib = float(before.median()) if not before.empty else None
-    kept = idle_mib - before_mib if before_mib is not None else 0.0
-    if before_mib is not None and kept > noise:
-        increment = peak_mib - before_mib
-        if increment > noise:
-            found = estimate_capacity(before_mib, peak_mib, total_mib, headroom)
-            how = (
-                f"; memory did not fall back after the pre-flight's one request ({before_mib:.0f} MiB"
-                f" before it, {idle_mib:.0f} MiB in the idle phase after it, {kept:+.0f} MiB): the server"
-                " keeps freed memory (a caching allocator such as PyTorch's holds freed blocks), so idle is"
-                " the reading before the pre-flight and the increment is the baseline's peak over it"
-            )
-            return Estimate(**{**asdict(found), "reason": found.reason + how, "memory_kept_mib": kept}), ""
-    increment = peak_mib - idle_mib
-    if increment > noise:
-        return estimate_capacity(idle_mib, peak_mib, total_mib, headroom), ""
-    why = f"single-request increment {increment:.0f} MiB is within noise ({noise:.0f} MiB): memory is preallocated"
-    if before_mib is None:
+def _loaded_once_by_a_kv_server(kept: Estimate, kv: Estimate, peak_mib: float) -> Estimate:
+    """Memory that rose after the pre-flight and stayed flat through the baseline, on a server that
+    exports a KV cache: it preallocates (vLLM), so the rise was loaded once (lazily loaded CUDA modules,
+    cuBLAS workspaces), not a caching allocator's request; the KV cache is the dimension."""
+    rise = kept.memory_kept_mib or 0.0
+    why = (
+        f"memory rose {rise:+.0f} MiB after the pre-flight's first request and did not move with the baseline,"
+        " on a server that exports a KV cache: it preallocates its memory, and that rise was loaded once"
+        " (CUDA modules loaded lazily, cuBLAS/cuDNN workspaces), not one request kept by a caching allocator"
+    )
+    return Estimate(**{**asdict(kv), "single_peak_mib": peak_mib, "reason": f"{why}; {kv.reason}",
+                       "memory_case": "loaded_once", "loaded_once_mib": rise})  # fmt: skip
+
+
+def _with(found: Estimate, how: str, **fields: Any) -> Estimate:
+    return Estimate(**{**asdict(found), "reason": found.reason + how, **fields})
+
+
+def gpu_estimate(r: Readings, total_mib: float, headroom: float) -> tuple[Estimate | None, str]:
+    """The GPU-memory estimate from the readings around the baseline, its memory case named (module
+    doc); else (None, why the GPU dimension does not apply)."""
+    kept = r.idle_mib - r.before_mib if r.before_mib is not None else 0.0
+    above = r.peak_mib - r.idle_mib
+    stayed = r.after_mib is not None and r.after_mib - r.idle_mib > max(r.noise_mib, FELL_BACK_FRACTION * above)
+    if r.before_mib is not None and kept > r.noise_mib and above > r.noise_mib and not stayed:
+        found = estimate_capacity(r.idle_mib, r.peak_mib, total_mib, headroom, r.other_mib)
+        fell = "falls back to it after the baseline" if r.after_mib is not None else "(no cooldown reading after it)"
+        how = (
+            f"; memory loaded once: it rose {kept:+.0f} MiB after the pre-flight's first request"
+            f" ({r.before_mib:.0f} MiB before it, {r.idle_mib:.0f} MiB in the idle phase after it) and stayed,"
+            f" while the baseline's peak is still one request ({above:.0f} MiB) above that idle and {fell}:"
+            " CUDA modules loaded lazily, cuBLAS/cuDNN workspaces or weights loaded on first use. Idle is the"
+            " resident memory once the service runs; the increment is what a request adds on top of it"
+        )
+        return _with(found, how, memory_case="loaded_once", loaded_once_mib=kept), ""
+    if r.before_mib is not None and kept > r.noise_mib and r.peak_mib - r.before_mib > r.noise_mib:
+        found = estimate_capacity(r.before_mib, r.peak_mib, total_mib, headroom, r.other_mib)
+        how = (
+            f"; memory did not fall back after the pre-flight's one request ({r.before_mib:.0f} MiB"
+            f" before it, {r.idle_mib:.0f} MiB in the idle phase after it, {kept:+.0f} MiB), and the baseline's"
+            " peak is not above it for long: the server keeps freed memory (a caching allocator such as"
+            " PyTorch's holds freed blocks; its high-water mark grows with the most requests ever in service),"
+            " so idle is the reading before the pre-flight and the increment is the baseline's peak over it."
+            " Memory loaded once by the first request would look the same from one request: the steps'"
+            " slope of peak memory per request in service separates them (the estimate is re-stated if it"
+            " disagrees)"
+        )
+        return _with(found, how, memory_kept_mib=kept, memory_case="caching_allocator"), ""
+    if above > r.noise_mib:
+        found = estimate_capacity(r.idle_mib, r.peak_mib, total_mib, headroom, r.other_mib)
+        how = "; memory per request: the baseline's peak is one request above idle"
+        return _with(found, how, memory_case="per_request"), ""
+    why = f"single-request increment {above:.0f} MiB is within noise ({r.noise_mib:.0f} MiB): memory is preallocated"
+    if r.before_mib is None:
         why += (
             ", or kept by a caching allocator since an earlier request (no reading before the pre-flight's"
             " request to tell)"

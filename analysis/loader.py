@@ -78,6 +78,7 @@ _DTYPES: dict[type, dict[str, str]] = {
         "proc_mem_mib": "float64",
         "temp_c": "float64",
         "power_w": "float64",
+        "other_mem_mib": "float64",
     },
     ServerSample: {c: "float64" for c in columns_of(ServerSample)},
     HostSample: {
@@ -107,6 +108,7 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
     RequestRow: {"answer_kind": ""},
     ServerSample: {"framework_peak_mib": math.nan},
+    GpuSample: {"other_mem_mib": math.nan},
 }
 
 

@@ -5,7 +5,7 @@
 - a high-water mark: memory at zero users after a step (the cooldown's last reading) stays above idle
   and near the highest level's peak instead of falling back. PyTorch's caching allocator keeps freed
   blocks for reuse, so the device view is a high-water mark: not a leak. A mark only moves when more
-  users arrive: memory that climbs during a step by more than its new users add (gpu_mem_rise_mib over
+  users arrive: memory that climbs during a step by more than its new users add (gpu_mem_climb_mib over
   (level - highest level before) x increment, with tolerance) keeps growing at a fixed level as a leak
   does, and is left to the leak suspects; so is memory that falls most of the way back (freed) but not to
   idle. On such a server a step measured after a higher level reads the higher level's mark: it cannot
@@ -114,7 +114,7 @@ def high_water_mark(table: pd.DataFrame, estimate: Estimate) -> HighWater | None
             _f(row.get("gpu_mem_after_mib")),
             _f(row.get("gpu_mem_peak_mib")),
         )
-        if _f(row.get("gpu_mem_rise_mib")) > max(0, level - highest) * inc + kept_tol:
+        if _f(row.get("gpu_mem_climb_mib")) > max(0, level - highest) * inc + kept_tol:
             return None  # climbing at a fixed level: a leak's sign, not a mark
         if level < highest:
             not_comparable.append((int(row["step_index"]), level))
@@ -134,7 +134,12 @@ def high_water_mark(table: pd.DataFrame, estimate: Estimate) -> HighWater | None
         " (torch.cuda.empty_cache() returns them); the device view is a high-water mark: memory kept for"
         " reuse, not lost."
     )
-    if estimate.memory_kept_mib:
+    if estimate.restated_after_step is not None:
+        text += (
+            f" The estimate's increment is the steps' slope of peak memory per request in service (re-stated"
+            f" after step {estimate.restated_after_step})."
+        )
+    elif estimate.memory_kept_mib:
         text += " The estimate's increment comes from the baseline over the idle read before the cache grew."
     if not_comparable:
         listed = ", ".join(f"{level} (step {index})" for index, level in not_comparable)

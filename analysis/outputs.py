@@ -63,11 +63,18 @@ def _image_size(run: RunData) -> str:
 
 def _formula(est: Estimate) -> list[str]:
     if est.dimension == "gpu_memory":
+        increment = (
+            f"increment = the steps' slope            = {_fmt(est.increment_mib)} MiB per request in service"
+            f" (idle: the fit's memory at none, after step {est.restated_after_step})"
+            if est.restated_after_step is not None
+            else f"increment = single_peak - idle          = {_fmt(est.single_peak_mib)} - {_fmt(est.idle_mib)}"
+            f" = {_fmt(est.increment_mib)} MiB"
+        )
+        other = f" - {_fmt(est.other_mem_mib)} other processes" if est.other_mem_mib else ""
         return [
             "```",
-            f"increment = single_peak - idle          = {_fmt(est.single_peak_mib)} - {_fmt(est.idle_mib)}"
-            f" = {_fmt(est.increment_mib)} MiB",
-            f"available = total x headroom - idle     = {_fmt(est.total_mib)} x {est.headroom:g} -"
+            increment,
+            f"available = total x headroom - idle     = {_fmt(est.total_mib)} x {est.headroom:g}{other} -"
             f" {_fmt(est.idle_mib)} = {_fmt(est.available_mib)} MiB",
             f"estimate  = floor(available / increment) = {est.estimate}",
             "```",
@@ -120,6 +127,10 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         f"| idle memory | {_fmt(est.idle_mib, '.0f', ' MiB')} |",
         f"| single-request peak | {_fmt(est.single_peak_mib, '.0f', ' MiB')} |",
         f"| single-request increment | {_fmt(est.increment_mib, '.0f', ' MiB')} |",
+        f"| memory case | {(est.memory_case or 'n/a').replace('_', ' ')} |",
+        f"| loaded once by the first request | {_fmt(est.loaded_once_mib, '.0f', ' MiB')} |",
+        f"| other processes on the card | {_fmt(est.other_mem_mib, '.0f', ' MiB')} |",
+        f"| server's card | {summary.get('server_gpu', {}).get('why') or 'n/a'} |",
         f"| KV-cache size | {_fmt(est.kv_cache_size_tokens, '.0f', ' tokens')} |",
         f"| tokens per request | {_fmt(est.tokens_per_request, '.0f')} |",
         f"| headroom | {est.headroom:g} |",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.estimate import gpu_of, gpus_named
+from analysis.server_card import run_card
 from analysis.stats import linear_fit
 
 CREEP_MIB_PER_H = 50.0
@@ -83,7 +83,7 @@ def soak_trend(gpu: pd.DataFrame, steps: pd.DataFrame, manifest: dict[str, Any])
     indexes = soak_steps(steps, manifest)
     if not indexes:
         return None
-    card = gpu_of(gpu, gpus_named(manifest))
+    card = run_card(gpu, steps, manifest)
     part = card[card["step_index"].isin(indexes)]
     return fit_memory_slope(part["t_unix_s"].to_numpy(np.float64), part["mem_used_mib"].to_numpy(np.float64))
 

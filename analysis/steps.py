@@ -6,8 +6,8 @@ second of the step's window (t_start..t_end of its row), each request counted by
 time that lies inside the window, whichever step it started in (see `window_throughput`). Latency
 percentiles are exact (numpy, linear
 interpolation) over successful requests; p95_all_ms includes failures (a timeout is a slow answer too).
-GPU columns are the server's GPUs summed per read (see estimate.gpu_of). Every attempt, retries included,
-is a request here (`requests`): each one reached the server. Errors count outcomes, not attempts: an attempt
+GPU columns are the server's card, or its named cards summed per read (analysis.server_card). Every
+attempt, retries included, is a request here (`requests`): each one reached the server. Errors count outcomes, not attempts: an attempt
 that was tried again (final_attempt false; SCENARIO=retry) is `retried`, never failed; `failed_requests` and
 `error_rate` count each logical request once, by its final attempt, over `requests - retried`. A request cut
 at a step-down (failure_kind "cut": killed after the stop timeout) is a failure of its step; `cut_requests`
@@ -15,9 +15,13 @@ shows how many of the failures were cuts, `rejected` how many were 503/429 (the 
 them away). `completed_requests` counts answers (ok or failed, cuts excluded, whatever step they started
 in) that arrived inside the step's window: far fewer than its users means most users never got an answer.
 Memory: gpu_mem_peak_mib is the device's highest reading in the step; gpu_mem_rise_mib that peak minus
-the step's first reading (what the step itself added: 0 on a caching allocator's high-water mark left
-by a higher level); gpu_mem_after_mib the last reading of the cooldown that follows the step (zero
-users: back near idle when memory is freed per request, the peak when the allocator keeps it).
+the idle once the service runs (the idle phase's median, after the pre-flight's first request: what the
+step's requests in service add; over the levels it shows the slope, analysis.memory_slope);
+gpu_mem_climb_mib the peak minus the step's first reading (what the step itself added: 0 on a caching
+allocator's high-water mark left by a higher level); gpu_mem_after_mib the last reading of the cooldown
+that follows the step (zero users: back near idle when memory is freed per request, the peak when the
+allocator keeps it). With the server's PID the server's card's memory is its own (other processes'
+subtracted: analysis.server_card) and other_mem_mib is the other processes' peak in the step.
 framework_peak_mib is the framework's own view (torch.cuda.max_memory_allocated(), where the server
 exports it on /metrics): the highest of the step's scrapes, never mixed with the device's columns.
 """
@@ -32,8 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.estimate import gpu_of, gpus_named
 from analysis.loader import RunData, empty_frame
+from analysis.server_card import run_card
 from analysis.stats import FloatArray, latency_cv, percentile, quantile_ci
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
@@ -50,7 +54,7 @@ STEP_COLUMNS = [
     "gpu_mem_peak_mib", "gpu_mem_rise_mib", "gpu_mem_after_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
     "server_waiting_max", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
-    "rejected", "retried", "completed_requests",
+    "rejected", "retried", "completed_requests", "gpu_mem_climb_mib", "other_mem_mib",
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
@@ -177,19 +181,30 @@ def _column(frame: pd.DataFrame, rows: np.ndarray | None, name: str) -> FloatArr
 
 
 def _memory_columns(
-    card: pd.DataFrame, rows: np.ndarray | None, after_rows: np.ndarray | None
+    card: pd.DataFrame, rows: np.ndarray | None, after_rows: np.ndarray | None, idle_mib: float
 ) -> dict[str, float]:
-    """The step's device memory: peak, rise over its first reading, mean, P95, and the last reading of
-    the cooldown after it (samples in time order)."""
+    """The step's device memory: peak, rise over idle, climb over its first reading, mean, P95, the
+    last reading of the cooldown after it (samples in time order), other processes' peak."""
     mem = _column(card, _by_time(card, rows), "mem_used_mib")
     after = _column(card, _by_time(card, after_rows), "mem_used_mib")
     return {
         "gpu_mem_peak_mib": _stat(mem, "max"),
-        "gpu_mem_rise_mib": float(mem.max() - mem[0]) if mem.size else math.nan,
+        "gpu_mem_rise_mib": float(mem.max() - idle_mib) if mem.size else math.nan,
+        "gpu_mem_climb_mib": float(mem.max() - mem[0]) if mem.size else math.nan,
+        "other_mem_mib": _stat(_column(card, rows, "other_mem_mib"), "max"),
         "gpu_mem_after_mib": float(after[-1]) if after.size else math.nan,
         "gpu_mem_mean_mib": _stat(mem, "mean"),
         "gpu_mem_p95_mib": percentile(mem, 95),
     }
+
+
+def _idle_mib(card: pd.DataFrame, steps: pd.DataFrame) -> float:
+    """The idle once the service runs: the median of the (first) idle phase's readings, NaN without."""
+    if card.empty or steps.empty:
+        return math.nan
+    idle = steps.loc[steps["phase"] == "idle", "step_index"]
+    values = card.loc[card["step_index"].isin(idle.head(1)), "mem_used_mib"].dropna()
+    return float(values.median()) if not values.empty else math.nan
 
 
 def _by_time(frame: pd.DataFrame, rows: np.ndarray | None) -> np.ndarray | None:
@@ -286,8 +301,9 @@ def step_table(run: RunData) -> pd.DataFrame:
     """One row per measured step (phases "baseline" and "step"), columns STEP_COLUMNS."""
     req = run.requests
     req_idx = _indices(req)
-    card = gpu_of(run.gpu, gpus_named(run.manifest)).reset_index(drop=True)
+    card = run_card(run.gpu, run.steps, run.manifest).reset_index(drop=True)
     gpu_idx = _indices(card)
+    idle_mib = _idle_mib(card, run.steps)
     server = run.server.sort_values("t_unix_s", kind="stable").reset_index(drop=True)
     server_idx = _indices(server)
     host = run.host
@@ -310,7 +326,7 @@ def step_table(run: RunData) -> pd.DataFrame:
         row.update(_request_columns(req, req_idx.get(index, np.empty(0, dtype=np.int64))))
         row.update(throughput_with_error(intervals, t0, t1, row["latency_cv"], row["ok_requests"]))
         after = gpu_idx.get(index + 1) if cooldowns.get(index + 1) else None  # the cooldown after the step
-        row.update(_memory_columns(card, gpu_idx.get(index), after))
+        row.update(_memory_columns(card, gpu_idx.get(index), after, idle_mib))
         util = _column(card, gpu_idx.get(index), "util_pct")
         row["gpu_util_mean_pct"] = _stat(util, "mean")
         row["gpu_util_peak_pct"] = _stat(util, "max")

@@ -17,12 +17,13 @@ from analysis.estimate import (
     DEFAULT_HEADROOM,
     Estimate,
     estimate_from_baseline,
-    gpu_of,
     gpus_named,
     parse_levels,
 )
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
+from analysis.memory_slope import restate_estimate
+from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manifest_card, run_card
 from analysis.soak import slo_level, soak_trend
 from analysis.steps import baseline_summary, bucket_table, step_table
 
@@ -71,7 +72,7 @@ def server_kind(run: RunData) -> str:
 
 
 def gpu_info(run: RunData) -> dict[str, Any]:
-    card = gpu_of(run.gpu, gpus_named(run.manifest))
+    card = run_card(run.gpu, run.steps, run.manifest)
     used = card["mem_used_mib"].dropna()
     gpu_meta = run.manifest.get("gpu")
     name = (
@@ -98,6 +99,15 @@ def gpu_info(run: RunData) -> dict[str, Any]:
         "total_mib": float(total.median()) if not total.empty else None,
         "why_missing": None,
     }
+
+
+def server_gpu(run: RunData) -> dict[str, Any]:
+    """The server's card as the run's controller chose it (manifest), else as the rule finds it now."""
+    chosen = run.manifest.get("server_gpu")
+    if isinstance(chosen, Mapping) and "index" in chosen:
+        return {**chosen, "from": "manifest"}
+    choice = choose_server_card(run.gpu, run.steps, gpus_named(run.manifest))
+    return {**choice.to_dict(), "from": "analysis"}
 
 
 def missing_parts(run: RunData, knee: Knee | None = None) -> list[str]:
@@ -181,6 +191,19 @@ def workers_without_final_count(manifest: dict[str, Any]) -> list[str]:
     return [w for w, t in sorted(_row_tally(manifest).items()) if "final_count" in t and not t["final_count"]]
 
 
+def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: float | None) -> Estimate:
+    """The estimate from the baseline on the server's card (the controller's choice), re-stated by the
+    steps' slope where it disagrees (analysis.memory_slope): the plan's last word and the report's agree."""
+    estimate: Estimate = estimate_from_baseline(
+        run.requests, run.steps, run.gpu, run.server, headroom, total_mib,
+        gpus_named=gpus_named(run.manifest), card=manifest_card(run.manifest),
+    )  # fmt: skip
+    card = run_card(run.gpu, run.steps, run.manifest)
+    before = card.loc[card["step_index"] == PREFLIGHT_STEP_INDEX, "mem_used_mib"].dropna()
+    restated = restate_estimate(estimate, table, float(before.median()) if not before.empty else None)
+    return restated or estimate
+
+
 def analyze(
     run: RunData,
     headroom: float | None = None,
@@ -205,11 +228,8 @@ def analyze_run(
         told = manifest_setting(run.manifest, "slo_p95_s")
         slo_p95_s = float(told) if isinstance(told, int | float) and told > 0 else None  # 0 means unset
     gpu = gpu_info(run)
-    estimate: Estimate = estimate_from_baseline(
-        run.requests, run.steps, run.gpu, run.server, headroom, gpu["total_mib"],
-        gpus_named=gpus_named(run.manifest),
-    )  # fmt: skip
     table = step_table(run)
+    estimate = run_estimate(run, table, headroom, gpu["total_mib"])
     buckets = bucket_table(run)
     knee = find_knee(table)
     kind = server_kind(run)
@@ -237,6 +257,7 @@ def analyze_run(
         "manifest": dict(run.manifest),
         "server_kind": kind,
         "gpu": gpu,
+        "server_gpu": server_gpu(run),
         "estimate": estimate.to_dict(),
         "baseline": baseline_summary(run),
         "steps": table.to_dict("records"),

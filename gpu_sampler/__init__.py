@@ -18,7 +18,7 @@ from gpu_sampler.readers import (
     ServerMetricsReader,
 )
 from gpu_sampler.sampler import Ring, Sampler, StepStats
-from gpu_sampler.selection import ALL_GPUS, GpuSelection, card_of, combine_gpus, parse_selection
+from gpu_sampler.selection import ALL_GPUS, GpuSelection, card_of, combine_gpus, own_mem_mib, parse_selection
 from gpu_sampler.tls import TlsSettings
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "TlsSettings",
     "card_of",
     "combine_gpus",
+    "own_mem_mib",
     "parse_gpu_spec",
     "parse_selection",
     "parse_spec",

@@ -32,7 +32,7 @@ from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import DcgmReader, FakeGpuReader, HostReader, NvmlReader, ServerMetricsReader
 from gpu_sampler.realthread import RealThread, flush_logs, gevent_patched, real_sleep
 from gpu_sampler.sampler import Sampler
-from gpu_sampler.selection import GpuSelection, parse_selection, split_source
+from gpu_sampler.selection import GpuSelection, own_mem_mib, parse_selection, split_source
 from gpu_sampler.tls import TlsSettings
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
@@ -110,6 +110,7 @@ class GpuMonitor:
         }
         self._queues: dict[str, deque[Any]] = {k: deque() for k in self._callbacks}
         self._latest_mem: dict[int, float | None] = {}
+        self._card: int | None = None  # the server's card once chosen (use_card)
         self._info: dict[str, Any] | None = None
         self._why_missing: str | None = NONE_WHY if self.kind == "none" else None
         self._deliver_interval_s = deliver_interval_s
@@ -266,12 +267,20 @@ class GpuMonitor:
             log.warning("could not mark step %s on the sidecar: %s", step_index, err)
 
     def latest_mem_used_mib(self) -> float | None:
-        """GPU memory in use now (MiB), summed over the server's GPUs (the rule of `combine_gpus`);
+        """The server's GPU memory now (MiB): its card's once `use_card` named it (its own memory, other
+        processes' left out where known), else summed over the GPUs sampled (the rule of `combine_gpus`);
         None before any sample, without a GPU, or while one of them gives no memory reading."""
+        if self._card is not None:
+            return self._latest_mem.get(self._card)
         values = list(self._latest_mem.values())
         if not values or any(v is None for v in values):
             return None
         return sum(v for v in values if v is not None)
+
+    def use_card(self, gpu_index: int | None) -> None:
+        """The server's card, chosen after the baseline when GPU= names none (analysis.server_card);
+        None: every GPU sampled counts again."""
+        self._card = gpu_index
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop sampling and deliver what is left, in the caller."""
@@ -287,7 +296,7 @@ class GpuMonitor:
     def _note_gpu(self, records: list[Any]) -> None:
         for r in records:
             if isinstance(r, GpuSample):
-                self._latest_mem[r.gpu_index] = r.mem_used_mib
+                self._latest_mem[r.gpu_index] = own_mem_mib(r)
 
     def _event(self, kind: str, message: str) -> None:
         self._queues["event"].append(

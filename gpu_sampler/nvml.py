@@ -9,7 +9,9 @@
 - The server's GPUs are named by a `GpuSelection` (see `gpu_sampler.selection`); a card in MIG mode is
   read as its slices (each slice's own memory and total).
 - With `pid`, the server's memory is that of the process and its children (vLLM runs its engine in a
-  child), and every other process's memory on the same GPU is kept apart in `last_processes`.
+  child), and every other process's memory on the same GPU is kept apart: in `last_processes` and in
+  each sample's `other_mem_mib` (another job sharing the card; the analysis subtracts it). A process
+  list NVML cannot give leaves both None: the sample itself is kept.
 """
 
 from __future__ import annotations
@@ -270,10 +272,11 @@ class NvmlReader:
         util = self._guard("utilisation", lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
         temp = self._guard("temperature", lambda: float(nvml.nvmlDeviceGetTemperature(handle, 0)))
         power = self._guard("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
-        proc = None
-        if self.pid is not None:
+        proc = other = None
+        if self.pid is not None:  # without the server's PID no process is known to be another's
             split = self._guard("process memory", lambda: self._split(target))
             proc = split.server_mib if split is not None else None
+            other = split.other_mib if split is not None else None
         return GpuSample(
             t_unix_s=0.0,
             step_index=-1,
@@ -286,6 +289,7 @@ class NvmlReader:
             proc_mem_mib=proc,
             temp_c=temp,
             power_w=power,
+            other_mem_mib=other,
         )
 
     def _memory(self, target: _Target) -> tuple[float, float, float | None]:

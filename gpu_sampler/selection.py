@@ -97,6 +97,14 @@ def mig_instance_of(gpu_index: int) -> int | None:
     return gpu_index % MIG_BASE if gpu_index >= MIG_BASE else None
 
 
+def own_mem_mib(sample: GpuSample) -> float | None:
+    """The server's own memory on a card: used less the other processes' where those are known (--pid);
+    analysis.server_card applies the same rule to gpu.csv."""
+    if sample.mem_used_mib is None or sample.other_mem_mib is None:
+        return sample.mem_used_mib
+    return sample.mem_used_mib - sample.other_mem_mib
+
+
 def _sum(values: list[float | None]) -> float | None:
     # a partial sum would read as the server freeing memory: unknown on one GPU is unknown
     return None if not values or any(v is None for v in values) else sum(v for v in values if v is not None)
@@ -144,5 +152,6 @@ def _combine(t_unix_s: float, step_index: int, group: list[GpuSample]) -> GpuSam
         proc_mem_mib=_sum_known([s.proc_mem_mib for s in group]),
         temp_c=_max([s.temp_c for s in group]),
         power_w=_sum([s.power_w for s in group]),
+        other_mem_mib=_sum_known([s.other_mem_mib for s in group]),
     )
 

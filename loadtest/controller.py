@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 import analysis
-from gpu_sampler import GpuMonitor, combine_gpus
+from gpu_sampler import GpuMonitor
 from loadtest import failures
+from loadtest.card_watch import CardWatch, card_line
 from loadtest.config import RunConfig
 from loadtest.live import LiveSteps, panel_row
 from loadtest.phase_timing import PhaseTiming
@@ -96,6 +97,8 @@ class Controller:
         self.limits = limits_of(cfg)  # wiring puts Locust's own stop timeout in
         self.timing = PhaseTiming(self)  # warm-ups, step targets and cooldowns that follow the server
         self.gpus_named = analysis.gpus_named({"config": {"gpu": cfg.gpu}})  # GPU= names the server's cards
+        self.card = CardWatch(self.gpus_named)  # the server's card: every card until chosen after the baseline
+        self.estimate_now: analysis.Estimate | None = None  # the estimate as last (re-)stated
         self.choice: LevelChoice | None = None
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
@@ -107,9 +110,7 @@ class Controller:
         self._last_progress = 0.0
         # live view (web UI panel): bounded
         self.estimate: dict[str, Any] | None = None
-        self.last_gpu: GpuSample | None = None
         self.last_server: ServerSample | None = None
-        self.gpu_peak_per_step: dict[int, float] = {}
         self.completed: list[dict[str, Any]] = []
         self.timeline: deque[tuple[float, int, float | None, float | None]] = deque(maxlen=3600)
         self.report_path: str | None = None
@@ -134,16 +135,20 @@ class Controller:
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
-        for sample in samples:
+        # every card settles until the server's card is chosen (after the baseline), then that card alone
+        watched = samples if self.card.index is None else self.card.server_samples(samples)
+        for sample in watched:
             if sample.mem_used_mib is not None and sample.step_index == self.step_index:
                 self.settle.add(sample.gpu_index, sample.t_unix_s, sample.mem_used_mib)
-        # the server's named GPUs summed per read (the suite's one rule, as analysis.gpu_of); GPU= naming
-        # no card reads every card of the host, and the busiest card stands for the server
-        for server in combine_gpus(samples) if self.gpus_named else samples:
-            if server.mem_used_mib is not None:
-                peak = self.gpu_peak_per_step.get(server.step_index, 0.0)
-                self.gpu_peak_per_step[server.step_index] = max(peak, server.mem_used_mib)
-                self.last_gpu = server
+        self.card.add(samples)  # the live panel: the server's card (loadtest.card_watch)
+
+    @property
+    def last_gpu(self) -> GpuSample | None:
+        return self.card.last
+
+    @property
+    def gpu_peak_per_step(self) -> dict[int, float]:
+        return self.card.peak_per_step
 
     def on_host(self, samples: list[HostSample]) -> None:
         self.host.append(samples)
@@ -329,12 +334,13 @@ class Controller:
         estimate = None
         try:
             run = self._load()
+            card = self._choose_card(run)
             estimate = analysis.estimate_from_baseline(
                 run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
-                gpus_named=self.gpus_named,
+                gpus_named=self.gpus_named, card=card,
             )  # fmt: skip
             self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
-            self.estimate = estimate.to_dict()
+            self.estimate_now, self.estimate = estimate, estimate.to_dict()
             self._update_manifest(estimate=self.estimate)
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
@@ -353,6 +359,32 @@ class Controller:
         )
         return choice
 
+    def _choose_card(self, run: Any) -> int | None:
+        """The server's card after the baseline (analysis.server_card's rule): printed with its evidence,
+        recorded in the manifest (`server_gpu`), and from now on the only card the run watches."""
+        choice = self.card.choose(run.gpu, run.steps)
+        if choice.index is None:
+            return None
+        if self.monitor is not None and self.card.index is not None:
+            self.monitor.use_card(self.card.index)
+            self.idle_mib = self.card.idle_mib(run.gpu, run.steps) or self.idle_mib  # the card's own idle
+        self.event("server_gpu", card_line(choice))
+        self._update_manifest(server_gpu=choice.to_dict())
+        return choice.index
+
+    def _restate_estimate(self, table: Any) -> None:
+        """After a step: the estimate re-stated when the steps' memory slope disagrees with it (an
+        `estimate` event and the manifest's estimate; `estimate_now` for the plan)."""
+        try:
+            restated = self.card.restate(self.estimate_now, table)
+        except Exception as exc:  # the run goes on with the estimate it has
+            self.event("warning", f"could not re-take the memory increment: {exc}")
+            return
+        if restated is not None:
+            self.estimate_now, self.estimate = restated, restated.to_dict()
+            self.event("estimate", f"{restated.dimension}: estimate={restated.estimate} ({restated.reason})")
+            self._update_manifest(estimate=self.estimate)
+
     def _knee(self) -> tuple[Any, Any] | None:
         """The step table from the running totals and the knee on it (no run folder reload)."""
         try:
@@ -366,7 +398,8 @@ class Controller:
         found = self._knee()
         if found is None:
             return None
-        knee = found[1]
+        table, knee = found
+        self._restate_estimate(table)
         if knee.confirm_level is not None:
             self.event("confirm", f"a knee by few failures, measured once more: {knee.reason}")
         elif knee.found:

@@ -132,6 +132,8 @@ def step_at(steps: Sequence[Mapping[str, Any]], level: int | None) -> Mapping[st
 OPTIONAL_COLUMNS = (
     "p95_ci_low_ms",
     "gpu_mem_peak_mib",
+    "gpu_mem_rise_mib",
+    "other_mem_mib",
     "framework_peak_mib",
     "gpu_util_mean_pct",
     "gpu_host_cpu_mean_pct",
@@ -157,8 +159,10 @@ def estimate_formula(estimate: Mapping[str, Any]) -> str:
     if estimate.get("dimension") == "gpu_memory":
         total, headroom = num(estimate.get("total_mib")), num(estimate.get("headroom"))
         idle, inc = num(estimate.get("idle_mib")), num(estimate.get("increment_mib"))
+        other = num(estimate.get("other_mem_mib"))
+        others = f" − {other:,.0f} MiB other processes" if other else ""
         if None not in (total, headroom, idle, inc):
-            return f"floor(({total:,.0f} MiB × {headroom:g} − {idle:,.0f} MiB) / {inc:,.0f} MiB) = {est}"
+            return f"floor(({total:,.0f} MiB × {headroom:g}{others} − {idle:,.0f} MiB) / {inc:,.0f} MiB) = {est}"
     if estimate.get("dimension") == "kv_cache":
         tokens, per = num(estimate.get("kv_cache_size_tokens")), num(estimate.get("tokens_per_request"))
         headroom = num(estimate.get("headroom"))
@@ -168,6 +172,7 @@ def estimate_formula(estimate: Mapping[str, Any]) -> str:
 
 
 def predicted_mem_mib(estimate: Mapping[str, Any], level: int | None) -> float | None:
+    """The server's own memory the estimate predicts at `level` (other processes' apart, as the steps')."""
     idle, inc = num(estimate.get("idle_mib")), num(estimate.get("increment_mib"))
     if level is None or idle is None or inc is None or estimate.get("dimension") != "gpu_memory":
         return None
@@ -229,6 +234,7 @@ def build_context(
         "complete": bool(summary.get("complete", True)),
         "missing": [str(m) for m in summary.get("missing") or []],
         "gpu": gpu,
+        "server_gpu": mapping(summary.get("server_gpu")),
         "recommended": recommended,
         "knee": knee,
         "knee_step": knee_step,

@@ -97,6 +97,10 @@ class GpuSample:
     proc_mem_mib: float | None  # memory of the server's process, when its PID is known
     temp_c: float | None
     power_w: float | None
+    # Last, with a default, so constructors and run folders from before it still work (an old file: NaN).
+    # Memory of the other processes on this GPU (another job sharing the card), known only where the
+    # reader sees per-process memory and the server's PID (--pid, locally or on the sidecar).
+    other_mem_mib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,9 +75,10 @@ def test_steps_keep_the_peak_the_rise_and_memory_after_the_cooldown(free_run: Ru
     assert free.loc[8, "gpu_mem_after_mib"] == pytest.approx(IDLE, abs=10)
     assert cached.loc[8, "gpu_mem_after_mib"] == pytest.approx(IDLE + 8 * INC, abs=10)
     assert cached.loc[6, "gpu_mem_peak_mib"] == pytest.approx(IDLE + 8 * INC, abs=10)  # 8's mark
-    assert cached.loc[6, "gpu_mem_rise_mib"] == pytest.approx(0, abs=10)
+    assert cached.loc[6, "gpu_mem_climb_mib"] == pytest.approx(0, abs=10)
     assert free.loc[6, "gpu_mem_peak_mib"] == pytest.approx(IDLE + 6 * INC, abs=10)
-    assert (free["gpu_mem_rise_mib"] < 20).all()  # the warm-up reached the level: flat in the step
+    assert (free["gpu_mem_climb_mib"] < 20).all()  # the warm-up reached the level: flat in the step
+    assert free.loc[8, "gpu_mem_rise_mib"] == pytest.approx(8 * INC, abs=10)  # over the idle phase
 
 
 def test_a_kept_cache_is_a_high_water_mark_not_a_leak(free_run: RunData) -> None:
