@@ -204,9 +204,10 @@ def analyze_run(
         told = manifest_setting(run.manifest, "slo_p95_s")
         slo_p95_s = float(told) if isinstance(told, int | float) and told > 0 else None  # 0 means unset
     gpu = gpu_info(run)
+    seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS: the plan capped with it too
     estimate: Estimate = estimate_from_baseline(
         run.requests, run.steps, run.gpu, run.server, headroom, gpu["total_mib"],
-        gpus_named=gpus_named(run.manifest),
+        gpus_named=gpus_named(run.manifest), max_num_seqs=seqs if isinstance(seqs, int) else 0,
     )  # fmt: skip
     table = step_table(run)
     buckets = bucket_table(run)

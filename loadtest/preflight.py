@@ -105,7 +105,7 @@ def _first_response(
     url = cfg.host.rstrip("/") + enc.path
     deadline = clock() + cfg.ready_wait_s
     refused_deadline = clock() + min(5.0, cfg.ready_wait_s)
-    timeout_s = min(cfg.request_timeout_s, 120.0) or 120.0
+    timeout_s = cfg.preflight_timeout_s  # its own: a first request may load or compile for minutes
     while True:
         try:
             status, body, headers = _post(url, enc, cfg.header_dict(), timeout_s, cfg.tls())
@@ -115,8 +115,9 @@ def _first_response(
                 raise PreflightError(refused_line(f"HOST={cfg.host}", reason)) from None
             if isinstance(reason, TimeoutError):  # it listens but is slow: waiting longer will not help
                 raise PreflightError(
-                    f"HOST={cfg.host} gave no answer within REQUEST_TIMEOUT_S={timeout_s:g} s:"
-                    " raise REQUEST_TIMEOUT_S or check the server"
+                    f"HOST={cfg.host} gave no answer to the pre-flight's first request within"
+                    f" PREFLIGHT_TIMEOUT_S={timeout_s:g} s (a first request that loads or compiles the model can"
+                    " take minutes): raise PREFLIGHT_TIMEOUT_S or check the server"
                 ) from None
             if clock() < refused_deadline:
                 sleep(0.5)
