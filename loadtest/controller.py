@@ -219,6 +219,9 @@ class Controller:
         verdict = self._streak_verdict()
         if verdict.action == ABORT:
             return verdict.why
+        unanswered = self.watch.recheck_failed(self.spec, self.rows_per_step[self.step_index], now - self.phase_start)
+        if unanswered:
+            return unanswered
         # a hung server fails slowly (one timeout per user at a time): also end on a long silence
         silence_s = max(60.0, 3 * self.cfg.request_timeout_s)
         if self.last_ok_at is not None and now - self.last_ok_at > silence_s:
@@ -246,8 +249,11 @@ class Controller:
         try:
             spec = next(self._plan)
         except StopIteration:
-            self._finish(now)
-            return None
+            recheck = self.watch.recheck(self.cfg.request_timeout_s)  # our own load, or an outage?
+            if recheck is None:
+                self._finish(now)
+                return None
+            spec = recheck
         self.spec = spec
         self.step_index += 1
         self.phase_start = now

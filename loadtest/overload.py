@@ -12,6 +12,8 @@ streak reaches the threshold (`streak_verdict`):
 - timeouts of requests started above it, while a step runs at or above that level: the step ends early
   as past the knee (overload) and the plan steps down below it (plan.knee_past_overload);
 - the same again after a step-down with no request answered since: the server looks hung; the run ends;
+- the plan ends with nothing answered since such a step (no lower level left to measure): one request
+  of one user (`recheck`) tells; no answer to it either, and the run ends as "looks down";
 - else (a cooldown, or a lower step while the higher level's last requests time out): the tail of our
   own load; nothing to do.
 A hung server is also ended by the controller's silence rule (no success for max(60 s, 3 x timeout)).
@@ -22,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadtest import failures
+from loadtest.plan import PhaseSpec
 from runfolder import Phase, RequestRow
 
 ABORT = "abort"
@@ -96,13 +99,16 @@ class OverloadWatch:
         self.threshold = threshold
         self.streak = FailureStreak()
         self.overload: tuple[int, int, str] | None = None  # (step index, level, why)
-        self.answered_since = True  # a request succeeded since the last step ended as past the knee
+        self.answered_since = True  # the server answered (even an error) since a step ended as past the knee
+        self._recheck: PhaseSpec | None = None
 
     def on_row(self, row: RequestRow) -> None:
         if row.failure_kind in SERVER_DOWN_KINDS:
             self.streak.fail(row.failure_kind, row.level)
-        elif row.ok:
+            return
+        if row.ok:
             self.streak.reset()
+        if row.status_code:  # an HTTP answer, even a 5xx: something listens and answers
             self.answered_since = True
 
     def verdict(self, phase: str, level: int) -> Verdict:
@@ -115,3 +121,25 @@ class OverloadWatch:
             self.overload = (step_index, level, why)
         self.answered_since = False
         self.streak.reset()
+
+    def recheck(self, request_timeout_s: float) -> PhaseSpec | None:
+        """After the plan's last phase: one user's request, once, when a step ended as past the knee and
+        nothing was answered since; None when there is nothing to tell."""
+        if self.overload is None or self.answered_since or self._recheck is not None:
+            return None
+        self._recheck = PhaseSpec(
+            Phase.WARMUP, 1, f"recheck: does the server still answer one user? Nothing was answered since the"
+            f" step at {self.overload[1]} users timed out", 0.0, request_timeout_s + 5.0, 1,
+        )  # fmt: skip
+        return self._recheck
+
+    def recheck_failed(self, spec: PhaseSpec | None, rows: int, elapsed_s: float) -> str:
+        """Why the run ends when the recheck's request came back with no answer (or never came back)."""
+        if spec is None or spec is not self._recheck or self.answered_since or self.overload is None:
+            return ""
+        if rows < 1 and elapsed_s < spec.max_s:
+            return ""
+        return (
+            f"one user's request got no answer either, after the step at {self.overload[1]} users timed out:"
+            " the server looks down; run ended"
+        )

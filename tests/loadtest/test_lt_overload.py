@@ -20,12 +20,13 @@ THRESHOLD = 10
 class _Run:
     """A controller on a fake clock, with the flushes it asked for counted."""
 
-    def __init__(self, tmp_path: Path, levels: str = "20") -> None:
+    def __init__(self, tmp_path: Path, levels: str = "20", refine: bool = True) -> None:
         self.now = 1000.0
         self.flushes = 0
         self.rows = 0
         cfg = RunConfig(levels=levels, idle_s=0, warmup_s=0, baseline_rounds=1, baseline_round_requests=20,
-                        cooldown_s=1, cooldown_min_s=0, abort_after_failures=THRESHOLD, step_s=10)  # fmt: skip
+                        cooldown_s=1, cooldown_min_s=0, abort_after_failures=THRESHOLD, step_s=10,
+                        refine=refine, request_timeout_s=2.0)  # fmt: skip
         self.ctl = Controller(cfg, tmp_path, None, broadcast=lambda _tag: None, clock=lambda: self.now,
                               flush=self._flush)  # fmt: skip
         self.run_dir = tmp_path
@@ -37,7 +38,8 @@ class _Run:
         self.now += after_s
         return self.ctl.tick(users)
 
-    def feed(self, n: int, *, ok: bool, kind: str = "", level: int | None = None, step: int | None = None) -> None:
+    def feed(self, n: int, *, ok: bool, kind: str = "", level: int | None = None, step: int | None = None,
+             status: int | None = None) -> None:  # fmt: skip
         spec = self.ctl.spec
         assert spec is not None
         level = spec.level if level is None else level
@@ -48,7 +50,7 @@ class _Run:
             rows.append(RequestRow(
                 request_id=f"w-{self.rows}", t_start_unix_s=self.now - 0.5, step_index=step, phase=str(spec.phase),
                 level=level, scenario="fixed", bucket="b", latency_ms=400.0 if ok else 120000.0, ttft_ms=None,
-                status_code=200 if ok else 0, ok=ok, failure_kind=kind, bytes_sent=1, bytes_received=1, cer=None,
+                status_code=status if status is not None else 200 if ok else 0, ok=ok, failure_kind=kind, bytes_sent=1, bytes_received=1, cer=None,
                 prompt_tokens=None, completion_tokens=None, attempt=1, final_attempt=True, worker_id="w",
                 error_text="",
             ))  # fmt: skip
@@ -126,6 +128,34 @@ def test_timeouts_that_go_on_after_the_step_down_end_the_run(tmp_path: Path) -> 
     run.feed(THRESHOLD, ok=False, kind="timeout")  # 10 users: still nothing answered since 20
     assert run.tick(10) is None
     assert "none was answered since the plan stepped down from 20 users" in run.ctl.aborted
+    run.ctl.close()
+
+
+def _overloaded_with_nothing_left_to_measure(tmp_path: Path) -> _Run:
+    run = _Run(tmp_path, refine=False)  # LEVELS=20 and no refinement: the plan has no lower level
+    run.to_first_step()
+    run.feed(THRESHOLD, ok=False, kind="timeout")
+    run.tick(20)
+    assert run.tick(0) == (1, 10.0)  # the plan ended: one user's request tells outage from our own load
+    assert run.ctl.spec is not None and "recheck" in run.ctl.spec.note
+    return run
+
+
+def test_a_hung_server_the_plan_cannot_step_down_from_ends_the_run_after_one_users_request(tmp_path: Path) -> None:
+    run = _overloaded_with_nothing_left_to_measure(tmp_path)
+    assert run.tick(1) == (1, 10.0)  # waiting for its answer
+    run.feed(1, ok=False, kind="timeout")
+    assert run.tick(1) is None and run.ctl.finished
+    assert "one user's request got no answer either" in run.ctl.aborted
+    assert run.steps()[-1]["status"] == "aborted"  # the exit status says so (cli.aborted_because)
+    run.ctl.close()
+
+
+def test_one_answered_request_after_the_overload_ends_the_run_with_its_answer(tmp_path: Path) -> None:
+    run = _overloaded_with_nothing_left_to_measure(tmp_path)
+    run.feed(1, ok=False, kind="http_5xx", status=503)  # an answer, even a 503: the server is up
+    assert run.tick(1) is None and run.ctl.finished and not run.ctl.aborted
+    assert [s["status"] for s in run.steps()].count("aborted") == 0
     run.ctl.close()
 
 
