@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
 import analysis
 from analysis import Knee
 from analysis.estimate import Estimate, cap_by_server
-from loadtest.config import RunConfig
+from loadtest.config import ConfigError, RunConfig, to_argv
 from loadtest.plan import (
     DOUBLING_LEVELS,
     LevelChoice,
@@ -76,10 +77,6 @@ def test_max_num_seqs_given_caps_the_estimate_and_the_levels_with_the_reason() -
 
 
 def test_max_num_seqs_and_the_preflight_timeout_are_settings_with_checks() -> None:
-    import pytest
-
-    from loadtest.config import ConfigError, to_argv
-
     cfg = RunConfig()
     assert (cfg.max_num_seqs, cfg.preflight_timeout_s) == (0, 600.0)
     argv = to_argv(RunConfig(max_num_seqs=8, preflight_timeout_s=900.0))
