@@ -30,6 +30,8 @@ INSECURE ?=
 CA_BUNDLE ?=
 METRICS_HEADERS ?=
 HEADERS_FROM_WORKERS ?=
+MAX_NUM_SEQS ?=
+PREFLIGHT_TIMEOUT_S ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
 MASTER ?=
@@ -48,6 +50,7 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--step-s,$(STEP_S)) $(call opt,--cooldown-s,$(COOLDOWN_S)) $(call opt,--headroom,$(HEADROOM)) \
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE)) $(call opt,--ca-bundle,$(CA_BUNDLE)) \
+  $(call opt,--max-num-seqs,$(MAX_NUM_SEQS)) $(call opt,--preflight-timeout-s,$(PREFLIGHT_TIMEOUT_S)) \
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS))
 
 # HEADERS and METRICS_HEADERS are secrets: they reach the run through the environment, never a command

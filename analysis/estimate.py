@@ -79,7 +79,9 @@ class Estimate:
     other_mem_mib: float | None = None  # other processes' memory on the server's card at idle (--pid)
     slope_mib: float | None = None  # the steps' slope of peak memory per request in service (re-stated)
     restated_after_step: int | None = None  # the step whose slope re-stated the estimate
-    capped_at: int | None = None  # the server's max_num_seqs that capped the estimate
+    # the engine's limit on requests at once where known (MAX_NUM_SEQS given, or the server's /metrics):
+    # the estimate is at most this; None: nothing bounds a KV-cache estimate but the cache itself
+    max_num_seqs: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _plain(v) for k, v in asdict(self).items()}
@@ -170,25 +172,35 @@ def estimate_from_baseline(
     kv_headroom: float = KV_HEADROOM,
     gpus_named: bool = False,
     card: int | None = None,
+    max_num_seqs: int = 0,
 ) -> Estimate:
     """Pick the dimension from the data: GPU memory if one request visibly moves it, else the KV cache.
 
     `headroom` applies to the GPU-memory dimension, `kv_headroom` to the KV cache (see the module doc);
     `gpus_named`: GPU= named the server's cards, so gpu.csv's cards are summed; `card`: the server's card
-    as the controller chose it (else analysis.server_card's rule finds it; see gpu_of)."""
+    as the controller chose it (else analysis.server_card's rule finds it; see gpu_of); `max_num_seqs`:
+    MAX_NUM_SEQS as the user gave it (0: unknown), a cap (see cap_by_server)."""
     samples = gpu_of(gpu, gpus_named, card, steps)
     estimate = _estimate_from_baseline(requests, steps, samples, server, headroom, total_mib, kv_headroom)
-    return cap_by_server(estimate, server)
+    return cap_by_server(estimate, server, max_num_seqs)
 
 
-def cap_by_server(estimate: Estimate, server: pd.DataFrame) -> Estimate:
-    """No more than the server's own `max_num_seqs` where it exports it: levels above it only queue."""
+def cap_by_server(estimate: Estimate, server: pd.DataFrame, max_num_seqs: int = 0) -> Estimate:
+    """No more than the engine runs at once, where that is known: MAX_NUM_SEQS given by the user, or the
+    server's own `max_num_seqs` where its /metrics exports it (vLLM 0.32 does not); levels above it only
+    queue. The smaller wins (the user's on a tie); the estimate records it in `max_num_seqs`, so the plan
+    knows a KV-cache estimate is bounded by evidence."""
     seqs = server["max_num_seqs"].dropna() if "max_num_seqs" in server.columns else pd.Series(dtype="float64")
-    if estimate.estimate is None or seqs.empty or estimate.estimate <= int(seqs.max()):
+    limits = [(int(max_num_seqs), f"MAX_NUM_SEQS={int(max_num_seqs)} (given)")] if max_num_seqs > 0 else []
+    if not seqs.empty:
+        limits.append((int(seqs.max()), f"the server's max_num_seqs {int(seqs.max())}"))
+    if estimate.estimate is None or not limits:
         return estimate
-    cap = int(seqs.max())
-    reason = f"{estimate.reason}; capped at the server's max_num_seqs {cap} (it runs no more at once)"
-    return Estimate(**{**asdict(estimate), "estimate": cap, "reason": reason, "capped_at": cap})
+    cap, source = min(limits, key=lambda limit: limit[0])
+    if estimate.estimate <= cap:
+        return Estimate(**{**asdict(estimate), "max_num_seqs": cap})
+    reason = f"{estimate.reason}; capped at {source} (it runs no more at once)"
+    return Estimate(**{**asdict(estimate), "estimate": cap, "reason": reason, "max_num_seqs": cap})
 
 
 @dataclass(frozen=True)

@@ -144,8 +144,8 @@ def restate_estimate(estimate: Estimate, table: pd.DataFrame, before_mib: float 
         resident, resident + slope.slope_mib, estimate.total_mib, estimate.headroom, estimate.other_mem_mib or 0.0
     )
     value = found.estimate
-    if value is not None and estimate.capped_at is not None:
-        value = min(value, estimate.capped_at)
+    if value is not None and estimate.max_num_seqs is not None:
+        value = min(value, estimate.max_num_seqs)
     if value == estimate.estimate:
         return None
     case, loaded, how = _case(estimate, slope, before_mib)
@@ -154,11 +154,11 @@ def restate_estimate(estimate: Estimate, table: pd.DataFrame, before_mib: float 
         f" {estimate.increment_mib:,.0f} MiB the baseline gave; {how}; {found.reason}"
     )
     if value != found.estimate:
-        reason += f"; capped at the server's max_num_seqs {value}"
+        reason += f"; capped at the engine's limit max_num_seqs {value}"
     return Estimate(**{
         **asdict(found), "estimate": value, "reason": reason, "memory_case": case, "loaded_once_mib": loaded,
         "memory_kept_mib": estimate.memory_kept_mib, "slope_mib": slope.slope_mib,
-        "restated_after_step": slope.last_step, "capped_at": estimate.capped_at,
+        "restated_after_step": slope.last_step, "max_num_seqs": estimate.max_num_seqs,
         "single_peak_mib": estimate.single_peak_mib,
     })  # fmt: skip
 

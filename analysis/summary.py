@@ -194,9 +194,11 @@ def workers_without_final_count(manifest: dict[str, Any]) -> list[str]:
 def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: float | None) -> Estimate:
     """The estimate from the baseline on the server's card (the controller's choice), re-stated by the
     steps' slope where it disagrees (analysis.memory_slope): the plan's last word and the report's agree."""
+    seqs = manifest_setting(run.manifest, "max_num_seqs")
     estimate: Estimate = estimate_from_baseline(
         run.requests, run.steps, run.gpu, run.server, headroom, total_mib,
         gpus_named=gpus_named(run.manifest), card=manifest_card(run.manifest),
+        max_num_seqs=seqs if isinstance(seqs, int) else 0,  # MAX_NUM_SEQS: the plan capped with it too
     )  # fmt: skip
     card = run_card(run.gpu, run.steps, run.manifest)
     before = card.loc[card["step_index"] == PREFLIGHT_STEP_INDEX, "mem_used_mib"].dropna()

@@ -56,6 +56,7 @@ class RunConfig:
     server_metrics: str = ""
     framework_metric: str = ""  # "" = ocr_framework_peak_bytes when the server's /metrics has it
     server_pid: int = 0
+    max_num_seqs: int = 0  # the engine's limit on requests at once as the user knows it (vLLM): 0 unknown
     idle_s: float = 3.0
     baseline_rounds: int = 3
     baseline_round_requests: int = 20
@@ -71,6 +72,7 @@ class RunConfig:
     climb_budget: int = 3  # levels doubled past the plan when no knee shows within it
     request_timeout_s: float = 120.0
     ready_wait_s: float = 30.0  # how long to wait for a server that answers 503 while it starts
+    preflight_timeout_s: float = 600.0  # the pre-flight's first request: a first compile can take minutes
     retry_max_attempts: int = 4
     # A user whose request the server failed (503/429, 5xx, OOM, 4xx, redirect) waits this long, or the
     # server's Retry-After, before its next request, as a real client would; 0 resends at once.
@@ -153,7 +155,7 @@ class RunConfig:
         if self.workers < 0:
             raise ConfigError(f"bad WORKERS={self.workers}: use 0 (run in the master) or more")
         for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s", "reject_pause_s",
-                     "refine_budget", "climb_budget"):  # fmt: skip
+                     "refine_budget", "climb_budget", "max_num_seqs"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ConfigError(f"bad {name.upper()}={getattr(self, name)}: must be >= 0")
         if self.cer_fail_above is not None and not self.cer_fail_above >= 0:
@@ -163,6 +165,11 @@ class RunConfig:
             )
         if self.step_s <= 0:
             raise ConfigError(f"bad STEP_S={self.step_s}: must be > 0 seconds")
+        if not self.preflight_timeout_s > 0:
+            raise ConfigError(
+                f"bad PREFLIGHT_TIMEOUT_S={self.preflight_timeout_s}: give the seconds the first request may"
+                " take (> 0; a first request that compiles can take minutes), e.g. 600"
+            )
         if self.baseline_rounds < 1 or self.baseline_round_requests < 1:
             raise ConfigError("bad baseline: rounds and requests per round must be >= 1")
         if self.framework_metric and not self.server_metrics:
@@ -218,6 +225,10 @@ FIELD_HELP = {
         " summed over its labels; a name ending in _bytes is read as bytes, any other as MiB), recorded beside"
         " the device's reading, never mixed; empty: ocr_framework_peak_bytes when the server exports it"
     ),
+    "max_num_seqs": (
+        "the most requests the server runs at once, where you know it (vLLM --max-num-seqs; vLLM's /metrics"
+        " does not export it): caps the estimate and the levels; 0: unknown"
+    ),
     "server_pid": "PID of the server process on the GPU machine, for its own GPU memory (nvml)",
     "idle_s": "seconds at 0 users to read idle GPU memory",
     "baseline_rounds": "rounds of single-request baseline",
@@ -240,6 +251,10 @@ FIELD_HELP = {
     "climb_budget": "when no knee shows within the planned levels, most levels added by doubling the highest",
     "request_timeout_s": "a request with no whole answer by then fails as a timeout",
     "ready_wait_s": "how long to wait for a server that answers 503 while it starts",
+    "preflight_timeout_s": (
+        "seconds the pre-flight's first request may take (a first request that loads or compiles the model can"
+        " take minutes); the load's requests use REQUEST_TIMEOUT_S"
+    ),
     "retry_max_attempts": "attempts per request with SCENARIO=retry",
     "reject_pause_s": (
         "after any answer the server failed (503/429, 5xx, OOM, 4xx, redirect) a user waits this long, or the"

@@ -19,12 +19,21 @@ import numpy as np
 
 import analysis
 from gpu_sampler import GpuMonitor
-from loadtest import failures
 from loadtest.card_watch import CardWatch, card_line
 from loadtest.config import RunConfig
 from loadtest.live import LiveSteps, panel_row
+from loadtest.overload import ABORT, OVERLOAD, OverloadWatch, Verdict
 from loadtest.phase_timing import PhaseTiming
-from loadtest.plan import LevelChoice, PhaseSpec, choose_levels, expected_minutes, plan_phases, refine_guess
+from loadtest.plan import (
+    LevelChoice,
+    PhaseSpec,
+    choose_levels,
+    expected_minutes,
+    knee_past_overload,
+    limit_level,
+    plan_phases,
+    refine_guess,
+)
 from loadtest.settle import MemorySettle
 from loadtest.state import STATE, StepTag
 from loadtest.timing import limits_of
@@ -50,8 +59,6 @@ from runfolder import (
 
 log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
-# only a server that stops answering is down; fast 5xx/OOM answers are a knee, which the plan handles
-SERVER_DOWN_KINDS = (failures.CONNECTION, failures.TIMEOUT)
 
 
 def progress(line: str) -> None:
@@ -81,13 +88,15 @@ class Controller:
         self.events = JsonlAppender(run_dir / EVENTS_FILE)
         self.monitor = monitor
         self.rows_per_step: Counter[int] = Counter()
-        self.failures_in_a_row = 0
+        self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
+        self.server_limit_said = False
         self.live_latency_ms: list[float] = []
         self.live_errors = 0
         self.step_index = -1
         self.spec: PhaseSpec | None = None
         self.phase_start = 0.0
         self.phase_degraded = ""
+        self.phase_past_knee = ""  # the step ended early: requests of our own load timed out in a row
         self.aborted = ""
         self.phases_done = 0
         self.levels_planned: list[int] = []
@@ -127,10 +136,8 @@ class Controller:
                     self.live_latency_ms.append(row.latency_ms)
                 else:
                     self.live_errors += 1
-            if row.failure_kind in SERVER_DOWN_KINDS:
-                self.failures_in_a_row += 1
-            elif row.ok:
-                self.failures_in_a_row = 0
+            self.watch.on_row(row)
+            if row.ok:
                 self.last_ok_at = self.clock()
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
@@ -188,6 +195,8 @@ class Controller:
             self.event("abort", down)
             self._finish(now)
             return None
+        if self._past_knee_by_timeouts():
+            return self._advance(now)
         if spec.phase in MEASURED and now - self._last_progress >= 5:
             self._print_live(elapsed)
         rows = self.rows_per_step[self.step_index]
@@ -214,18 +223,37 @@ class Controller:
             return self._advance(now)
         return self._users(spec)
 
+    def _streak_verdict(self) -> Verdict:
+        spec = self.spec
+        return self.watch.verdict(str(spec.phase), spec.level) if spec else self.watch.verdict("", 0)
+
     def _server_down(self, now: float) -> str:
-        """Why the run must end because the server stopped answering, or "" while it answers."""
-        if self.failures_in_a_row >= self.cfg.abort_after_failures:
-            return (
-                f"{self.failures_in_a_row} requests in a row failed (refused or reset connections,"
-                " timeouts): the server looks down; run ended"
-            )
+        """Why the run must end because the server stopped answering, or "" while it answers (timeouts
+        of our own load above the baseline's level end a step instead: loadtest.overload)."""
+        verdict = self._streak_verdict()
+        if verdict.action == ABORT:
+            return verdict.why
+        unanswered = self.watch.recheck_failed(self.spec, self.rows_per_step[self.step_index], now - self.phase_start)
+        if unanswered:
+            return unanswered
         # a hung server fails slowly (one timeout per user at a time): also end on a long silence
         silence_s = max(60.0, 3 * self.cfg.request_timeout_s)
         if self.last_ok_at is not None and now - self.last_ok_at > silence_s:
             return f"no request succeeded for {now - self.last_ok_at:.0f} s: the server looks hung; run ended"
         return ""
+
+    def _past_knee_by_timeouts(self) -> bool:
+        """End the running step early as past the knee when requests of our own load time out in a row
+        (loadtest.overload): its rows still reach the master (the phase's flush) and the plan steps down."""
+        verdict = self._streak_verdict()
+        if verdict.action != OVERLOAD or self.spec is None:
+            return False
+        base, level = self._baseline_latency_s(), int(verdict.level or self.spec.level)
+        why = verdict.why + (f" (one user alone was answered in {base:.2f} s)" if base else "")
+        self.phase_past_knee = f"{why}; the step ended early and the plan steps down below {level} users"
+        self.event("overload", f"step {self.step_index} at {self.spec.level} users: {self.phase_past_knee}")
+        self.watch.step_ended(self.step_index, level, why)
+        return True
 
     def _users(self, spec: PhaseSpec) -> tuple[int, float]:
         return spec.level, float(max(spec.level, 1) * 10)
@@ -235,12 +263,16 @@ class Controller:
         try:
             spec = self.timing.timed(next(self._plan))
         except StopIteration:
-            self._finish(now)
-            return None
+            recheck = self.watch.recheck(self.cfg.request_timeout_s)  # our own load, or an outage?
+            if recheck is None:
+                self._finish(now)
+                return None
+            spec = recheck
         self.spec = spec
         self.step_index += 1
         self.phase_start = now
         self.phase_degraded = ""
+        self.phase_past_knee = ""
         self.settle.reset()
         self.timing.reset()
         self.live_latency_ms = []
@@ -271,8 +303,9 @@ class Controller:
         if self.flush is not None:
             self.flush()
             now = max(now, self.clock())
-        status = "aborted" if self.aborted else ("degraded" if self.phase_degraded else "complete")
-        note = self.aborted or self.phase_degraded or spec.note  # the report shows why a step ended early
+        ended = "past_knee" if self.phase_past_knee else "degraded" if self.phase_degraded else "complete"
+        status = "aborted" if self.aborted else ended
+        note = self.aborted or self.phase_past_knee or self.phase_degraded or spec.note  # why a step ended early
         row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note)
         self.steps.append([row])
         self.live.close(row)
@@ -337,14 +370,15 @@ class Controller:
             card = self._choose_card(run)
             estimate = analysis.estimate_from_baseline(
                 run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
-                gpus_named=self.gpus_named, card=card,
+                gpus_named=self.gpus_named, card=card, max_num_seqs=cfg.max_num_seqs,
             )  # fmt: skip
             self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
             self.estimate_now, self.estimate = estimate, estimate.to_dict()
             self._update_manifest(estimate=self.estimate)
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
-        choice = choose_levels(cfg, estimate)  # each step's request target follows its own spread (timing)
+        # each step's request target follows its own spread (timing); the first level what a window measures
+        choice = choose_levels(cfg, estimate, baseline_latency_s=self._baseline_latency_s())
         self.choice = choice
         self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)
@@ -385,11 +419,26 @@ class Controller:
             self.event("estimate", f"{restated.dimension}: estimate={restated.estimate} ({restated.reason})")
             self._update_manifest(estimate=self.estimate)
 
+    def _baseline_latency_s(self) -> float | None:
+        """One request alone (the baseline's mean latency): what a window can measure (plan.window_bound)."""
+        try:
+            base = self.live.table(self.clock()).query("phase == 'baseline'")
+            mean_ms = None if base.empty else float(base["mean_ms"].iloc[-1])
+        except Exception as exc:
+            self.event("warning", f"could not read the baseline's latency: {exc}")
+            return None
+        return mean_ms / 1000.0 if mean_ms and mean_ms > 0 else None
+
     def _knee(self) -> tuple[Any, Any] | None:
-        """The step table from the running totals and the knee on it (no run folder reload)."""
+        """The step table from the running totals and the knee on it (no run folder reload); below a step
+        ended as past the knee by timeouts (plan.knee_past_overload)."""
         try:
             table = self.live.table(self.clock())
-            return table, analysis.find_knee(table)
+            knee = analysis.find_knee(table)
+            if self.watch.overload is not None:
+                index, level, why = self.watch.overload
+                knee = knee_past_overload(table, knee, level, why, index)
+            return table, knee
         except Exception as exc:
             self.event("warning", f"could not evaluate the knee: {exc}")
             return None
@@ -404,6 +453,11 @@ class Controller:
             self.event("confirm", f"a knee by few failures, measured once more: {knee.reason}")
         elif knee.found:
             self.event("knee", f"past the knee, climbing stops: {knee.reason}")
+        elif knee.server_limit and not self.server_limit_said:
+            self.server_limit_said = True
+            self.event("server_limit", f"the server runs at most {knee.server_limit} requests at once"
+                       " (vllm:num_requests_running stays there while others wait): no level above"
+                       f" {limit_level(knee.server_limit)}")  # fmt: skip
         return knee
 
     def _probe_level(self) -> int | None:

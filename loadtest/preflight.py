@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +29,7 @@ from loadtest.failures import FAR_CER
 from scenarios import AnswerError, EncodedRequest, character_error_rate, extract_text, guess_style
 
 SHOWN_CHARS = 80
+PATIENCE_S = 10.0  # a first answer slower than this gets one line saying the pre-flight still waits
 # multipart and json servers answer in the same shape: guess_style calls both "json"
 _SAME_SHAPE = {"multipart": "json", "json": "json", "openai": "openai"}
 
@@ -105,18 +107,20 @@ def _first_response(
     url = cfg.host.rstrip("/") + enc.path
     deadline = clock() + cfg.ready_wait_s
     refused_deadline = clock() + min(5.0, cfg.ready_wait_s)
-    timeout_s = min(cfg.request_timeout_s, 120.0) or 120.0
+    timeout_s = cfg.preflight_timeout_s  # its own: a first request may load or compile for minutes
     while True:
         try:
-            status, body, headers = _post(url, enc, cfg.header_dict(), timeout_s, cfg.tls())
+            with _still_waiting(cfg.host, timeout_s):
+                status, body, headers = _post(url, enc, cfg.header_dict(), timeout_s, cfg.tls())
         except (urllib.error.URLError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, BaseException) and is_tls_error(reason):  # waiting will not help
                 raise PreflightError(refused_line(f"HOST={cfg.host}", reason)) from None
             if isinstance(reason, TimeoutError):  # it listens but is slow: waiting longer will not help
                 raise PreflightError(
-                    f"HOST={cfg.host} gave no answer within REQUEST_TIMEOUT_S={timeout_s:g} s:"
-                    " raise REQUEST_TIMEOUT_S or check the server"
+                    f"HOST={cfg.host} gave no answer to the pre-flight's first request within"
+                    f" PREFLIGHT_TIMEOUT_S={timeout_s:g} s (a first request that loads or compiles the model can"
+                    " take minutes): raise PREFLIGHT_TIMEOUT_S or check the server"
                 ) from None
             if clock() < refused_deadline:
                 sleep(0.5)
@@ -133,6 +137,25 @@ def _first_response(
             sleep(1.0)  # slow start: a model still loading answers 503
             continue
         return status, body, headers
+
+
+class _still_waiting:  # noqa: N801 - used as a `with` block, named for what it says
+    """One line after PATIENCE_S when the first answer is slow (a model that loads or compiles on its first
+    request can take minutes): the console does not look hung, and it names the setting that bounds it."""
+
+    def __init__(self, host: str, timeout_s: float) -> None:
+        line = (
+            f"waiting for the first answer from HOST={host} (up to PREFLIGHT_TIMEOUT_S={timeout_s:g} s: a first"
+            " request that loads or compiles the model can take minutes)"
+        )
+        self._timer = threading.Timer(PATIENCE_S, lambda: print(line, flush=True))
+        self._timer.daemon = True
+
+    def __enter__(self) -> None:
+        self._timer.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self._timer.cancel()
 
 
 def _stop_on_status(cfg: RunConfig, enc: EncodedRequest, status: int, body: bytes, headers: Message) -> None:

@@ -80,7 +80,7 @@ class StepRow:
     level: int
     t_start_unix_s: float
     t_end_unix_s: float
-    status: str  # "complete" | "degraded" | "aborted"
+    status: str  # "complete" | "degraded" | "past_knee" (ended early: our own load timed out) | "aborted"
     note: str  # why this step exists ("estimate x0.25", "refine between 6 and 8") or what went wrong
 
 

@@ -6,6 +6,7 @@ but holds no text, or text far from the page's, gives one warning line and the r
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -55,6 +56,10 @@ class _Handler(QuietHandler):
             self.send_header("Location", "https://ocr.example.com/ocr")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if self.path == "/slow-first":  # a first request that loads or compiles the model
+            time.sleep(1.5)  # far beyond the 0.2 s timeout below, even on a busy machine
+            self.answer(*ANSWERS["/ok"])
             return
         if self.path == "/starting":
             if _Handler.busy_left > 0:
@@ -124,6 +129,19 @@ def test_a_server_that_never_gets_ready_gives_one_line(server):
         check_first_answer(cfg, enc, sleep=lambda _s: None, clock=lambda: float(next(clock)))
     assert "503" in str(err.value) and "READY_WAIT_S" in str(err.value)
     _Handler.busy_left = 0
+
+
+def test_the_first_request_has_its_own_timeout_and_its_line_names_it(server, monkeypatch, capsys):
+    monkeypatch.setattr("loadtest.preflight.PATIENCE_S", 0.1)  # a slow first answer says the pre-flight waits
+    # REQUEST_TIMEOUT_S is the load's: a first request slower than it still passes within PREFLIGHT_TIMEOUT_S
+    assert _check(server, "/slow-first", request_timeout_s=0.1, preflight_timeout_s=10.0).text == "hello world"
+    with pytest.raises(PreflightError) as err:
+        _check(server, "/slow-first", request_timeout_s=600.0, preflight_timeout_s=0.2)
+    line = str(err.value)
+    assert "PREFLIGHT_TIMEOUT_S=0.2 s" in line and "raise PREFLIGHT_TIMEOUT_S" in line, line
+    assert "REQUEST_TIMEOUT_S" not in line.replace("PREFLIGHT_TIMEOUT_S", "") and "\n" not in line
+    said = capsys.readouterr().out.splitlines()
+    assert said and "waiting for the first answer" in said[0] and "PREFLIGHT_TIMEOUT_S=10 s" in said[0], said
 
 
 def _one_warning_line(answer: FirstAnswer, *needles: str) -> str:
