@@ -17,7 +17,7 @@ from analysis.estimate import (
 )
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
-from analysis.next_level import next_refine_level, probe_level
+from analysis.next_level import Remeasure, next_refine_level, probe_level, remeasure_level
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
 from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_row, step_table
@@ -33,6 +33,7 @@ __all__ = [
     "Estimate",
     "Knee",
     "RunData",
+    "Remeasure",
     "RunFolderError",
     "analyze",
     "analyze_run",
@@ -57,6 +58,7 @@ __all__ = [
     "predicted_memory",
     "probe_level",
     "recommend_config",
+    "remeasure_level",
     "server_kind",
     "slo_level",
     "soak_trend",

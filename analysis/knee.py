@@ -16,7 +16,10 @@ On a hockey-stick server with S slots this is S (for S <= 20: S - 1 users give (
 the plateau). On a smooth curve it is where the curve comes within 5% of its plateau; one level there
 moves throughput by a few percent, so noise can move the answer by one: rule 3 states by how much.
 
-Algorithm. Points: the baseline (level 1) and every "step" row, the latest per level, sorted by level.
+Algorithm. Points: the baseline (level 1) and every "step" row, one per level, sorted by level. A level
+measured more than once (the plan re-measures the levels that decide a wide interval, rule 3) is one
+point pooled from all its measurements (analysis/pooled.py: duration-weighted throughput, errors of
+independent windows, counts added), not its latest: the first window is data too.
 1. Failures end the safe range. A point fails when it has any OOM, or its failed requests (every kind
    but requests cut at a step-down) number at least `min_failures` (2) and are more than
    `max_error_rate` (1%) of its requests, or its answers got worse under load than in the baseline:
@@ -40,7 +43,9 @@ Algorithm. Points: the baseline (level 1) and every "step" row, the latest per l
    the step first (the plan's downward search).
 3. Confidence. Each throughput has a batch-means standard error (steps.py). Rule 2 is rerun on `draws`
    (400) throughputs drawn within those errors (a fixed seed keeps this pure); the 2.5% and 97.5%
-   quantiles of the recommended level are its 95% interval.
+   quantiles of the recommended level are its 95% interval. When it is wider than +-1 level, the plan
+   re-measures the level that decides it with a longer window, within a budget
+   (next_level.remeasure_level, loadtest/plan.py), and the answer is read again on the pooled points.
 4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
    the smallest level reaching the plateau lies in (B, R]: bisect. When the knee is a failing level F
    more than 1 above R, bisect (R, F). A concurrency limit the server shows (`server_limit`: requests
@@ -55,6 +60,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from analysis.pooled import pooled_row
 
 DEFAULTS: dict[str, Any] = {
     "max_error_rate": 0.01,
@@ -193,13 +200,15 @@ def _confidence(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str
 
 
 def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(the baseline and step rows, the latest per level, sorted by level; the baseline row)."""
+    """(one point per level: the baseline and step rows, a level's measurements pooled, sorted by level;
+    the baseline row)."""
     rows = [] if table.empty else table.to_dict("records")
     base_rows = [r for r in rows if r["phase"] == "baseline"]
     baseline = base_rows[-1] if base_rows else None
-    latest: dict[int, dict[str, Any]] = {}
+    measured: dict[int, list[dict[str, Any]]] = {}
     for row in sorted((r for r in rows if r["phase"] == "step"), key=lambda r: int(r["step_index"])):
-        latest[int(row["level"])] = row
+        measured.setdefault(int(row["level"]), []).append(row)
+    latest = {level: pooled_row(runs) for level, runs in measured.items()}
     if baseline is not None and int(baseline["level"]) not in latest:
         latest[int(baseline["level"])] = baseline
     return [latest[k] for k in sorted(latest)], baseline
