@@ -107,12 +107,16 @@ def main() -> int:
     plans = ["ours", "doubling+refine", "sweep-8"]
     print(f"{len(family())} curves and {len(habits())} habits x {args.seeds} seeds, virtual time at STEP_S 10 s"
           f" ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
-    print(f"{'plan':16s} {'kind':14s} {'runs':>5s} {'hit':>6s} {'>truth+1':>9s} {'levels':>7s} {'minutes':>8s}")
+    print(f"{'plan':16s} {'kind':17s} {'runs':>5s} {'hit':>6s} {'>truth+1':>9s} {'levels':>7s} {'minutes':>8s}")
     for plan in plans:
         mine = [o for o in outcomes if o.plan == plan]
-        for kind in sorted({_kind(o.curve) for o in mine}) + ["all"]:
-            part = [o for o in mine if kind == "all" or _kind(o.curve) == kind]
-            print(f"{plan:16s} {kind:14s} {len(part):5d} {sum(o.hit for o in part) / len(part):6.1%}"
+        kinds = sorted({_kind(o.curve) for o in mine}, key=lambda k: (k.startswith("habit:"), k))
+        for kind in [*[k for k in kinds if not k.startswith("habit:")], "all family",
+                     *[k for k in kinds if k.startswith("habit:")], "all habits"]:  # fmt: skip
+            part = [o for o in mine if _kind(o.curve) == kind
+                    or kind == "all family" and not _kind(o.curve).startswith("habit:")
+                    or kind == "all habits" and _kind(o.curve).startswith("habit:")]  # fmt: skip
+            print(f"{plan:16s} {kind:17s} {len(part):5d} {sum(o.hit for o in part) / len(part):6.1%}"
                   f" {sum(o.above for o in part):9d} {sum(o.levels for o in part) / len(part):7.1f}"
                   f" {sum(o.seconds for o in part) / len(part) / 60:8.1f}")  # fmt: skip
     verdicts = [_verdict(outcomes, "family", lambda k: not k.startswith("habit:")),
