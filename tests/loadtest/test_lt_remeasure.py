@@ -6,6 +6,7 @@ from __future__ import annotations
 from analysis import Knee
 from loadtest.config import RunConfig
 from loadtest.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, LevelChoice, plan_phases
+from runfolder import EVENTS_FILE
 
 
 def _plan(cfg, refine=(), remeasure=(), knee_after=2):
@@ -60,3 +61,31 @@ def test_a_re_measure_that_moved_the_answer_refines_again_next_to_it():
     steps = [(p.level, p.note) for p in phases if p.phase == "step"]
     assert [lv for lv, _ in steps] == [4, 8, 6, 7, 7, 5]
     assert steps[-1][1] == "refine the knee"
+
+
+def test_the_controller_asks_analysis_and_says_why_in_an_event(tmp_path):
+    import pandas as pd
+
+    from loadtest.controller import Controller
+
+    def row(level, thr, index, phase="step", duration_s=10.0):
+        return {"step_index": index, "phase": phase, "level": level, "duration_s": duration_s, "requests": 300,
+                "ok_requests": 300, "failed_requests": 0, "cut_requests": 0, "throughput_rps": thr,
+                "throughput_se_rps": 0.5, "p95_ms": 100.0 * level, "mean_ms": 80.0 * level, "errors": {},
+                "bad_answer_share": 0.0}  # fmt: skip
+
+    table = pd.DataFrame([row(1, 3.3, 2, "baseline", 60.0), row(2, 6.6, 10), row(4, 12.0, 13), row(6, 14.4, 16),
+                          row(8, 15.0, 19)])  # fmt: skip
+    ctl = Controller(RunConfig(), tmp_path, None, broadcast=lambda _tag: None)
+    try:
+        import analysis
+
+        ctl._knee = lambda: (table, analysis.find_knee(table))  # the live table, without a run behind it
+        assert ctl._remeasure_level(60.0) == (12, 10.0, analysis.remeasure_level(table, ctl._knee()[1], 60.0).why)
+        assert ctl._refined == 1
+        ctl._knee = lambda: None  # the knee could not be evaluated: nothing to re-measure
+        assert ctl._remeasure_level(60.0) is None and ctl._refined == 1
+    finally:
+        ctl.close()
+    events = (tmp_path / EVENTS_FILE).read_text()
+    assert '"remeasure"' in events and "plateau rests on level 8 alone" in events
