@@ -8,6 +8,9 @@ request takes C / T(C) seconds on average (Little's law), drawn lognormal with `
     oom_at   from this many users on, the requests beyond oom_at - 1 fail fast with an OOM 500 (memory ran
              out before compute saturated); None: never
 Truth: the smallest C whose T(C) reaches 95% of the highest T(C) below oom_at (simulator.truth's rule).
+Habits (`habits()`, issue 21), none of which moves the truth: `error_rate` (load-independent 502s at every
+level and in the baseline, drawn apart so that the other curves' requests stay those of their seeds),
+a large `single_s` (slow service times), `slow_first_requests` of the baseline taking `slow_first_s` more.
 
 `run_plan` drives the real plan (loadtest.plan.plan_phases with its real callbacks: analysis.find_knee,
 analysis.next_refine_level, analysis.probe_level, analysis.remeasure_level) and measures each step as the suite would: every user's requests in the
