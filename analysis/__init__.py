@@ -18,7 +18,7 @@ from analysis.estimate import (
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
 from analysis.memory_slope import MemorySlope, memory_slope, restate_estimate
-from analysis.next_level import next_refine_level, probe_level
+from analysis.next_level import Remeasure, next_refine_level, probe_level, remeasure_level
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
 from analysis.server_card import CardChoice, choose_server_card, gpu_of, manifest_card, run_card
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
@@ -37,6 +37,7 @@ __all__ = [
     "Knee",
     "MemorySlope",
     "RunData",
+    "Remeasure",
     "RunFolderError",
     "analyze",
     "analyze_run",
@@ -67,6 +68,7 @@ __all__ = [
     "recommend_config",
     "restate_estimate",
     "run_card",
+    "remeasure_level",
     "server_kind",
     "slo_level",
     "soak_trend",

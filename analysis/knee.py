@@ -16,7 +16,10 @@ On a hockey-stick server with S slots this is S (for S <= 20: S - 1 users give (
 the plateau). On a smooth curve it is where the curve comes within 5% of its plateau; one level there
 moves throughput by a few percent, so noise can move the answer by one: rule 3 states by how much.
 
-Algorithm. Points: the baseline (level 1) and every "step" row, the latest per level, sorted by level.
+Algorithm. Points: the baseline (level 1) and every "step" row, one per level, sorted by level. A level
+measured more than once (the plan re-measures the levels that decide a wide interval, rule 3) is one
+point pooled from all its measurements (analysis/pooled.py: duration-weighted throughput, errors of
+independent windows, counts added), not its latest: the first window is data too.
 1. Failures end the safe range; errors only when they grow with load (analysis/failure_rule.py).
    Points are walked up by level; the reference is the baseline pooled with the clean points below.
    A point fails when it has any OOM; or its failure rate exceeds the reference's by more than
@@ -33,8 +36,8 @@ Algorithm. Points: the baseline (level 1) and every "step" row, the latest per l
    named apart. A mismatch present from the first request is a format or model matter, shown in the
    report, never a failure. The lowest failing level F bounds the clean points (those below it).
    A knee by errors resting on fewer than `confirm_failures` (10) failures at a level measured once
-   asks for that level once more (`Knee.confirm_level`; the plan re-measures it): the latest
-   measurement then decides, not the two pooled, since the first was picked for looking bad.
+   asks for that level once more (`Knee.confirm_level`; the plan re-measures it): the two
+   measurements are then one point, pooled as above, so the second can clear the first.
    Every measured point whose driver CPU was >= 85% is named in the reason (analysis/driver.py).
 2. The plateau is seen when a clean point below the highest already reaches 95% of the plateau: the
    levels above it added under 5%. No gain-per-user bar: on a smooth curve the gain per added user
@@ -52,7 +55,9 @@ Algorithm. Points: the baseline (level 1) and every "step" row, the latest per l
    the step first (the plan's downward search).
 3. Confidence. Each throughput has a batch-means standard error (steps.py). Rule 2 is rerun on `draws`
    (400) throughputs drawn within those errors (a fixed seed keeps this pure); the 2.5% and 97.5%
-   quantiles of the recommended level are its 95% interval.
+   quantiles of the recommended level are its 95% interval. When it is wider than +-1 level, the plan
+   re-measures the level that decides it with a longer window, within a budget
+   (next_level.remeasure_level, loadtest/plan.py), and the answer is read again on the pooled points.
 4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
    the smallest level reaching the plateau lies in (B, R]: bisect. When the knee is a failing level F
    more than 1 above R, bisect (R, F). A concurrency limit the server shows (`server_limit`: requests
@@ -70,6 +75,7 @@ import pandas as pd
 
 from analysis.driver import driver_load
 from analysis.failure_rule import Outcomes, outcomes_of, point_failure
+from analysis.pooled import pooled_row
 
 DEFAULTS: dict[str, Any] = {
     "max_error_rate": 0.01,
@@ -184,13 +190,15 @@ def _confidence(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str
 
 
 def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(the baseline and step rows, the latest per level, sorted by level; the baseline row)."""
+    """(one point per level: the baseline and step rows, a level's measurements pooled, sorted by level;
+    the baseline row)."""
     rows = [] if table.empty else table.to_dict("records")
     base_rows = [r for r in rows if r["phase"] == "baseline"]
     baseline = base_rows[-1] if base_rows else None
-    latest: dict[int, dict[str, Any]] = {}
+    measured: dict[int, list[dict[str, Any]]] = {}
     for row in sorted((r for r in rows if r["phase"] == "step"), key=lambda r: int(r["step_index"])):
-        latest[int(row["level"])] = row
+        measured.setdefault(int(row["level"]), []).append(row)
+    latest = {level: pooled_row(runs) for level, runs in measured.items()}
     if baseline is not None and int(baseline["level"]) not in latest:
         latest[int(baseline["level"])] = baseline
     return [latest[k] for k in sorted(latest)], baseline

@@ -1,13 +1,16 @@
-"""Where to measure next: the refinement's next level, and a probe below a far first step.
+"""Where to measure next: the refinement's next level, a probe below a far first step, and the level to
+re-measure when the answer's interval is wide.
 
-Both read the knee that analysis.knee found on the steps so far; the plan (loadtest/plan.py) asks them
+All read the knee that analysis.knee found on the steps so far; the plan (loadtest/plan.py) asks them
 between steps, so a run goes straight at the answer instead of sweeping a grid.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from analysis.knee import Knee, num, points_of
@@ -55,3 +58,92 @@ def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
     if any(level / 2 <= int(r["level"]) < level for r in points):
         return None
     return level // 2
+
+
+class Remeasure(NamedTuple):
+    level: int
+    window_s: float  # how long to measure it once more (pooled with what it has: analysis/pooled.py)
+    why: str
+
+
+REMEASURE_Z = 2.0  # a level decides no more once its throughput lies 2 standard errors from the bar
+
+
+def _deciding_row(
+    steps: list[dict[str, Any]], rec: int, low: int, high: int, bar: float
+) -> tuple[dict[str, Any], float] | None:
+    """(the step row that decides the wider side of the interval low..high around the answer rec, its
+    distance from the bar in standard errors). Above the answer: the answer's own level (its throughput
+    drawn low, or sitting inside the plateau's average, moves the answer up). Below: the level there
+    nearest the bar (drawn high, it reaches it first)."""
+    upper = high - rec >= rec - low
+    best: tuple[dict[str, Any], float] | None = None
+    for row in steps:
+        level, se = int(row["level"]), num(row, "throughput_se_rps")
+        if not se > 0 or not num(row, "duration_s") > 0:
+            continue
+        if (level == rec) if upper else (low <= level < rec - 1):
+            z = abs(num(row, "throughput_rps") - bar) / se
+            if not math.isnan(z) and (best is None or z < best[1]):
+                best = (row, z)
+    return best
+
+
+def _plateau_level(steps: list[dict[str, Any]], rec: int, high: int, max_window_s: float) -> Remeasure | None:
+    """Rules 1-2 of remeasure_level: the plateau's own evidence, when it is what makes the interval wide."""
+    top = max(steps, key=lambda r: int(r["level"]))
+    if high >= int(top["level"]) and num(top, "duration_s") > 0:
+        level = max(int(top["level"]) + 2, math.ceil(1.5 * int(top["level"])))
+        why = f"up to the highest level measured: the plateau rests on level {top['level']} alone; measuring {level}"
+        return Remeasure(level, min(num(top, "duration_s"), max_window_s), why)
+    luckiest = max(steps, key=lambda r: np.nan_to_num(num(r, "throughput_rps"), nan=-np.inf))
+    if int(luckiest["level"]) != rec and len(luckiest.get("pooled_steps", [0])) == 1:
+        why = (f"the plateau's highest throughput, level {luckiest['level']}'s, is the luckiest of its levels"
+               f" and sets the bar; measuring it {max_window_s:.0f} s more")  # fmt: skip
+        return Remeasure(int(luckiest["level"]), max_window_s, why)
+    return None
+
+
+def remeasure_level(table: pd.DataFrame, knee: Knee, max_window_s: float, **params: Any) -> Remeasure | None:
+    """What to measure once more, and for how long, when the knee's 95% interval (rule 3) is wider than
+    +-1 level around the answer; None when it is not, or there is nothing to narrow (no plateau, an errors
+    knee). The plan asks again after each re-measure, within its budget (loadtest/plan.py).
+
+    The answer is the first level whose throughput reaches 95% (`knee_share`) of the plateau, the plateau
+    the mean of the throughputs near the highest. So the interval is wide for one of these reasons,
+    looked at in this order:
+    1. it reaches the highest level measured: the plateau rests on that level alone, which may still be
+       climbing; a level above it is measured (1.5x, for a step's window): the plan then refines again;
+    2. the plateau's highest throughput is the luckiest of several (a winner's curse: the highest of
+       several noisy readings is the most likely to be high) and sets the bar: it is measured again for
+       the whole `max_window_s`, once;
+    3. the answer's own throughput may fall short of the bar, or a lower level's reach it: the level that
+       decides the wider side (_deciding_row) is measured again. Pooled with a new window of w seconds on
+       top of its d, its error shrinks by sqrt(d / (d + w)): w is what brings it REMEASURE_Z (2) errors
+       from the bar, at least d (half its variance) and at most `max_window_s` (the plan's budget).
+    On the bench's family (bench/curves.py) the noisy smooth curves' misses were of kinds 1 and 2 more
+    than 3: a top level short of the true plateau, and a lucky plateau level pulling the bar up."""
+    if not knee.found or knee.criterion != "latency" or knee.confidence is None or not knee.plateau_rps:
+        return None
+    rec = knee.recommended_level
+    low, high = knee.confidence
+    steps = [r for r in points_of(table)[0] if r["phase"] == "step"]
+    if rec is None or (low >= rec - 1 and high <= rec + 1) or not steps:
+        return None
+    head = f"the answer {rec} is {low}-{high} at 95%"
+    plateau = _plateau_level(steps, rec, high, max_window_s)
+    if plateau is not None:
+        return plateau._replace(why=f"{head}, {plateau.why}")
+    share = float(params.get("knee_share", 0.95))
+    found = _deciding_row(steps, rec, low, high, share * knee.plateau_rps)
+    if found is None:
+        return None
+    row, z = found
+    measured_s = num(row, "duration_s")
+    wanted_s = measured_s * ((REMEASURE_Z / max(z, 1e-3)) ** 2 - 1)
+    window_s = min(max(wanted_s, measured_s), max_window_s)
+    why = (
+        f"{head}: level {row['level']} decides it (its throughput lies {z:.1f} standard errors from"
+        f" {share:.0%} of the plateau); measuring it {window_s:.0f} s more"
+    )
+    return Remeasure(int(row["level"]), window_s, why)

@@ -1,6 +1,6 @@
 """Driver cost: our OcrUser with every hook on vs a bare Locust FastHttpUser, same upload, side by side.
 
-    python bench/bench_driver.py [--rounds 9] [--max-rounds 21] [--slices 4] [--slice-s 1.5]
+    python bench/bench_driver.py [--rounds 9] [--budget-s 600] [--slices 4] [--slice-s 1.5]
                                  [--clean-cpu-pct 90] [--users 16] [--answer noisy|exact]
 
 Both contenders POST the same ~290 KB multipart body (a 2048x1536 page built once by `scenarios`, as
@@ -28,9 +28,10 @@ process's own memory layout costs it (a few %: seen as ~10% between two identica
 The median of the rounds that count is the figure; its spread is printed: min-max and a
 distribution-free 90% confidence interval of the median (order statistics). A verdict is given only
 when that interval lies on one side of the goal: wholly >= 0.95 met (exit 0), wholly below missed
-(exit 1). While it straddles the goal, or fewer than `--rounds` rounds count, more rounds run (the
-verdict is looked at again every 4), up to `--max-rounds`; then no verdict (exit 2: rerun on a quieter
-machine). The req/s of each is printed for information.
+(exit 1). Sequential: once `--rounds` rounds count, the verdict is looked at after every round, and
+rounds go on while the interval straddles the goal, until another round would end past `--budget-s`
+(10 min); then no verdict (exit 3: rerun on a quieter machine; `make bench` reports it apart from a
+miss). bench/verdict.py holds the rule. The req/s of each is printed for information.
 
 - bare: `FastHttpUser` whose task is `self.client.post("/ocr", data=BODY, headers=...)`.
 - ours: `loadtest.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
@@ -42,7 +43,7 @@ machine). The req/s of each is printed for information.
   ~1% and the edit distance really runs; `exact` is the text itself (CER 0, the cheapest case).
 
 Goal: ratio >= 0.95. The deciding line is printed last.
-Takes ~18 s a round: ~3 min for 9 rounds, ~6.5 min at most (21 rounds).
+Takes ~18 s a round: ~3 min for 9 rounds, at most --budget-s (10 min, ~33 rounds) and one round.
 """
 
 from __future__ import annotations
@@ -62,12 +63,10 @@ import time
 from pathlib import Path
 
 from support import start_stub  # bench/ is on sys.path: the scripts run as `python bench/<script>.py`
+from verdict import CONFIDENCE, MIN_ROUNDS, exit_status, median_interval, next_step, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 0.95
-MIN_ROUNDS = 7  # fewer rounds give no verdict: the median of so few moves with one noisy round
-EXTEND_BY = 4  # rounds added while the interval straddles the goal
-CONFIDENCE = 0.90  # of the median's interval that must lie on one side of the goal for a verdict
 BUCKETS = "2048x1536:1"  # one page of ~290 KB as a PNG multipart upload
 REPORT_EVERY_S = 1.0  # a worker ships its rows every second (loadtest/rowlink.py SHIP_INTERVAL_S)
 COUNTER = struct.Struct("qq")  # requests, failures: written by the client at each request
@@ -288,35 +287,6 @@ def counts(o: dict[str, float], b: dict[str, float]) -> bool:
     return 2 * o["clean"] >= o["slices"] and 2 * b["clean"] >= b["slices"]
 
 
-def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """The median and a distribution-free confidence interval for it: the k-th lowest and k-th highest
-    of the values, k the largest with P(k-1 < Binomial(n, 1/2) < n-k+1) >= confidence (n=7: min-max,
-    98%; n=9: 2nd lowest to 2nd highest, 96%; n=15: 4th lowest to 4th highest, 96%)."""
-    xs, n = sorted(values), len(values)
-
-    def coverage(k: int) -> float:
-        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2**n
-
-    k = 1
-    while k + 1 <= n // 2 and coverage(k + 1) >= confidence:
-        k += 1
-    if coverage(k) < confidence:  # too few values for any interval at that confidence
-        return statistics.median(xs), -math.inf, math.inf
-    return statistics.median(xs), xs[k - 1], xs[n - k]
-
-
-def verdict(values: list[float]) -> str:
-    """'met', 'missed' or 'undecided', from where the median's interval lies against the goal."""
-    if len(values) < MIN_ROUNDS:
-        return "undecided"
-    _, lo, hi = median_interval(values)
-    if lo >= GOAL_RATIO:
-        return "met"
-    if hi < GOAL_RATIO:
-        return "missed"
-    return "undecided"
-
-
 def cpu_ratio(o: dict[str, float], b: dict[str, float]) -> float:
     return b["cpu_ms_per_req"] / o["cpu_ms_per_req"]
 
@@ -326,7 +296,7 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=9, help=f"rounds that count; >= {MIN_ROUNDS} for a verdict"
     )
-    parser.add_argument("--max-rounds", type=int, default=21, help="rounds run at most, while undecided")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="rounds go on while undecided, this long")
     parser.add_argument("--clean-cpu-pct", type=float, default=90.0, help="a slice with less is not clean")
     parser.add_argument("--slices", type=int, default=4, help="slices per contender in a round")
     parser.add_argument("--slice-s", type=float, default=1.5, help="one slice of one contender")
@@ -337,6 +307,8 @@ def main() -> int:
     parser.add_argument("--host", help=argparse.SUPPRESS)
     parser.add_argument("--counter", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < MIN_ROUNDS:
+        parser.error(f"--rounds {args.rounds}: a verdict needs at least {MIN_ROUNDS} rounds that count")
     if args.client:
         run_client(args.client, args.host, args.users, args.counter)
         return 0
@@ -353,8 +325,8 @@ def main() -> int:
         answer.write_text(json.dumps({"text": answer_text(item.expected_text or "", args.answer)}))
         stub, url = start_stub(answer, "--cpu", str(server_cpu))
         try:
-            target = args.rounds  # rounds that count; more while the verdict is open, up to --max-rounds run
-            while len(runs) < args.max_rounds:
+            t0, step = time.monotonic(), "more"
+            while step == "more":
                 r = len(runs)
                 first, second = ("bare", "ours") if r % 2 == 0 else ("ours", "bare")
                 got = measure_round(url, args, client_cpu, stub.pid, Path(tmp), (first, second))
@@ -372,11 +344,7 @@ def main() -> int:
                     flush=True,
                 )
                 ratios = [cpu_ratio(o, b) for o, b in runs if counts(o, b)]
-                if len(ratios) >= target:
-                    if verdict(ratios) != "undecided":
-                        break
-                    target += EXTEND_BY
-                    print(f"the interval straddles the goal: {EXTEND_BY} more rounds", flush=True)
+                step = next_step(ratios, GOAL_RATIO, args.rounds, len(runs), time.monotonic() - t0, args.budget_s)
         finally:
             stop(stub)
 
@@ -415,7 +383,7 @@ def main() -> int:
         f"CPU ms/req, median of the {len(ratios)} rounds that count ({len(runs)} run): "
         f"bare {bare_ms:.3f}, ours {ours_ms:.3f}"
     )
-    result = "void" if failures else verdict(ratios)
+    result = "void" if failures else verdict(ratios, GOAL_RATIO)
     if failures:
         print(f"{failures} requests failed: the comparison is void")
     elif result == "undecided":
@@ -424,14 +392,14 @@ def main() -> int:
             if len(ratios) < MIN_ROUNDS
             else f"its {CONFIDENCE:.0%} interval straddles the goal"
         )
-        print(f"no verdict: {why}; rerun on a quieter machine or with more --rounds")
+        print(f"no verdict within --budget-s {args.budget_s:g}: {why}; rerun on a quieter machine or with more --budget-s")
     words = {"met": "MET", "missed": "MISSED", "undecided": "NO VERDICT", "void": "VOID"}[result]
     print(
         f"driver cost ratio ours/bare from CPU per request: median {med:.3f} of {len(ratios)} rounds, "
         f"{CONFIDENCE:.0%} interval {lo:.3f}-{hi:.3f}, min {min(ratios, default=math.nan):.3f}, "
         f"max {max(ratios, default=math.nan):.3f} (goal >= {GOAL_RATIO}) {words}"
     )
-    return {"met": 0, "missed": 1}.get(result, 2)
+    return exit_status(result)
 
 
 if __name__ == "__main__":

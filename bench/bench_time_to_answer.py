@@ -13,9 +13,14 @@ and a plan's time is the sum of its phases. Plans:
     doubling+refine  LEVELS=1,2,4,...,128: stops at the knee and refines, but ignores the estimate
     sweep-8          LEVELS=1,2,4,...,128 run whole (no stop, no refinement), the knee read at the end,
                      as a plain fixed sweep does
+Both ours and doubling+refine run the product's whole plan, with its re-measures of the level that
+decides a wide answer (analysis.remeasure_level).
+The habits of real servers (curves.habits(): load-independent 502s, slow service times, slow first
+requests in the baseline) are judged apart from the family.
 Hit: the recommendation within the tolerance (exact for a sharp steady curve, one level for a smooth or
-noisy one). Goal: ours hits at least 95% of runs, never above the truth + 1 on a steady curve, and takes
-no more time in total than doubling+refine. Exits 1 when missed.
+noisy one). Goal, on the family and on the habits apart: ours hits at least 95% of runs and of each kind's
+runs, never above the truth + 1 on a steady curve, and takes no more time in total than doubling+refine.
+Exits 1 when missed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import analysis  # noqa: E402
-from bench.curves import Curve, family, measure, run_plan  # noqa: E402
+from bench.curves import Curve, family, habits, measure, run_plan  # noqa: E402
 from loadtest.config import RunConfig  # noqa: E402
 
 SWEEP = [1, 2, 4, 8, 16, 32, 64, 128]
@@ -73,7 +79,7 @@ def run_all(seeds: int) -> list[Outcome]:
     cfg = RunConfig()
     doubling = RunConfig(levels=",".join(map(str, SWEEP)))
     out = []
-    for curve in family():
+    for curve in family() + habits():
         for seed in range(seeds):
             ours = run_plan(curve, seed, cfg)
             out.append(Outcome(curve, "ours", ours.recommended, len(ours.levels), ours.seconds))
@@ -84,6 +90,10 @@ def run_all(seeds: int) -> list[Outcome]:
 
 
 def _kind(curve: Curve) -> str:
+    habit = "errors" if curve.error_rate else "slow-first" if curve.slow_first_requests else ""
+    habit = habit or ("slow" if curve.single_s >= 2.0 else "")
+    if habit:
+        return f"habit:{habit}"
     shape = "smooth" if curve.bend else "oom" if curve.oom_at else "hockey"
     return f"{shape}{'-noisy' if curve.noise_sigma >= 0.3 else ''}"
 
@@ -95,24 +105,41 @@ def main() -> int:
     t0 = time.perf_counter()
     outcomes = run_all(args.seeds)
     plans = ["ours", "doubling+refine", "sweep-8"]
-    print(f"{len(family())} curves x {args.seeds} seeds, virtual time at STEP_S 10 s ({time.perf_counter() - t0:.0f} s)")
-    print(f"{'plan':16s} {'kind':14s} {'runs':>5s} {'hit':>6s} {'>truth+1':>9s} {'levels':>7s} {'minutes':>8s}")
+    print(f"{len(family())} curves and {len(habits())} habits x {args.seeds} seeds, virtual time at STEP_S 10 s"
+          f" ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    print(f"{'plan':16s} {'kind':17s} {'runs':>5s} {'hit':>6s} {'>truth+1':>9s} {'levels':>7s} {'minutes':>8s}")
     for plan in plans:
         mine = [o for o in outcomes if o.plan == plan]
-        for kind in sorted({_kind(o.curve) for o in mine}) + ["all"]:
-            part = [o for o in mine if kind == "all" or _kind(o.curve) == kind]
-            print(f"{plan:16s} {kind:14s} {len(part):5d} {sum(o.hit for o in part) / len(part):6.1%}"
+        kinds = sorted({_kind(o.curve) for o in mine}, key=lambda k: (k.startswith("habit:"), k))
+        for kind in [*[k for k in kinds if not k.startswith("habit:")], "all family",
+                     *[k for k in kinds if k.startswith("habit:")], "all habits"]:  # fmt: skip
+            part = [o for o in mine if _kind(o.curve) == kind
+                    or kind == "all family" and not _kind(o.curve).startswith("habit:")
+                    or kind == "all habits" and _kind(o.curve).startswith("habit:")]  # fmt: skip
+            print(f"{plan:16s} {kind:17s} {len(part):5d} {sum(o.hit for o in part) / len(part):6.1%}"
                   f" {sum(o.above for o in part):9d} {sum(o.levels for o in part) / len(part):7.1f}"
                   f" {sum(o.seconds for o in part) / len(part) / 60:8.1f}")  # fmt: skip
-    ours = [o for o in outcomes if o.plan == "ours"]
-    dbl = [o for o in outcomes if o.plan == "doubling+refine"]
+    verdicts = [_verdict(outcomes, "family", lambda k: not k.startswith("habit:")),
+                _verdict(outcomes, "habits", lambda k: k.startswith("habit:"))]  # fmt: skip
+    return 0 if all(verdicts) else 1
+
+
+def _verdict(outcomes: list[Outcome], name: str, kinds: Callable[[str], bool]) -> bool:
+    """The goal on one part: ours hits >= 95% of runs (and every kind >= 95%), never above truth+1 on a
+    steady curve, in no more time than doubling+refine. Prints one line; True when met."""
+    part = [o for o in outcomes if kinds(_kind(o.curve))]
+    ours = [o for o in part if o.plan == "ours"]
+    dbl = [o for o in part if o.plan == "doubling+refine"]
     hit = sum(o.hit for o in ours) / len(ours)
+    by_kind = {k: [o.hit for o in ours if _kind(o.curve) == k] for k in sorted({_kind(o.curve) for o in ours})}
+    worst_kind, worst = min(((k, sum(v) / len(v)) for k, v in by_kind.items()), key=lambda kv: kv[1])
     steady_above = sum(o.above for o in ours if o.curve.noise_sigma < 0.3)
     ratio = sum(o.seconds for o in ours) / sum(o.seconds for o in dbl)
-    ok = hit >= 0.95 and steady_above == 0 and ratio <= 1.0
-    print(f"ours: hit {hit:.1%} (goal >= 95%), above truth+1 on steady curves {steady_above} (goal 0),"
-          f" time vs doubling+refine {ratio:.2f} (goal <= 1): {'met' if ok else 'MISSED'}")
-    return 0 if ok else 1
+    ok = hit >= 0.95 and worst >= 0.95 and steady_above == 0 and ratio <= 1.0
+    print(f"ours on the {name}: hit {hit:.1%} (goal >= 95%), worst kind {worst_kind} {worst:.1%} (goal >= 95%),"
+          f" above truth+1 on steady curves {steady_above} (goal 0), time vs doubling+refine {ratio:.2f}"
+          f" (goal <= 1): {'met' if ok else 'MISSED'}")  # fmt: skip
+    return ok
 
 
 if __name__ == "__main__":

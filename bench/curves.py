@@ -8,9 +8,12 @@ request takes C / T(C) seconds on average (Little's law), drawn lognormal with `
     oom_at   from this many users on, the requests beyond oom_at - 1 fail fast with an OOM 500 (memory ran
              out before compute saturated); None: never
 Truth: the smallest C whose T(C) reaches 95% of the highest T(C) below oom_at (simulator.truth's rule).
+Habits (`habits()`, issue 21), none of which moves the truth: `error_rate` (load-independent 502s at every
+level and in the baseline, drawn apart so that the other curves' requests stay those of their seeds),
+a large `single_s` (slow service times), `slow_first_requests` of the baseline taking `slow_first_s` more.
 
 `run_plan` drives the real plan (loadtest.plan.plan_phases with its real callbacks: analysis.find_knee,
-analysis.next_refine_level) and measures each step as the suite would: every user's requests in the
+analysis.next_refine_level, analysis.probe_level, analysis.remeasure_level) and measures each step as the suite would: every user's requests in the
 window are drawn, and the step's row comes from analysis.step_table on them, so throughput shares, batch
 means and P95 intervals are the product's own. Used by tests/analysis/test_an_family.py and
 bench/bench_time_to_answer.py.
@@ -42,6 +45,9 @@ class Curve:
     noise_sigma: float = 0.1  # lognormal sigma of each request's latency
     oom_at: int | None = None
     estimate: int | None = None  # what the baseline's estimate says (None: no estimate, doubling)
+    error_rate: float = 0.0  # load-independent errors (a balancer's 502s), at every level, the baseline too
+    slow_first_requests: int = 0  # the baseline's first requests take slow_first_s more (lazy init, compile)
+    slow_first_s: float = 0.0
 
     def throughput_rps(self, users: int) -> float:
         c = min(users, self.slots, (self.oom_at - 1) if self.oom_at else users)
@@ -68,8 +74,11 @@ class VirtualRun:
         return None if self.knee is None else self.knee.recommended_level
 
 
-def _requests(curve: Curve, users: int, window_s: float, rng: np.random.Generator) -> pd.DataFrame:
-    """Every request that overlaps [0, window_s] in a closed loop of `users` at steady state."""
+def _requests(
+    curve: Curve, users: int, window_s: float, rng: np.random.Generator, slow_first: int = 0
+) -> pd.DataFrame:
+    """Every request that overlaps [0, window_s] in a closed loop of `users` at steady state; the first
+    `slow_first` requests of user 0 in the window take curve.slow_first_s more."""
     served = min(users, curve.oom_at - 1) if curve.oom_at else users
     mean_s = served / curve.throughput_rps(users) if served else 0.0
     mu = math.log(max(mean_s, 1e-6)) - curve.noise_sigma**2 / 2  # lognormal with that mean
@@ -81,6 +90,8 @@ def _requests(curve: Curve, users: int, window_s: float, rng: np.random.Generato
         t = -rng.uniform(0, mean_s if not failing else 0.5) - 10 * max(mean_s, 0.5)
         while t < window_s:
             lat = OOM_FAIL_MS / 1000 if failing else float(rng.lognormal(mu, curve.noise_sigma))
+            if user == 0 and t >= 0 and slow_first > 0:
+                lat, slow_first = lat + curve.slow_first_s, slow_first - 1
             starts.append(t)
             lats.append(lat)
             oks.append(not failing)
@@ -97,7 +108,11 @@ def _requests(curve: Curve, users: int, window_s: float, rng: np.random.Generato
 def measure(curve: Curve, users: int, window_s: float, phase: str, index: int, seed: int) -> dict[str, Any]:
     """One measured step's row (analysis.STEP_COLUMNS) as the suite would compute it."""
     rng = np.random.default_rng([seed, index, users])
-    req = _requests(curve, users, window_s, rng)
+    req = _requests(curve, users, window_s, rng, curve.slow_first_requests if phase == "baseline" else 0)
+    if curve.error_rate > 0:  # its own draws: the other curves' requests stay those of their seeds
+        dropped = np.random.default_rng([seed, index, users, 1]).random(len(req)) < curve.error_rate
+        dropped &= req["ok"].to_numpy()
+        req.loc[dropped, ["ok", "failure_kind", "status_code"]] = [False, "http_5xx", 502]
     req = req[req["t_start_unix_s"] + req["latency_ms"] / 1000 > -1.0]
     tagged = req["t_start_unix_s"] >= 0  # a request belongs to the step current when it started
     req = req.assign(step_index=np.where(tagged, index, index - 1))
@@ -134,12 +149,22 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     def levels() -> Any:
         return choose_levels(cfg, _Estimate(curve.estimate))  # each step's target follows its own spread
 
-    for index, spec in enumerate(plan_phases(cfg, levels, knee_now, refine, probe), start=1):
+    def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
+        return analysis.remeasure_level(table(), analysis.find_knee(table()), max_window_s)
+
+    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
+    for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
-            window = cfg.step_s if spec.phase == "step" else max(cfg.step_s, 60 * curve.single_s)
+            window = spec.min_s if spec.phase == "step" else max(cfg.step_s, 60 * curve.single_s)
+            rps = curve.throughput_rps(spec.level)
+            if spec.target_requests:  # the controller's rule: go on to the target, up to target_max_s
+                window = min(max(window, spec.target_requests / rps), spec.target_max_s)
+            if spec.min_requests:  # and to min_requests, up to max_s (the slow first ones take longer)
+                slow_s = curve.slow_first_requests * curve.slow_first_s if spec.phase == "baseline" else 0.0
+                window = max(window, min(spec.min_requests / rps + slow_s, spec.max_s))
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
-            needed_s = target_requests(row["latency_cv"]) / curve.throughput_rps(spec.level)
-            if spec.target_max_s and needed_s > window:  # the controller's rule: the target its own spread sets
+            needed_s = target_requests(row["latency_cv"]) / rps
+            if spec.phase == "step" and spec.target_max_s and needed_s > window:  # its own spread's target
                 window = min(needed_s, spec.target_max_s)
                 row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
@@ -164,4 +189,27 @@ def family(window_cfg: RunConfig | None = None) -> list[Curve]:
     curves += [replace(c, name=c.name.replace("-", "-noisy-", 1), noise_sigma=0.5) for c in curves[::3]]
     for oom_at, slots in ((4, 10), (7, 16)):
         curves.append(Curve(f"oom{oom_at}-slots{slots}", slots, oom_at=oom_at, estimate=2 * oom_at))
+    return curves
+
+
+def habits() -> list[Curve]:
+    """Real servers' habits that virtual time can express (issue 21), each on shapes of the family:
+    1% of requests failing with 502 at every level, the baseline too (the answer must not move: the error
+    rate does not grow with load); slow service times (8 s a request alone, a VLM writing a page: windows
+    and warm-ups shorter than one request must still measure); two slow first requests in the baseline
+    (+20 s each: lazy initialisation, a first compile), which must not set every step's request target."""
+    curves = [
+        Curve("errors-hockey-5-estNone", 5, error_rate=0.01),
+        Curve("errors-hockey-8-est8", 8, error_rate=0.01, estimate=8),
+        Curve("errors-smooth-8-estNone", 12, bend=0.15, error_rate=0.01),
+        Curve("errors-hockey-13-est39", 13, error_rate=0.01, estimate=39),
+        Curve("slow-hockey-4-estNone", 4, single_s=8.0),
+        Curve("slow-hockey-8-est8", 8, single_s=8.0, estimate=8),
+    ]
+    slow_first = {"slow_first_requests": 2, "slow_first_s": 20.0}
+    curves += [
+        Curve("slowfirst-hockey-5-estNone", 5, **slow_first),  # type: ignore[arg-type]
+        Curve("slowfirst-hockey-8-est8", 8, estimate=8, **slow_first),  # type: ignore[arg-type]
+        Curve("slowfirst-smooth-8-estNone", 12, bend=0.15, **slow_first),  # type: ignore[arg-type]
+    ]
     return curves

@@ -114,8 +114,9 @@ class Controller:
         self.finished = False
         self.live = LiveSteps()
         self._plan = plan_phases(
-            cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level
-        )
+            cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
+            self._remeasure_level,
+        )  # fmt: skip
         self._last_progress = 0.0
         # live view (web UI panel): bounded
         self.estimate: dict[str, Any] | None = None
@@ -481,6 +482,14 @@ class Controller:
             low, high = knee.refine_between
             self.event("refine", f"the answer lies in {low}..{high}: measuring {level}")
         return level
+
+    def _remeasure_level(self, max_window_s: float) -> tuple[int, float, str] | None:
+        found = self._knee()
+        again = None if found is None else analysis.remeasure_level(*found, max_window_s=max_window_s)
+        if again is not None:
+            self._refined += 1  # one more step in the count shown
+            self.event("remeasure", again.why)
+        return again
 
     def _update_manifest(self, **fields: Any) -> None:
         try:

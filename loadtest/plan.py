@@ -14,6 +14,11 @@
     -> no knee within the planned levels: keep climbing, doubling the highest, `climb_budget` times
     -> refinement: bisect until the answer is exact (adjacent levels); this also searches downward
        when even the first step was past the knee (the bracket is then baseline..first step)
+    -> re-measure: while the answer's 95% interval is wider than +-1 level, measure the level that
+       decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
+       at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
+       so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
+       refinement (or one climb) each may ask for when the pooled answer moved
 
 Never flood a server we have not measured: a level is planned only from evidence.
 - The cap. An estimate is at most the engine's limit where it is known: MAX_NUM_SEQS as the user gave it,
@@ -80,6 +85,8 @@ WINDOW_BATCHING = 2  # K of the first-level bound: requests a server runs at the
 MIN_FIRST_LEVEL = 4  # the bound never forces a first level below this
 SERVER_LIMIT_MARGIN = 1.2  # no level above this x the engine's limit: past it requests only queue
 DEFAULT_FIRST_FRACTION = 0.25  # plan_levels' lowest: the estimate whose first level is the bound is 4x it
+REMEASURE_BUDGET = 4  # re-measures of a level that decides a wide answer, at most
+REMEASURE_MAX_WINDOWS = 6  # each at most this many STEP_S windows
 
 
 def target_requests(latency_cv: float | None) -> int:
@@ -243,6 +250,15 @@ def _step(cfg: RunConfig, level: int, note: str, target: int = 0) -> Iterator[Ph
     yield _cooldown(cfg)
 
 
+def _remeasure(cfg: RunConfig, level: int, window_s: float, why: str) -> Iterator[PhaseSpec]:
+    """A level measured once more for `window_s` (a longer window than a step's: see plan_phases)."""
+    if cfg.warmup_s > 0:
+        yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {level}", cfg.warmup_s, cfg.warmup_s)
+    yield PhaseSpec(Phase.STEP, level, f"re-measure: {why}", window_s, max(2 * window_s, window_s + 30),
+                    cfg.min_step_requests)  # fmt: skip
+    yield _cooldown(cfg)
+
+
 def _cooldown(cfg: RunConfig) -> PhaseSpec:
     return PhaseSpec(Phase.COOLDOWN, 0, "cooldown", min(cfg.cooldown_min_s, cfg.cooldown_s), cfg.cooldown_s)
 
@@ -253,8 +269,10 @@ def plan_phases(
     knee_now: Callable[[], Any],
     refine_level: Callable[[], int | None],
     probe_level: Callable[[], int | None] = lambda: None,
+    remeasure_level: Callable[[float], tuple[int, float, str] | None] = lambda max_window_s: None,
 ) -> Iterator[PhaseSpec]:
-    """Yield the phases of the run one at a time; callbacks are called between phases."""
+    """Yield the phases of the run one at a time; callbacks are called between phases.
+    `remeasure_level(max_window_s)` gives (level, window_s, why) while the answer's interval is wide."""
     if cfg.idle_s > 0:
         yield PhaseSpec(Phase.IDLE, 0, "idle GPU memory", cfg.idle_s, cfg.idle_s)
     if cfg.warmup_s > 0:
@@ -301,10 +319,44 @@ def plan_phases(
     for _ in range(cfg.refine_budget):
         refined = refine_level()
         if refined is None or refined in confirmed:
-            return
+            break
         note = "refine the knee"
         if refined in done:  # only a knee by few failures asks for a measured level again (next_level.py)
             confirmed.append(refined)
             note = f"confirm the knee at {refined}: few failures, measured once more"
         yield from _step(cfg, refined, note, choice.target_requests)
         done.append(refined)
+    yield from _narrow(cfg, choice, done, climbs, knee_now, refine_level, remeasure_level)
+
+
+def _narrow(
+    cfg: RunConfig,
+    choice: LevelChoice,
+    done: list[int],
+    climbs: int,
+    knee_now: Callable[[], Any],
+    refine_level: Callable[[], int | None],
+    remeasure_level: Callable[[float], tuple[int, float, str] | None],
+) -> Iterator[PhaseSpec]:
+    """While the answer's interval is wide: re-measure the level that decides it, within the budget. The
+    pooled answer may then have moved: above the highest level (no knee left: climb once more, within the
+    climb budget) or next to a level not measured yet (refine again)."""
+    max_window_s = REMEASURE_MAX_WINDOWS * cfg.step_s
+    for _ in range(REMEASURE_BUDGET):
+        again = remeasure_level(max_window_s)
+        if again is None:
+            return
+        level, window_s, why = again
+        yield from _remeasure(cfg, level, min(window_s, max_window_s), why)
+        done.append(level)  # a level above the highest may be new
+        more = climb_further(knee_now(), choice, done, climbs, cfg)
+        if more is not None:
+            climbs += 1
+            yield from _step(cfg, more, f"no knee left at {max(done)} once re-measured: doubling", choice.target_requests)
+            done.append(more)
+        for _ in range(cfg.refine_budget):
+            refined = refine_level()
+            if refined is None or refined in done:
+                break
+            yield from _step(cfg, refined, "refine the knee", choice.target_requests)
+            done.append(refined)

@@ -1,0 +1,102 @@
+"""One point per level from every measurement of it: a level measured twice (the plan re-measures the
+levels that decide a wide answer, next_level.remeasure_level) counts both windows, not only the latest.
+
+Both measurements are of the same server at the same load, so pooling them is one longer window:
+throughput is the duration-weighted mean, its standard error sqrt(sum((d_i x se_i)^2)) / sum(d_i) (the
+errors of independent windows), and counts add up. Discarding the first measurement would throw away
+part of what was paid for: a 10 s step re-measured for 30 s has the error of 40 s pooled, of 30 s alone.
+Percentiles cannot be pooled from rows: a pooled point keeps those of its measurement with the most
+answers (the longest); the latest row gives its index, status and memory columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+COUNT_COLUMNS = (
+    "requests",
+    "ok_requests",
+    "failed_requests",
+    "cut_requests",
+    "bad_answers",
+    "rejected",
+    "retried",
+    "completed_requests",
+)
+DICT_COLUMNS = ("errors", "status_codes")
+PERCENTILE_COLUMNS = (
+    "p50_ms", "p95_ms", "p99_ms", "p95_all_ms", "p95_ci_low_ms", "p95_ci_high_ms", "latency_cv",
+    "ttft_p50_ms", "ttft_p95_ms", "cer_median",
+)  # fmt: skip
+Z_95 = 1.96
+
+
+def _number(row: dict[str, Any], name: str) -> float:
+    try:
+        value = float(row.get(name))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+    return value
+
+
+def _weighted(rows: Sequence[dict[str, Any]], name: str, weights: list[float]) -> float:
+    pairs = [(w, _number(r, name)) for r, w in zip(rows, weights, strict=True)]
+    pairs = [(w, v) for w, v in pairs if w > 0 and not math.isnan(v)]
+    total = sum(w for w, _ in pairs)
+    return sum(w * v for w, v in pairs) / total if total > 0 else math.nan
+
+
+def _throughput(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    durations = [max(0.0, _number(r, "duration_s")) for r in rows]
+    durations = [0.0 if math.isnan(d) else d for d in durations]
+    total_s = sum(durations)
+    thr = _weighted(rows, "throughput_rps", durations)
+    parts = [
+        (d * _number(r, "throughput_se_rps")) ** 2 for r, d in zip(rows, durations, strict=True) if d > 0
+    ]
+    se = math.sqrt(sum(parts)) / total_s if total_s > 0 and parts else math.nan
+    low = max(0.0, thr - Z_95 * se) if not math.isnan(se) else math.nan
+    return {"duration_s": total_s, "throughput_rps": thr, "throughput_se_rps": se,
+            "throughput_ci_low_rps": low, "throughput_ci_high_rps": thr + Z_95 * se}  # fmt: skip
+
+
+def _counts(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in COUNT_COLUMNS:
+        if any(name in r for r in rows):
+            out[name] = int(sum(0.0 if math.isnan(_number(r, name)) else _number(r, name) for r in rows))
+    for name in DICT_COLUMNS:
+        merged: dict[str, int] = {}
+        for row in rows:
+            for key, n in (row.get(name) or {}).items():
+                merged[str(key)] = merged.get(str(key), 0) + int(n)
+        out[name] = merged
+    counted = out.get("requests", 0) - out.get("retried", 0)  # outcomes: as analysis/steps.py counts them
+    if "failed_requests" in out:
+        out["error_rate"] = out["failed_requests"] / counted if counted > 0 else math.nan
+    if "bad_answers" in out:
+        answered = out.get("ok_requests", 0)
+        out["bad_answer_share"] = out["bad_answers"] / answered if answered > 0 else math.nan
+    return out
+
+
+def pooled_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One step row for one level from its measurements in step order (see the module docstring)."""
+    if len(rows) == 1:
+        return rows[0]
+    row = dict(rows[-1])
+    answers = [max(0.0, _number(r, "ok_requests")) for r in rows]
+    answers = [0.0 if math.isnan(n) else n for n in answers]
+    longest = rows[max(range(len(rows)), key=lambda i: answers[i])]
+    row.update({name: longest[name] for name in PERCENTILE_COLUMNS if name in longest})
+    row.update(_throughput(rows))
+    row.update(_counts(rows))
+    row["mean_ms"] = _weighted(rows, "mean_ms", answers)
+    row["cer_mean"] = _weighted(rows, "cer_mean", answers)
+    row["max_ms"] = max(
+        (_number(r, "max_ms") for r in rows if not math.isnan(_number(r, "max_ms"))), default=math.nan
+    )
+    row["pooled_steps"] = [int(r["step_index"]) for r in rows]
+    return row

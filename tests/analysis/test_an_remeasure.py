@@ -1,0 +1,139 @@
+"""A wide answer re-measured: which level decides it and for how long (next_level.remeasure_level), and a
+level measured twice pooled into one point (analysis/pooled.py, used by knee.points_of)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis import find_knee, remeasure_level
+from analysis.knee import points_of
+from analysis.pooled import pooled_row
+
+
+def _row(level: int, thr: float, se: float, index: int, duration_s: float = 10.0, phase: str = "step",
+         n: int = 300, errors: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    errors = errors or {}
+    failed = sum(errors.values())
+    return {
+        "step_index": index, "phase": phase, "level": level, "status": "complete", "duration_s": duration_s,
+        "requests": n, "ok_requests": n - failed, "failed_requests": failed, "cut_requests": 0,
+        "error_rate": failed / n, "throughput_rps": thr, "throughput_se_rps": se, "p50_ms": 100.0 * level,
+        "p95_ms": 150.0 * level, "mean_ms": 100.0 * level, "errors": errors,
+        "status_codes": {"200": n - failed, **({"500": failed} if failed else {})}, "bad_answers": 0,
+        "bad_answer_share": 0.0,
+    }  # fmt: skip
+
+
+def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame([_row(1, 3.3, 0.05, 2, duration_s=60.0, phase="baseline"), *rows])
+
+
+# A smooth bend around 10 (plateau ~15 rps, the bar 14.25): every level from 8 to 14 measured, each with a
+# throughput error of 0.4 rps (about 3%, a noisy server): several levels lie within an error of the bar.
+SMOOTH = [(8, 13.0), (9, 13.6), (10, 14.1), (11, 14.6), (12, 15.0), (13, 15.1), (14, 14.9)]
+
+
+def _smooth(se: float = 0.4) -> list[dict[str, Any]]:
+    return [_row(level, thr, se, 10 + 3 * i) for i, (level, thr) in enumerate(SMOOTH)]
+
+
+def test_a_wide_interval_first_re_measures_the_luckiest_plateau_level_for_the_whole_budget() -> None:
+    table = _table(_smooth())
+    knee = find_knee(table)
+    low, high = knee.confidence
+    assert knee.found and (low < knee.recommended_level - 1 or high > knee.recommended_level + 1), knee
+    again = remeasure_level(table, knee, max_window_s=60.0)
+    assert again is not None
+    assert again.level == 13 and again.window_s == 60.0  # 15.1 rps: the highest of the plateau sets the bar
+    assert "level 13" in again.why and f"{low}-{high} at 95%" in again.why
+
+
+def test_then_the_answer_itself_when_the_interval_is_wider_above_it() -> None:
+    rows = [*_smooth(), _row(13, 15.1, 0.4, 60, duration_s=60.0)]  # the plateau's top re-measured
+    knee = find_knee(_table(rows))
+    rec, (low, high) = knee.recommended_level, knee.confidence
+    assert high - rec >= rec - low and high - rec > 1, knee
+    again = remeasure_level(_table(rows), knee, max_window_s=60.0)
+    assert again is not None and again.level == rec
+    z = abs(dict(SMOOTH)[rec] - 0.95 * knee.plateau_rps) / 0.4
+    wanted = 10.0 * ((2.0 / z) ** 2 - 1)  # pooled, its error puts it 2 standard errors from the bar
+    assert again.window_s == pytest.approx(min(max(wanted, 10.0), 60.0))
+
+
+def test_or_the_level_below_nearest_the_bar_when_the_interval_is_wider_below() -> None:
+    rows = [*_smooth(), _row(13, 15.1, 0.4, 60, duration_s=60.0)]
+    knee = replace(find_knee(_table(rows)), recommended_level=12, confidence=(9, 13))
+    again = remeasure_level(_table(rows), knee, max_window_s=60.0)
+    bar = 0.95 * knee.plateau_rps
+    nearest = min((9, 10), key=lambda lv: abs(dict(SMOOTH)[lv] - bar))  # in low..rec-2
+    assert again is not None and again.level == nearest
+
+
+def test_an_interval_up_to_the_highest_level_measures_above_it() -> None:
+    rows = [_row(2, 6.6, 0.3, 10), _row(4, 12.0, 0.4, 13), _row(6, 14.4, 0.5, 16), _row(8, 15.0, 0.5, 19)]
+    knee = find_knee(_table(rows))
+    assert knee.found and knee.confidence[1] == 8 > knee.recommended_level + 1, knee
+    again = remeasure_level(_table(rows), knee, max_window_s=60.0)
+    assert again is not None and (again.level, again.window_s) == (12, 10.0)  # 1.5 x 8, a step's window
+    assert "plateau rests on level 8 alone" in again.why
+
+
+def test_a_narrow_interval_is_answered_as_it_is() -> None:
+    table = _table(_smooth(se=0.02))
+    knee = find_knee(table)
+    assert knee.found and knee.confidence is not None
+    low, high = knee.confidence
+    assert low >= knee.recommended_level - 1 and high <= knee.recommended_level + 1
+    assert remeasure_level(table, knee, max_window_s=60.0) is None
+
+
+def test_an_errors_knee_or_no_knee_is_not_re_measured() -> None:
+    rows = [_row(2, 6.6, 0.4, 10), _row(4, 13.0, 0.4, 13), _row(8, 25.0, 0.4, 16, errors={"oom": 3})]
+    knee = find_knee(_table(rows))
+    assert knee.criterion == "errors"
+    assert remeasure_level(_table(rows), knee, max_window_s=60.0) is None
+    climbing = _table([_row(2, 6.6, 0.4, 10), _row(4, 13.0, 0.4, 13)])
+    assert not find_knee(climbing).found
+    assert remeasure_level(climbing, find_knee(climbing), max_window_s=60.0) is None
+
+
+def test_re_measuring_the_deciding_level_narrows_the_interval() -> None:
+    rows = _smooth()
+    first = find_knee(_table(rows))
+    again = remeasure_level(_table(rows), first, max_window_s=60.0)
+    assert again is not None
+    level = again.level
+    truth = dict(SMOOTH)[level]
+    rows.append(_row(level, truth, 0.4 * math.sqrt(10.0 / again.window_s), 60, duration_s=again.window_s))
+    second = find_knee(_table(rows))
+    width = lambda k: k.confidence[1] - k.confidence[0]  # noqa: E731
+    assert width(second) <= width(first)
+    point = next(p for p in points_of(_table(rows))[0] if int(p["level"]) == level)
+    assert point["duration_s"] == pytest.approx(10.0 + again.window_s)
+    assert point["throughput_se_rps"] < 0.4
+
+
+def test_two_measurements_of_a_level_pool_into_one_point() -> None:
+    short = _row(9, 12.0, 0.6, 10, duration_s=10.0, n=120, errors={"http_502": 1})
+    long = _row(9, 13.0, 0.3, 30, duration_s=30.0, n=390, errors={"http_502": 2, "timeout": 1})
+    point = pooled_row([short, long])
+    assert point["throughput_rps"] == pytest.approx((12.0 * 10 + 13.0 * 30) / 40)
+    assert point["throughput_se_rps"] == pytest.approx(math.sqrt((10 * 0.6) ** 2 + (30 * 0.3) ** 2) / 40)
+    assert point["duration_s"] == 40.0 and point["requests"] == 510 and point["failed_requests"] == 4
+    assert point["errors"] == {"http_502": 3, "timeout": 1}
+    assert point["error_rate"] == pytest.approx(4 / 510)
+    assert point["p95_ms"] == long["p95_ms"] and point["step_index"] == 30  # the longer one's; the latest
+    assert point["pooled_steps"] == [10, 30]
+    assert pooled_row([short]) is short
+
+
+def test_the_knee_reads_a_re_measured_level_pooled_not_latest() -> None:
+    rows = [_row(2, 6.6, 0.1, 10), _row(4, 12.0, 0.1, 13), _row(4, 14.0, 0.1, 16), _row(8, 13.2, 0.1, 19)]
+    points, _ = points_of(_table(rows))
+    assert [int(p["level"]) for p in points] == [1, 2, 4, 8]
+    assert points[2]["throughput_rps"] == pytest.approx(13.0)  # not 14.0, the latest alone

@@ -1,0 +1,91 @@
+"""The plan's re-measure block: after refinement, while the answer's interval is wide, the deciding level is
+measured again with a longer window, within REMEASURE_BUDGET re-measures of REMEASURE_MAX_WINDOWS each."""
+
+from __future__ import annotations
+
+from analysis import Knee
+from loadtest.config import RunConfig
+from loadtest.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, LevelChoice, plan_phases
+from runfolder import EVENTS_FILE
+
+
+def _plan(cfg, refine=(), remeasure=(), knee_after=2):
+    asked: list[float] = []
+    refine_iter, remeasure_iter, steps = iter(refine), iter(remeasure), {"n": 0}
+
+    def knee_now():
+        steps["n"] += 1
+        return Knee(steps["n"] >= knee_after, None, None, None, "test")
+
+    def again(max_window_s):
+        asked.append(max_window_s)
+        return next(remeasure_iter, None)
+
+    phases = list(
+        plan_phases(cfg, lambda: LevelChoice([4, 8, 16], "test"), knee_now, lambda: next(refine_iter, None),
+                    lambda: None, again)
+    )  # fmt: skip
+    return phases, asked
+
+
+def test_after_refinement_the_deciding_level_is_measured_again_with_its_window():
+    cfg = RunConfig(step_s=10.0, warmup_s=2.0)
+    phases, asked = _plan(cfg, refine=[6, 7], remeasure=[(7, 25.0, "wide"), (6, 30.0, "still wide")])
+    steps = [(p.level, p.min_s) for p in phases if p.phase == "step"]
+    assert steps == [(4, 10.0), (8, 10.0), (6, 10.0), (7, 10.0), (7, 25.0), (6, 30.0)]
+    again = [p for p in phases if p.phase == "step"][4]
+    assert again.note == "re-measure: wide" and again.max_s >= again.min_s and again.target_requests == 0
+    at = phases.index(again)
+    assert [p.phase for p in phases[at - 1 : at + 2]] == ["warmup", "step", "cooldown"]
+    assert asked == [REMEASURE_MAX_WINDOWS * 10.0] * 3  # asked after each, until it answers None
+
+
+def test_re_measures_stop_at_the_budget_and_windows_at_their_cap():
+    cfg = RunConfig(step_s=10.0, warmup_s=0.0)
+    forever = [(7, 500.0, "wide")] * 10
+    phases, asked = _plan(cfg, refine=[6, 7], remeasure=forever)
+    again = [p for p in phases if p.phase == "step"][4:]
+    assert len(again) == REMEASURE_BUDGET == len(asked)
+    assert {p.min_s for p in again} == {REMEASURE_MAX_WINDOWS * 10.0}
+
+
+def test_no_re_measure_without_refinement_nor_in_a_soak():
+    for cfg in (RunConfig(refine=False), RunConfig(scenario="soak", soak_s=5.0)):
+        phases, asked = _plan(cfg, remeasure=[(7, 25.0, "wide")])
+        assert asked == [] and all("re-measure" not in p.note for p in phases)
+
+
+def test_a_re_measure_that_moved_the_answer_refines_again_next_to_it():
+    cfg = RunConfig(step_s=10.0, warmup_s=0.0)
+    phases, _ = _plan(cfg, refine=[6, 7, None, 5], remeasure=[(7, 25.0, "wide")])
+    steps = [(p.level, p.note) for p in phases if p.phase == "step"]
+    assert [lv for lv, _ in steps] == [4, 8, 6, 7, 7, 5]
+    assert steps[-1][1] == "refine the knee"
+
+
+def test_the_controller_asks_analysis_and_says_why_in_an_event(tmp_path):
+    import pandas as pd
+
+    from loadtest.controller import Controller
+
+    def row(level, thr, index, phase="step", duration_s=10.0):
+        return {"step_index": index, "phase": phase, "level": level, "duration_s": duration_s, "requests": 300,
+                "ok_requests": 300, "failed_requests": 0, "cut_requests": 0, "throughput_rps": thr,
+                "throughput_se_rps": 0.5, "p95_ms": 100.0 * level, "mean_ms": 80.0 * level, "errors": {},
+                "bad_answer_share": 0.0}  # fmt: skip
+
+    table = pd.DataFrame([row(1, 3.3, 2, "baseline", 60.0), row(2, 6.6, 10), row(4, 12.0, 13), row(6, 14.4, 16),
+                          row(8, 15.0, 19)])  # fmt: skip
+    ctl = Controller(RunConfig(), tmp_path, None, broadcast=lambda _tag: None)
+    try:
+        import analysis
+
+        ctl._knee = lambda: (table, analysis.find_knee(table))  # the live table, without a run behind it
+        assert ctl._remeasure_level(60.0) == (12, 10.0, analysis.remeasure_level(table, ctl._knee()[1], 60.0).why)
+        assert ctl._refined == 1
+        ctl._knee = lambda: None  # the knee could not be evaluated: nothing to re-measure
+        assert ctl._remeasure_level(60.0) is None and ctl._refined == 1
+    finally:
+        ctl.close()
+    events = (tmp_path / EVENTS_FILE).read_text()
+    assert '"remeasure"' in events and "plateau rests on level 8 alone" in events
