@@ -6,7 +6,10 @@ throughput is the duration-weighted mean, its standard error sqrt(sum((d_i x se_
 errors of independent windows), and counts add up. Discarding the first measurement would throw away
 part of what was paid for: a 10 s step re-measured for 30 s has the error of 40 s pooled, of 30 s alone.
 Percentiles cannot be pooled from rows: a pooled point keeps those of its measurement with the most
-answers (the longest); the latest row gives its index, status and memory columns.
+answers (the longest); the latest row gives its index, status, memory columns and its counts of
+requests and failures. Failures are not pooled: a level is measured again to confirm a knee that rests on
+few failures (Knee.confirm_level), and that first measurement was picked for looking bad; pooling it
+would lean towards confirming a balancer's burst. The latest measurement decides the failure test.
 """
 
 from __future__ import annotations
@@ -15,17 +18,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-COUNT_COLUMNS = (
-    "requests",
-    "ok_requests",
-    "failed_requests",
-    "cut_requests",
-    "bad_answers",
-    "rejected",
-    "retried",
-    "completed_requests",
-)
-DICT_COLUMNS = ("errors", "status_codes")
 PERCENTILE_COLUMNS = (
     "p50_ms", "p95_ms", "p99_ms", "p95_all_ms", "p95_ci_low_ms", "p95_ci_high_ms", "latency_cv",
     "ttft_p50_ms", "ttft_p95_ms", "cer_median",
@@ -43,7 +35,10 @@ def _number(row: dict[str, Any], name: str) -> float:
 
 def _weighted(rows: Sequence[dict[str, Any]], name: str, weights: list[float]) -> float:
     pairs = [(w, _number(r, name)) for r, w in zip(rows, weights, strict=True)]
-    pairs = [(w, v) for w, v in pairs if w > 0 and not math.isnan(v)]
+    pairs = [(w, v) for w, v in pairs if not math.isnan(v)]
+    if not any(w > 0 for w, _ in pairs):  # no durations (or answers) known: each measurement counts alike
+        pairs = [(1.0, v) for _, v in pairs]
+    pairs = [(w, v) for w, v in pairs if w > 0]
     total = sum(w for w, _ in pairs)
     return sum(w * v for w, v in pairs) / total if total > 0 else math.nan
 
@@ -62,26 +57,6 @@ def _throughput(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
             "throughput_ci_low_rps": low, "throughput_ci_high_rps": thr + Z_95 * se}  # fmt: skip
 
 
-def _counts(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in COUNT_COLUMNS:
-        if any(name in r for r in rows):
-            out[name] = int(sum(0.0 if math.isnan(_number(r, name)) else _number(r, name) for r in rows))
-    for name in DICT_COLUMNS:
-        merged: dict[str, int] = {}
-        for row in rows:
-            for key, n in (row.get(name) or {}).items():
-                merged[str(key)] = merged.get(str(key), 0) + int(n)
-        out[name] = merged
-    counted = out.get("requests", 0) - out.get("retried", 0)  # outcomes: as analysis/steps.py counts them
-    if "failed_requests" in out:
-        out["error_rate"] = out["failed_requests"] / counted if counted > 0 else math.nan
-    if "bad_answers" in out:
-        answered = out.get("ok_requests", 0)
-        out["bad_answer_share"] = out["bad_answers"] / answered if answered > 0 else math.nan
-    return out
-
-
 def pooled_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One step row for one level from its measurements in step order (see the module docstring)."""
     if len(rows) == 1:
@@ -92,7 +67,6 @@ def pooled_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     longest = rows[max(range(len(rows)), key=lambda i: answers[i])]
     row.update({name: longest[name] for name in PERCENTILE_COLUMNS if name in longest})
     row.update(_throughput(rows))
-    row.update(_counts(rows))
     row["mean_ms"] = _weighted(rows, "mean_ms", answers)
     row["cer_mean"] = _weighted(rows, "cer_mean", answers)
     row["max_ms"] = max(

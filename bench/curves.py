@@ -147,7 +147,8 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
         return analysis.probe_level(table(), analysis.find_knee(table()))
 
     def levels() -> Any:
-        return choose_levels(cfg, _Estimate(curve.estimate))  # each step's target follows its own spread
+        latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
+        return choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
 
     def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
         return analysis.remeasure_level(table(), analysis.find_knee(table()), max_window_s)
