@@ -203,3 +203,21 @@ def point_failure(
         if worse:
             parts.append(worse)
     return "; ".join(parts), few and len(parts) == 1 and bool(rise)
+
+
+def steady_errors(clean: list[dict[str, Any]], p: dict[str, Any]) -> str:
+    """Words for failures among the clean points (the baseline's included) that never rose significantly
+    above the levels below: a constant loss (a balancer's drops), which the reason names, not a knee."""
+    if len(clean) < 2:
+        return ""
+    total = Outcomes()
+    for row in clean:
+        total = total + outcomes_of(row)
+    if total.failed < p["min_failures"]:
+        return ""
+    first, last = clean[0], clean[-1]
+    where = "from the baseline" if first.get("phase") == "baseline" else f"from level {first['level']}"
+    return (
+        f"a steady failure rate, {total.rate:.1%} ({total.failed} of {total.requests} requests) {where} to level"
+        f" {last['level']}, did not grow with load: a constant loss in front of or in the server, not its limit"
+    )

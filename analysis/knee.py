@@ -74,7 +74,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.driver import driver_load
-from analysis.failure_rule import Outcomes, outcomes_of, point_failure
+from analysis.failure_rule import Outcomes, outcomes_of, point_failure, steady_errors
 from analysis.pooled import pooled_row
 
 DEFAULTS: dict[str, Any] = {
@@ -268,6 +268,9 @@ def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
         knee = replace(knee, confirm_level=w.confirm_level, reason=(
             f"{knee.reason}; this rests on few failures ({few}): level {w.confirm_level} is to be measured once"
             " more before it ends the range"))  # fmt: skip
+    steady = steady_errors(w.clean, p)
+    if steady:
+        knee = replace(knee, reason=f"{knee.reason}; {steady}")
     driver = driver_load(table)
     if driver.steps:
         mine = knee.knee_level in driver.levels or knee.recommended_level in driver.levels

@@ -11,18 +11,20 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from loadtest.live import panel_row
 from loadtest.plan import PhaseSpec, target_requests
-from loadtest.timing import latency_settled, own_latency_cv, warmup_bounds
+from loadtest.timing import SETTLED_REQUESTS, latency_settled, own_latency_cv, warmup_bounds
 from runfolder import Phase
 
 if TYPE_CHECKING:
     from loadtest.controller import Controller
 
 BASELINE_WARMUP_MAX_REQUESTS = 20  # a server noisy from the start never settles: its baseline starts anyway
+SLOW_FIRST_FACTOR = 2.0  # a first request this many times the settled latency is named as slow
 
 
 class PhaseTiming:
@@ -32,6 +34,7 @@ class PhaseTiming:
         self.ctl = ctl
         self.drained_at: float | None = None  # when every user of the cooldown had stopped
         self.drain_cut = ""  # why the cooldown stopped waiting for them
+        self.said_slow = False  # a warm-up lengthened by slow requests was named (once a run)
 
     def reset(self) -> None:
         """A new phase starts."""
@@ -46,6 +49,9 @@ class PhaseTiming:
             cap_s = max(spec.max_s, ctl.limits.warmup_cap_s)
             return replace(spec, max_s=cap_s, note=f"{spec.note}: until latency settles, at most {cap_s:.0f} s")
         bounds = warmup_bounds(spec.level, self._measured(), ctl.limits, ctl.cfg.request_timeout_s)
+        if bounds.min_s > ctl.cfg.warmup_s and not self.said_slow:  # once a run: the habit, named
+            self.said_slow = True
+            ctl.event("slow_requests", f"slow requests: the warm-up for level {spec.level} follows them ({bounds.why})")
         return replace(
             spec, min_s=bounds.min_s, max_s=bounds.max_s, min_requests=bounds.min_requests,
             note=f"{spec.note}: {bounds.why}",
@@ -66,6 +72,7 @@ class PhaseTiming:
             return False
         latencies = self.ctl.live_latency_ms
         if latency_settled(latencies):
+            self._name_slow_first(latencies)
             return True
         if rows >= BASELINE_WARMUP_MAX_REQUESTS:
             self.ctl.event(
@@ -75,6 +82,19 @@ class PhaseTiming:
             )
             return True
         return False
+
+    def _name_slow_first(self, latencies: list[float]) -> None:
+        """Say so when the warm-up's first requests were much slower than the settled ones (lazy
+        initialisation, a first compile): they are kept out of the baseline, and the run names the habit."""
+        settled_ms = statistics.median(latencies[-SETTLED_REQUESTS:])
+        slow = [ms for ms in latencies[:-SETTLED_REQUESTS] if ms > SLOW_FIRST_FACTOR * settled_ms]
+        if slow:
+            self.ctl.event(
+                "slow_first",
+                f"the first {len(slow)} request(s) were slow (up to {max(slow) / 1000:.1f} s against"
+                f" {settled_ms / 1000:.2f} s once settled: lazy initialisation or a first compile); the baseline"
+                " starts after them, so they stay out of its latency and spread",
+            )
 
     def target_reached(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
         """A step has the requests its own latency spread needs for a precise throughput (or ran out of time)."""

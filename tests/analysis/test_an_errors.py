@@ -74,6 +74,13 @@ def test_one_percent_at_every_level_baseline_too_is_not_a_knee() -> None:
     knee = find_knee(steps)
     assert knee.criterion == "latency" and knee.recommended_level == 8 and knee.knee_level == 16, knee.reason
     assert "failed" not in knee.reason
+    # the reason names the loss it saw: 1 + 3 + 8 + 7 + 8 = 27 of 2040 outcomes, baseline to level 16
+    assert "a steady failure rate, 1.3% (27 of 2040 requests) from the baseline to level 16, did not grow" in knee.reason
+
+
+def test_no_failures_no_word_of_them() -> None:
+    knee = find_knee(_table(_baseline(60, 0), _row(2, 300, 0, thr=10), _row(4, 300, 1, thr=20)))
+    assert "steady failure rate" not in knee.reason, knee.reason
 
 
 def test_errors_rising_from_one_to_eight_percent_are_a_knee_with_the_test_in_the_reason() -> None:

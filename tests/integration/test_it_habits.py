@@ -34,11 +34,11 @@ pytestmark = pytest.mark.slow
 # What the run's reasons (the knee's and the estimate's in summary.json) must say of the habit it saw:
 # one place, so the words can follow the analysis's own.
 HABIT_WORDS: dict[str, str] = {
-    "errors": r"failure rate.*baseline",
+    "errors": r"steady failure rate.*from the baseline.*did not grow with load",
     "loaded-once": r"loaded once",
-    "other-card": r"card 1",
-    "slow-first": r"slow",
-    "slow-vlm": r"slow",
+    "other-card": r"server's card: card 1",
+    "slow-first": r"\[slow_first\] the first \d+ request\(s\) were slow",
+    "slow-vlm": r"\[slow_requests\] slow requests",
 }
 # name: (profile, time scale, simulator flags, truth options, extra `run` flags)
 CASES: dict[str, tuple[str, float, list[str], dict[str, Any], list[str]]] = {
@@ -68,7 +68,10 @@ def _run(sim_url: str, dcgm_url: str, out: Path, extra: list[str]) -> dict[str, 
     folders = [p for p in out.iterdir() if (p / "summary.json").is_file()]
     summary = json.loads((folders[0] / "summary.json").read_text()) if folders else {}
     manifest = json.loads((folders[0] / "manifest.json").read_text()) if folders else {}
-    return {"rc": proc.returncode, "stdout": stdout, "stderr": stderr, "summary": summary, "manifest": manifest}
+    events_file = folders[0] / "events.jsonl" if folders else None
+    events = [json.loads(line) for line in events_file.read_text().splitlines()] if events_file else []
+    return {"rc": proc.returncode, "stdout": stdout, "stderr": stderr, "summary": summary, "manifest": manifest,
+            "events": events}  # fmt: skip
 
 
 def _levels(summary: dict[str, Any]) -> list[int]:
@@ -76,9 +79,11 @@ def _levels(summary: dict[str, Any]) -> list[int]:
 
 
 def _reasons(run: dict[str, Any]) -> str:
-    """The knee's and the estimate's reasons in summary.json, and the plan's estimate reason (manifest)."""
+    """The knee's and the estimate's reasons in summary.json, the plan's estimate reason (manifest), and
+    what the run said as it went (events.jsonl: the server's card, slow first requests, slow warm-ups)."""
     parts = [run["summary"].get("knee"), run["summary"].get("estimate"), run["manifest"].get("estimate")]
-    return " | ".join(str((part or {}).get("reason", "")) for part in parts)
+    said = [f"[{e.get('kind')}] {e.get('message')}" for e in run["events"]]
+    return " | ".join([*(str((part or {}).get("reason", "")) for part in parts), *said])
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
