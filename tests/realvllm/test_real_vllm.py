@@ -10,14 +10,15 @@ users, each completing nothing, then "the server looks down", exit 1).
 
 Slow and apart (markers slow and realvllm, `make test-vllm`, never `make test`): the server takes 30-75 s
 to start and the run minutes. Skipped, with the reason, where the vLLM venv is not set up. The server's
-log and the run folder stay under pytest's tmp_path; the levels, the estimate and the reasons are printed
-(make test-vllm shows them).
+log, the run folder and the record (levels, estimate, reasons; also printed, which make test-vllm shows)
+are kept in test-artifacts/realvllm/, replaced by the next run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from loadtest.config import RunConfig
 from loadtest.payloads import build_payloads
 
 REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "realvllm"
 MAX_NUM_SEQS = 8
 # Defaults throughout, so the bound is a new user's patience for one server, not a budget we tuned. The
 # server answers the run's page (956 prompt tokens, 1024 answer tokens of whitespace) in about 1 s on 2
@@ -113,10 +115,11 @@ def _record(summary: dict[str, Any], rc: int | None, elapsed_s: float, latency_s
 
 
 @pytest.mark.timeout(START_TIMEOUT_S + RUN_BOUND_LATENCIES * MAX_LATENCY_S + 180)
-def test_estimate_led_run_with_defaults_ends_with_a_recommendation(tmp_path: Path) -> None:
+def test_estimate_led_run_with_defaults_ends_with_a_recommendation() -> None:
     assert not isinstance(ENV, str)
-    out_dir = tmp_path / "results"
-    with vllm_server(ENV, tmp_path / "vllm.log", max_num_seqs=MAX_NUM_SEQS) as url:
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    out_dir, log_path = ARTIFACTS / "results", ARTIFACTS / "vllm.log"
+    with vllm_server(ENV, log_path, max_num_seqs=MAX_NUM_SEQS) as url:
         latency_s = max(_single_latency_s(url, str(ENV.model)) for _ in range(2))  # the first one warms up
         assert latency_s <= MAX_LATENCY_S, f"one request alone took {latency_s:.1f} s: the machine is too busy"
         bound_s = max(RUN_BOUND_S, RUN_BOUND_LATENCIES * latency_s)
@@ -126,7 +129,8 @@ def test_estimate_led_run_with_defaults_ends_with_a_recommendation(tmp_path: Pat
     summary = _summary(out_dir)
     record = _record(summary, rc, elapsed_s, latency_s)
     print(record)
-    why = f"{record}\nlast output:\n{out[-3000:]}\nserver log: {tmp_path / 'vllm.log'}"
+    (ARTIFACTS / "record.txt").write_text(f"{record}\n\nthe run's output:\n{out}")
+    why = f"{record}\nlast output:\n{out[-3000:]}\nserver log, run folder, whole output: {ARTIFACTS}"
     assert rc is not None, f"the run did not end within its bound, {bound_s:.0f} s\n{why}"
     assert rc == 0, why
     assert summary, why
