@@ -8,7 +8,6 @@ and the sampler the new step, and returns the user count for Locust.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -19,20 +18,16 @@ import numpy as np
 
 import analysis
 from gpu_sampler import GpuMonitor
-from loadtest.card_watch import CardWatch, card_line
+from loadtest.card_watch import CardWatch
 from loadtest.config import RunConfig
+from loadtest.decisions import PlanDecisions, progress
 from loadtest.live import LiveSteps, panel_row
 from loadtest.overload import ABORT, OVERLOAD, OverloadWatch, Verdict
 from loadtest.phase_timing import PhaseTiming
 from loadtest.plan import (
     LevelChoice,
     PhaseSpec,
-    choose_levels,
-    expected_minutes,
-    knee_past_overload,
-    limit_level,
     plan_phases,
-    refine_guess,
 )
 from loadtest.settle import MemorySettle
 from loadtest.state import STATE, StepTag
@@ -61,11 +56,7 @@ log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
 
 
-def progress(line: str) -> None:
-    print(line, file=sys.stdout, flush=True)
-
-
-class Controller:
+class Controller(PlanDecisions):
     def __init__(
         self,
         cfg: RunConfig,
@@ -358,138 +349,6 @@ class Controller:
             f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}"
             f" throughput so far={rps:.2f} rps"
         )
-
-    # --- decisions between phases --------------------------------------------------------
-    def _load(self) -> Any:
-        return analysis.load_run(self.run_dir)
-
-    def _choose_levels(self) -> LevelChoice:
-        cfg = self.cfg
-        estimate = None
-        try:
-            run = self._load()
-            card = self._choose_card(run)
-            estimate = analysis.estimate_from_baseline(
-                run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
-                gpus_named=self.gpus_named, card=card, max_num_seqs=cfg.max_num_seqs,
-            )  # fmt: skip
-            self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
-            self.estimate_now, self.estimate = estimate, estimate.to_dict()
-            self._update_manifest(estimate=self.estimate)
-        except Exception as exc:  # the run goes on with explicit or doubling levels
-            self.event("warning", f"could not compute the estimate: {exc}")
-        # each step's request target follows its own spread (timing); the first level what a window measures
-        choice = choose_levels(cfg, estimate, baseline_latency_s=self._baseline_latency_s())
-        self.choice = choice
-        self._first_level_step = self.step_index + 1
-        self.levels_planned = list(choice.levels)
-        self._update_manifest(levels=choice.levels, levels_why=choice.why)
-        refine = refine_guess(choice.levels) if cfg.refine else 0
-        minutes = expected_minutes(cfg, len(choice.levels) + refine, choice.target_requests)
-        progress(
-            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee, then"
-            f" about {refine} refinement level(s): about {minutes:.0f} min at most"
-            + (f"; {choice.target_requests} requests a step for a 2% throughput error (noisy latencies)"
-               if choice.target_requests > cfg.min_step_requests else "")
-        )
-        return choice
-
-    def _choose_card(self, run: Any) -> int | None:
-        """The server's card after the baseline (analysis.server_card's rule): printed with its evidence,
-        recorded in the manifest (`server_gpu`), and from now on the only card the run watches."""
-        choice = self.card.choose(run.gpu, run.steps)
-        if choice.index is None:
-            return None
-        if self.monitor is not None and self.card.index is not None:
-            self.monitor.use_card(self.card.index)
-            self.idle_mib = self.card.idle_mib(run.gpu, run.steps) or self.idle_mib  # the card's own idle
-        self.event("server_gpu", card_line(choice))
-        self._update_manifest(server_gpu=choice.to_dict())
-        return choice.index
-
-    def _restate_estimate(self, table: Any) -> None:
-        """After a step: the estimate re-stated when the steps' memory slope disagrees with it (an
-        `estimate` event and the manifest's estimate; `estimate_now` for the plan)."""
-        try:
-            restated = self.card.restate(self.estimate_now, table)
-        except Exception as exc:  # the run goes on with the estimate it has
-            self.event("warning", f"could not re-take the memory increment: {exc}")
-            return
-        if restated is not None:
-            self.estimate_now, self.estimate = restated, restated.to_dict()
-            self.event("estimate", f"{restated.dimension}: estimate={restated.estimate} ({restated.reason})")
-            self._update_manifest(estimate=self.estimate)
-
-    def _baseline_latency_s(self) -> float | None:
-        """One request alone (the baseline's mean latency): what a window can measure (plan.window_bound)."""
-        try:
-            base = self.live.table(self.clock()).query("phase == 'baseline'")
-            mean_ms = None if base.empty else float(base["mean_ms"].iloc[-1])
-        except Exception as exc:
-            self.event("warning", f"could not read the baseline's latency: {exc}")
-            return None
-        return mean_ms / 1000.0 if mean_ms and mean_ms > 0 else None
-
-    def _knee(self) -> tuple[Any, Any] | None:
-        """The step table from the running totals and the knee on it (no run folder reload); below a step
-        ended as past the knee by timeouts (plan.knee_past_overload)."""
-        try:
-            table = self.live.table(self.clock())
-            knee = analysis.find_knee(table)
-            if self.watch.overload is not None:
-                index, level, why = self.watch.overload
-                knee = knee_past_overload(table, knee, level, why, index)
-            return table, knee
-        except Exception as exc:
-            self.event("warning", f"could not evaluate the knee: {exc}")
-            return None
-
-    def _knee_now(self) -> Any:
-        found = self._knee()
-        if found is None:
-            return None
-        table, knee = found
-        self._restate_estimate(table)
-        if knee.confirm_level is not None:
-            self.event("confirm", f"a knee by few failures, measured once more: {knee.reason}")
-        elif knee.found:
-            self.event("knee", f"past the knee, climbing stops: {knee.reason}")
-        elif knee.server_limit and not self.server_limit_said:
-            self.server_limit_said = True
-            self.event("server_limit", f"the server runs at most {knee.server_limit} requests at once"
-                       " (vllm:num_requests_running stays there while others wait): no level above"
-                       f" {limit_level(knee.server_limit)}")  # fmt: skip
-        return knee
-
-    def _probe_level(self) -> int | None:
-        found = self._knee()
-        level = None if found is None else analysis.probe_level(*found)
-        if level is not None:
-            self.event("probe", f"the highest level looks saturated: measuring {level} below it first")
-        return level
-
-    def _refine_level(self) -> int | None:
-        found = self._knee()
-        if found is None:
-            return None
-        table, knee = found
-        level = analysis.next_refine_level(table, knee)
-        if level is not None and level == knee.confirm_level:
-            self._refined += 1
-            self.event("confirm", f"the knee at {level} rests on few failures: measuring it once more")
-        elif level is not None:
-            self._refined += 1
-            low, high = knee.refine_between
-            self.event("refine", f"the answer lies in {low}..{high}: measuring {level}")
-        return level
-
-    def _remeasure_level(self, max_window_s: float) -> tuple[int, float, str] | None:
-        found = self._knee()
-        again = None if found is None else analysis.remeasure_level(*found, max_window_s=max_window_s)
-        if again is not None:
-            self._refined += 1  # one more step in the count shown
-            self.event("remeasure", again.why)
-        return again
 
     def _update_manifest(self, **fields: Any) -> None:
         try:

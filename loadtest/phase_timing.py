@@ -15,6 +15,7 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from loadtest.decisions import progress
 from loadtest.live import panel_row
 from loadtest.plan import PhaseSpec, target_requests
 from loadtest.timing import SETTLED_REQUESTS, latency_settled, own_latency_cv, warmup_bounds
@@ -127,8 +128,6 @@ class PhaseTiming:
     def finalize_rows(self) -> None:
         """At a cooldown's end, after the flush: if it drained, every step before it is final; its panel row
         and a console line carry the report's numbers."""
-        from loadtest.controller import progress  # the controller's console; it imports this module
-
         ctl = self.ctl
         if self.drained_at is None or self.drain_cut or ctl.aborted:
             return
