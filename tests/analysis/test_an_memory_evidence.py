@@ -120,3 +120,18 @@ def test_a_kv_cache_server_whose_first_request_loads_memory_stays_on_the_kv_cach
     assert est.dimension == "kv_cache" and est.estimate == math.floor(1.0 / 0.002)  # not 0 from "idle ate it"
     assert est.memory_case == "loaded_once" and est.loaded_once_mib == pytest.approx(400.0, abs=10)
     assert "loaded once" in est.reason and "not one request kept by a caching allocator" in est.reason
+
+
+def test_one_step_off_the_line_does_not_move_the_slope() -> None:
+    """Seen on the simulator with 4 GiB loaded once: level 14 ran 8 requests at once (its batch limit)
+    while its queue held memory up to 24,384 MiB; a least-squares fit made the slope 1,573 MiB and the
+    estimate 5 instead of 6. The median of pairwise slopes keeps 1,115."""
+    in_service = [1, 2, 3, 5, 6, 7, 8]
+    peaks = [11010.0, 12125.0, 13240.0, 15468.0, 16583.0, 17698.0, 24384.0]
+    table = pd.DataFrame({
+        "step_index": [2 + 3 * i for i in range(len(peaks))], "phase": ["baseline"] + ["step"] * 6,
+        "level": [1, 2, 3, 5, 6, 7, 14], "gpu_mem_peak_mib": peaks, "server_running_max": in_service,
+    })  # fmt: skip
+    slope = memory_slope(table)
+    assert slope is not None and slope.slope_mib == pytest.approx(1115.0, abs=1.0)
+    assert slope.intercept_mib == pytest.approx(9895.0, abs=2.0)

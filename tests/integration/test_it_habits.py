@@ -17,15 +17,12 @@ estimate (memory is readable on every one), and a reason that names the habit (H
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from it_procs import spawn_cli
+from it_procs import run_cli
 
 from simulator import Truth, truth
 
@@ -58,19 +55,14 @@ def _run(sim_url: str, dcgm_url: str, out: Path, extra: list[str]) -> dict[str, 
     args = ["run", "--host", sim_url, "--gpu", f"dcgm:{dcgm_url}", "--server-metrics", f"{sim_url}/metrics",
             "--out", str(out), "--workers", "1", "--step-s", "4", "--cooldown-s", "4", "--idle-s", "1",
             "--warmup-s", "1", *extra]  # fmt: skip
-    proc = spawn_cli(args)
-    try:
-        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        raise AssertionError(f"no answer in {RUN_TIMEOUT_S:.0f} s\n{stdout[-3000:]}\n{stderr[-2000:]}") from None
+    done = run_cli(args, RUN_TIMEOUT_S)
+    stdout, stderr = done.stdout, done.stderr
     folders = [p for p in out.iterdir() if (p / "summary.json").is_file()]
     summary = json.loads((folders[0] / "summary.json").read_text()) if folders else {}
     manifest = json.loads((folders[0] / "manifest.json").read_text()) if folders else {}
     events_file = folders[0] / "events.jsonl" if folders else None
     events = [json.loads(line) for line in events_file.read_text().splitlines()] if events_file else []
-    return {"rc": proc.returncode, "stdout": stdout, "stderr": stderr, "summary": summary, "manifest": manifest,
+    return {"rc": done.returncode, "stdout": stdout, "stderr": stderr, "summary": summary, "manifest": manifest,
             "events": events}  # fmt: skip
 
 
