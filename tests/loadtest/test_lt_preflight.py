@@ -47,6 +47,7 @@ ANSWERS: dict[str, tuple[int, str, bytes]] = {
 
 class _Handler(QuietHandler):
     busy_left = 0
+    slow_left = 0  # /slow-first: this many slow answers, then fast ones
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.read_body()
@@ -57,8 +58,10 @@ class _Handler(QuietHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        if self.path == "/slow-first":  # a first request that loads or compiles the model
-            time.sleep(1.5)  # far beyond the 0.2 s timeout below, even on a busy machine
+        if self.path in ("/slow-first", "/slow-always"):  # a first request that loads or compiles the model
+            if self.path == "/slow-always" or _Handler.slow_left > 0:
+                _Handler.slow_left -= 1
+                time.sleep(1.5)  # far beyond the 0.2 s timeouts below, even on a busy machine
             self.answer(*ANSWERS["/ok"])
             return
         if self.path == "/starting":
@@ -134,14 +137,24 @@ def test_a_server_that_never_gets_ready_gives_one_line(server):
 def test_the_first_request_has_its_own_timeout_and_its_line_names_it(server, monkeypatch, capsys):
     monkeypatch.setattr("loadtest.preflight.PATIENCE_S", 0.1)  # a slow first answer says the pre-flight waits
     # REQUEST_TIMEOUT_S is the load's: a first request slower than it still passes within PREFLIGHT_TIMEOUT_S
-    assert _check(server, "/slow-first", request_timeout_s=0.1, preflight_timeout_s=10.0).text == "hello world"
+    _Handler.slow_left = 1
+    assert _check(server, "/slow-first", request_timeout_s=0.2, preflight_timeout_s=10.0).text == "hello world"
     with pytest.raises(PreflightError) as err:
-        _check(server, "/slow-first", request_timeout_s=600.0, preflight_timeout_s=0.2)
+        _check(server, "/slow-always", request_timeout_s=600.0, preflight_timeout_s=0.2)
     line = str(err.value)
     assert "PREFLIGHT_TIMEOUT_S=0.2 s" in line and "raise PREFLIGHT_TIMEOUT_S" in line, line
     assert "REQUEST_TIMEOUT_S" not in line.replace("PREFLIGHT_TIMEOUT_S", "") and "\n" not in line
     said = capsys.readouterr().out.splitlines()
     assert said and "waiting for the first answer" in said[0] and "PREFLIGHT_TIMEOUT_S=10 s" in said[0], said
+
+
+def test_a_first_answer_slower_than_the_request_timeout_is_checked_once_more(server):
+    """Slow first, then fast (a compile): the run goes on. Slow every time: every request of the load would
+    time out, so the line names REQUEST_TIMEOUT_S, after one more request within it."""
+    with pytest.raises(PreflightError) as err:
+        _check(server, "/slow-always", request_timeout_s=0.3, preflight_timeout_s=10.0)
+    line = str(err.value)
+    assert "a second request got none within REQUEST_TIMEOUT_S=0.3 s" in line and "raise REQUEST_TIMEOUT_S" in line
 
 
 def _one_warning_line(answer: FirstAnswer, *needles: str) -> str:
