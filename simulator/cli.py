@@ -20,6 +20,7 @@ from simulator.profiles import (
     ALLOCATORS,
     ANSWER_SHAPES,
     DEFAULT_PROFILE,
+    HABITS,
     PROFILES,
     Options,
     ProfileError,
@@ -27,8 +28,6 @@ from simulator.profiles import (
     make_options,
 )
 from simulator.server import ServerConfig, SimServer
-
-HABITS = ("error_rate", "error_status", "first_request_mib", "other_card_mib", "slow_first_requests", "slow_first_s")
 
 
 class UserError(Exception):

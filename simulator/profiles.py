@@ -76,6 +76,10 @@ from typing import Literal
 Kind = Literal["pytorch", "vllm"]
 ANSWER_SHAPES = ("text", "constant", "markdown", "boxes", "blank")
 ALLOCATORS = ("free", "caching", "caching-empty-cache")  # see simulator.allocator
+# habits of real deployments (Options fields, CLI flags of the same names), and those of them that leave
+# the curve, the memory and the estimate alone (truth: `_curve_options`)
+HABITS = ("error_rate", "error_status", "first_request_mib", "other_card_mib", "slow_first_requests", "slow_first_s")
+CURVE_FREE = ("answer_shape", "allocator", *(name for name in HABITS if name != "first_request_mib"))
 
 
 @dataclass(frozen=True, slots=True)

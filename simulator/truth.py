@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simulator.pipeline import Failed, Finished, Pipeline
-from simulator.profiles import Options, Profile, drawn_work, get_profile, make_options, work_of
+from simulator.profiles import CURVE_FREE, Options, Profile, drawn_work, get_profile, make_options, work_of
 
 HEADROOM = 0.7
 KNEE_FRACTION = 0.95
@@ -110,16 +110,7 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
 def _curve_options(o: Options) -> Options:
     """`o` with what does not change the curve, the memory or the estimate at its default."""
     d = Options()
-    return replace(
-        o,
-        answer_shape=d.answer_shape,
-        allocator=d.allocator,
-        error_rate=d.error_rate,
-        error_status=d.error_status,
-        other_card_mib=d.other_card_mib,
-        slow_first_requests=d.slow_first_requests,
-        slow_first_s=d.slow_first_s,
-    )
+    return replace(o, **{name: getattr(d, name) for name in CURVE_FREE})
 
 
 @lru_cache(maxsize=128)
