@@ -24,21 +24,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.stats import num
+
 ITERATION_CAP = 200_000  # terms of a tail sum; past the mode they shrink geometrically
 TAIL_EPS = 1e-12
 
 
-def _value(row: dict[str, Any], name: str) -> float:
-    value = row.get(name)
-    try:
-        number = float(value) if value is not None else math.nan
-    except (TypeError, ValueError):
-        return math.nan
-    return number
-
-
 def _whole(row: dict[str, Any], name: str) -> int:
-    number = _value(row, name)
+    number = num(row, name)
     return 0 if math.isnan(number) else int(number)
 
 
@@ -103,7 +96,7 @@ class Outcomes:
 
 def outcomes_of(row: dict[str, Any]) -> Outcomes:
     errors = {str(k): int(v) for k, v in (row.get("errors") or {}).items()}
-    failed = _value(row, "failed_requests")
+    failed = num(row, "failed_requests")
     retried = _whole(row, "retried")
     return Outcomes(
         requests=max(0, _whole(row, "requests") - retried),
@@ -159,11 +152,11 @@ def unanswered(row: dict[str, Any], baseline: dict[str, Any] | None, p: dict[str
 
     Only when one user alone (the baseline's mean latency) answers within the window: otherwise the window
     is too short for this server, not the server past its knee."""
-    level, completed = int(row["level"]), _value(row, "completed_requests")
-    duration_s = _value(row, "duration_s")
+    level, completed = int(row["level"]), num(row, "completed_requests")
+    duration_s = num(row, "duration_s")
     if math.isnan(completed) or math.isnan(duration_s) or completed >= p["min_completed_share"] * level:
         return ""
-    single_s = _value(baseline, "mean_ms") / 1000.0 if baseline is not None else math.nan
+    single_s = num(baseline, "mean_ms") / 1000.0 if baseline is not None else math.nan
     if not math.isnan(single_s) and single_s > duration_s:
         return ""
     return (
@@ -173,9 +166,9 @@ def unanswered(row: dict[str, Any], baseline: dict[str, Any] | None, p: dict[str
 
 
 def answers_worse(row: dict[str, Any], base: dict[str, Any] | None, p: dict[str, Any]) -> str:
-    share, n = _value(row, "bad_answer_share"), _value(row, "ok_requests")
-    base_share = 0.0 if base is None else _value(base, "bad_answer_share")
-    base_n = 1.0 if base is None else _value(base, "ok_requests")
+    share, n = num(row, "bad_answer_share"), num(row, "ok_requests")
+    base_share = 0.0 if base is None else num(base, "bad_answer_share")
+    base_n = 1.0 if base is None else num(base, "ok_requests")
     if any(math.isnan(v) for v in (share, n, base_share, base_n)) or n <= 0 or base_n <= 0:
         return ""
     noise = 3.0 * math.sqrt(share * (1 - share) / n + base_share * (1 - base_share) / base_n)

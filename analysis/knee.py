@@ -76,6 +76,7 @@ import pandas as pd
 from analysis.driver import driver_load
 from analysis.failure_rule import Outcomes, outcomes_of, point_failure, steady_errors
 from analysis.pooled import pooled_row
+from analysis.stats import num
 
 DEFAULTS: dict[str, Any] = {
     "max_error_rate": 0.01,
@@ -129,15 +130,6 @@ class Knee:
             "confirm_level": self.confirm_level,
             "driver_saturated_levels": list(self.driver_saturated_levels),
         }
-
-
-def num(row: Any, name: str) -> float:
-    """A number from a step row; NaN when absent or not a number."""
-    value = row.get(name) if isinstance(row, dict) else getattr(row, name, math.nan)
-    try:
-        return float(value) if value is not None else math.nan
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def fmt(value: float, spec: str = ".0f", unit: str = "") -> str:

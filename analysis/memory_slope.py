@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.estimate import NOISE_FLOOR_MIB, Estimate, estimate_capacity
+from analysis.stats import num
 
 SLOPE_TOLERANCE = 0.25  # a slope within 25% of the estimate's increment agrees with it
 FLAT_FRACTION = 0.25  # a step that adds under a quarter of what the slope so far predicts: memory stopped growing
@@ -58,15 +59,8 @@ class MemorySlope:
         return {**asdict(self), "text": self.text()}
 
 
-def _float(value: Any) -> float:
-    try:
-        return math.nan if value is None else float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _in_service(row: dict[str, Any]) -> tuple[float, str]:
-    running = _float(row.get("server_running_max"))
+    running = num(row, "server_running_max")
     if running > 0:
         return running, "running"
     return float(row["level"]), "level"
@@ -82,7 +76,7 @@ def slope_points(table: pd.DataFrame) -> tuple[list[tuple[int, float, float]], l
     measured = table[table["phase"].isin(MEASURED)].sort_values("step_index", kind="stable")
     flat = False
     for row in measured.to_dict("records"):
-        index, peak = int(row["step_index"]), _float(row.get("gpu_mem_peak_mib"))
+        index, peak = int(row["step_index"]), num(row, "gpu_mem_peak_mib")
         if math.isnan(peak):
             continue
         x, source = _in_service(row)

@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from analysis.stats import num
+
 PERCENTILE_COLUMNS = (
     "p50_ms", "p95_ms", "p99_ms", "p95_all_ms", "p95_ci_low_ms", "p95_ci_high_ms", "latency_cv",
     "ttft_p50_ms", "ttft_p95_ms", "cer_median",
@@ -25,16 +27,8 @@ PERCENTILE_COLUMNS = (
 Z_95 = 1.96
 
 
-def _number(row: dict[str, Any], name: str) -> float:
-    try:
-        value = float(row.get(name))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
-    return value
-
-
 def _weighted(rows: Sequence[dict[str, Any]], name: str, weights: list[float]) -> float:
-    pairs = [(w, _number(r, name)) for r, w in zip(rows, weights, strict=True)]
+    pairs = [(w, num(r, name)) for r, w in zip(rows, weights, strict=True)]
     pairs = [(w, v) for w, v in pairs if not math.isnan(v)]
     if not any(w > 0 for w, _ in pairs):  # no durations (or answers) known: each measurement counts alike
         pairs = [(1.0, v) for _, v in pairs]
@@ -44,12 +38,12 @@ def _weighted(rows: Sequence[dict[str, Any]], name: str, weights: list[float]) -
 
 
 def _throughput(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    durations = [max(0.0, _number(r, "duration_s")) for r in rows]
+    durations = [max(0.0, num(r, "duration_s")) for r in rows]
     durations = [0.0 if math.isnan(d) else d for d in durations]
     total_s = sum(durations)
     thr = _weighted(rows, "throughput_rps", durations)
     parts = [
-        (d * _number(r, "throughput_se_rps")) ** 2 for r, d in zip(rows, durations, strict=True) if d > 0
+        (d * num(r, "throughput_se_rps")) ** 2 for r, d in zip(rows, durations, strict=True) if d > 0
     ]
     se = math.sqrt(sum(parts)) / total_s if total_s > 0 and parts else math.nan
     low = max(0.0, thr - Z_95 * se) if not math.isnan(se) else math.nan
@@ -62,7 +56,7 @@ def pooled_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if len(rows) == 1:
         return rows[0]
     row = dict(rows[-1])
-    answers = [max(0.0, _number(r, "ok_requests")) for r in rows]
+    answers = [max(0.0, num(r, "ok_requests")) for r in rows]
     answers = [0.0 if math.isnan(n) else n for n in answers]
     longest = rows[max(range(len(rows)), key=lambda i: answers[i])]
     row.update({name: longest[name] for name in PERCENTILE_COLUMNS if name in longest})
@@ -70,7 +64,7 @@ def pooled_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     row["mean_ms"] = _weighted(rows, "mean_ms", answers)
     row["cer_mean"] = _weighted(rows, "cer_mean", answers)
     row["max_ms"] = max(
-        (_number(r, "max_ms") for r in rows if not math.isnan(_number(r, "max_ms"))), default=math.nan
+        (num(r, "max_ms") for r in rows if not math.isnan(num(r, "max_ms"))), default=math.nan
     )
     row["pooled_steps"] = [int(r["step_index"]) for r in rows]
     return row

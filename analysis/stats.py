@@ -10,6 +10,7 @@ sample minimum or maximum, which widens the interval honestly instead of inventi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -73,3 +74,12 @@ def linear_fit(x: FloatArray, y: FloatArray) -> tuple[float, float, float]:
     resid = dy - slope * dx
     r2 = 1.0 - float((resid * resid).sum()) / ss_tot if ss_tot > 0 else 1.0
     return slope, intercept, r2
+
+
+def num(row: Any, name: str) -> float:
+    """A number from a step row (a dict or a record); NaN when absent or not a number."""
+    value = row.get(name) if isinstance(row, dict) else getattr(row, name, math.nan)
+    try:
+        return float(value) if value is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
