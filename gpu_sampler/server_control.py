@@ -240,7 +240,7 @@ class ServerControl:
         return self._wait_healthy(self._proc, started)
 
     def _wait_healthy(self, proc: subprocess.Popen[bytes], started: float) -> RestartResult:
-        deadline = started + self.start_timeout_s
+        deadline = self.clock() + self.start_timeout_s  # from the start: stopping the old one is not counted
         while True:
             code = proc.poll()
             if code is not None:

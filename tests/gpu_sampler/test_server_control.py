@@ -259,3 +259,29 @@ def test_sigterm_reaches_a_server_that_honours_it_within_grace(control: ServerCo
     started = time.monotonic()
     control.stop()
     assert time.monotonic() - started < 1.5 and not alive(pid)
+
+
+class PidReader:
+    """A GPU reader with the NvmlReader's `pid` attribute: the sidecar points it at the server it starts."""
+
+    source = "fake"
+    pid: int | None = None
+
+    def read(self) -> list[object]:
+        return []
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_the_sidecar_follows_the_started_servers_pid_unless_given_one(port: int, follow: bool) -> None:
+    from gpu_sampler.sidecar import Sidecar
+
+    reader = PidReader()
+    control = ServerControl(FAKE + " --port {port}", f"http://127.0.0.1:{port}/health", start_timeout_s=10)
+    sidecar = Sidecar(reader, server_control=control, follow_server_pid=follow)
+    try:
+        answer = sidecar.restart_server({"port": str(port)})
+        assert answer["ok"] and answer["why"] == "" and isinstance(answer["output_tail"], list)
+        assert reader.pid == (control.pid if follow else None) and control.pid is not None
+    finally:
+        sidecar.stop()
+    assert control.pid is None
