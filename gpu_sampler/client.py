@@ -144,6 +144,11 @@ class SidecarClient:
                 ) from None
             if err.code == 404 and path.startswith("/steps/"):
                 raise _NotFound from None
+            if err.code == 404 and path.startswith("/server"):
+                err.close()
+                raise SamplerError(
+                    f"GPU sidecar at {self.url} has no server control (an older version): update it and start it with --server-cmd"
+                ) from None
             if err.code in (400, 409) and path.startswith("/server"):
                 line = _error_line(err)
                 if err.code == 400:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sampler_fakes import SidecarProcess
+from sampler_fakes import SidecarProcess, text_server
 from server_fakes import FAKE, alive, free_port
 
 from gpu_sampler import SamplerError, SidecarClient
@@ -169,6 +169,12 @@ def test_a_sidecar_without_server_cmd_says_how_to_start_it() -> None:
             SidecarClient(process.url).server_info()
     finally:
         process.stop()
+
+
+def test_a_sidecar_without_server_control_at_all_is_named() -> None:
+    # an older sidecar: /server is a 404
+    with text_server({"/health": '{"ok": true}'}) as (url, _state), pytest.raises(SamplerError, match="no server control"):
+        SidecarClient(url).server_info()
 
 
 @pytest.mark.parametrize(
