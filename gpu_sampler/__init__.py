@@ -5,7 +5,7 @@ Imports only the stdlib, runfolder, nvidia-ml-py, prometheus-client and psutil; 
 when the process already runs it (see `realthread`). Never locust or pandas.
 """
 
-from gpu_sampler.client import SamplesPage, SidecarClient
+from gpu_sampler.client import NoServerControl, SamplesPage, SidecarClient
 from gpu_sampler.errors import SamplerError
 from gpu_sampler.monitor import GpuMonitor, parse_gpu_spec, parse_spec
 from gpu_sampler.readers import (
@@ -29,6 +29,7 @@ __all__ = [
     "GpuMonitor",
     "GpuSelection",
     "HostReader",
+    "NoServerControl",
     "NvmlReader",
     "ProcessSplit",
     "Reader",

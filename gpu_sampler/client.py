@@ -107,7 +107,8 @@ class SidecarClient:
         """Restart the sidecar's server with these values and wait (minutes) for it to be healthy.
 
         A failed start is a result with `ok` False; bad values raise ServerControlError (the sidecar's
-        line); a sidecar without `--server-cmd`, or one already restarting, a SamplerError. `timeout_s`
+        line), a sidecar without `--server-cmd` NoServerControl, one already restarting (or unreachable)
+        a SamplerError: every one a SamplerError. `timeout_s`
         defaults to the sidecar's own stop and start limits (GET /server) plus a margin."""
         if timeout_s is None:
             info = self.server_info()
@@ -146,14 +147,15 @@ class SidecarClient:
                 raise _NotFound from None
             if err.code == 404 and path.startswith("/server"):
                 err.close()
-                raise SamplerError(
+                raise NoServerControl(
                     f"GPU sidecar at {self.url} has no server control (an older version): update it and start it with --server-cmd"
                 ) from None
             if err.code in (400, 409) and path.startswith("/server"):
-                line = _error_line(err)
+                line, refusal = _error_line(err)
                 if err.code == 400:
                     raise ServerControlError(line) from None
-                raise SamplerError(f"GPU sidecar at {self.url}: {line}") from None
+                kind = NoServerControl if refusal == "no_server_control" else SamplerError
+                raise kind(f"GPU sidecar at {self.url}: {line}") from None
             raise SamplerError(
                 f"GPU sidecar at {self.url}{path} answered HTTP {err.code}: is it a gpu_sampler sidecar?"
             ) from None
@@ -175,11 +177,16 @@ class _NotFound(Exception):
     pass
 
 
-def _error_line(err: urllib.error.HTTPError) -> str:
-    """The sidecar's one-line `{"error": ...}` of a refused call."""
+class NoServerControl(SamplerError):
+    """The sidecar controls no server (started without --server-cmd, or too old to have server control)."""
+
+
+def _error_line(err: urllib.error.HTTPError) -> tuple[str, str]:
+    """The sidecar's one-line `{"error": ..., "reason": ...}` of a refused call."""
     try:
-        return str(json.loads(err.read())["error"]).splitlines()[0]
-    except (ValueError, KeyError, TypeError, IndexError, OSError):
-        return f"HTTP {err.code}"
+        body = json.loads(err.read())
+        return str(body["error"]).splitlines()[0], str(body.get("reason", ""))
+    except (ValueError, KeyError, TypeError, IndexError, OSError, AttributeError):
+        return f"HTTP {err.code}", ""
     finally:
         err.close()

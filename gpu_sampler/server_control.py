@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from gpu_sampler.errors import SamplerError
 from gpu_sampler.tls import TlsSettings
 
 OUTPUT_LINES = 200
@@ -43,8 +44,8 @@ _VALUE = re.compile(r"[A-Za-z0-9._-]+\Z")
 _NUMBER = re.compile(r"-[0-9]+(\.[0-9]+)?\Z")
 
 
-class ServerControlError(ValueError):
-    """A bad template or bad values; `str(err)` is one line naming the fix."""
+class ServerControlError(SamplerError):
+    """A bad template or bad values (a ValueError, like every SamplerError); one line naming the fix."""
 
 
 class RestartInProgress(RuntimeError):

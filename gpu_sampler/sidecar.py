@@ -251,7 +251,7 @@ def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHan
                 else:
                     self._send(404, {"error": f"no {url.path}: try /health, /info, /samples, /steps/<i>"})
             except _NoServerControl:
-                self._send(409, {"error": NO_SERVER_CONTROL})
+                self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
             except ValueError:
                 self._send(400, {"error": "cursor and limit must be integers"})
 
@@ -288,11 +288,11 @@ def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHan
             try:
                 self._send(200, sidecar.restart_server(values))
             except _NoServerControl:
-                self._send(409, {"error": NO_SERVER_CONTROL})
+                self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
             except ServerControlError as err:
                 self._send(400, {"error": str(err)})
             except RestartInProgress as err:
-                self._send(409, {"error": str(err)})
+                self._send(409, {"error": str(err), "reason": "restart_in_progress"})
 
     return Handler
 

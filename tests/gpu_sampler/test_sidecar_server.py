@@ -20,7 +20,7 @@ import pytest
 from sampler_fakes import SidecarProcess, text_server
 from server_fakes import FAKE, alive, free_port
 
-from gpu_sampler import SamplerError, SidecarClient
+from gpu_sampler import NoServerControl, SamplerError, SidecarClient
 from gpu_sampler.server_control import RestartResult, ServerControlError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -81,8 +81,9 @@ def test_restart_through_the_sidecar_changes_the_simulators_slots(port: int) -> 
         info = client.server_info()
         assert info["running"] and info["values"] == {"slots": "5"} and info["pid"] > 0
         assert any("simulator: http://127.0.0.1" in line for line in info["output_tail"])
-        with pytest.raises(ServerControlError, match="unknown placeholder 'max_num_seqs'"):
+        with pytest.raises(ServerControlError, match="unknown placeholder 'max_num_seqs'") as refused:
             client.restart_server({"max_num_seqs": "8"})
+        assert isinstance(refused.value, SamplerError | ValueError)  # caught with the client's other errors
         with pytest.raises(ServerControlError, match=r"bad value for \{slots\}"):
             client.restart_server({"slots": "4 --max-side 10"})
         assert client.server_info()["pid"] == info["pid"]  # bad values stopped nothing
@@ -115,8 +116,10 @@ def test_a_second_restart_is_refused_while_samples_are_served(fake_sidecar: Side
         assert time.monotonic() - started < 1.0
         status, body = post(fake_sidecar.url + "/server/restart", b'{"values": {"setting": "b", "after": "0"}}')
         assert status == 409 and "a restart is in progress" in str(body["error"])
-        with pytest.raises(SamplerError, match="a restart is in progress"):
+        assert body["reason"] == "restart_in_progress"
+        with pytest.raises(SamplerError, match="a restart is in progress") as refused:
             client.restart_server({"setting": "b", "after": "0"})
+        assert not isinstance(refused.value, NoServerControl | ServerControlError)
     finally:
         slow.join(30)
     assert results and results[0].ok and client.server_info()["values"]["setting"] == "a"
@@ -164,8 +167,8 @@ def test_a_sidecar_without_server_cmd_says_how_to_start_it() -> None:
     process = SidecarProcess("--source", "fake", "--port", "0")
     try:
         status, body = post(process.url + "/server/restart", b'{"values": {"n": "1"}}')
-        assert status == 409 and "--server-cmd" in str(body["error"])
-        with pytest.raises(SamplerError, match="start it with --server-cmd"):
+        assert status == 409 and "--server-cmd" in str(body["error"]) and body["reason"] == "no_server_control"
+        with pytest.raises(NoServerControl, match="start it with --server-cmd"):
             SidecarClient(process.url).server_info()
     finally:
         process.stop()
@@ -173,7 +176,7 @@ def test_a_sidecar_without_server_cmd_says_how_to_start_it() -> None:
 
 def test_a_sidecar_without_server_control_at_all_is_named() -> None:
     # an older sidecar: /server is a 404
-    with text_server({"/health": '{"ok": true}'}) as (url, _state), pytest.raises(SamplerError, match="no server control"):
+    with text_server({"/health": '{"ok": true}'}) as (url, _state), pytest.raises(NoServerControl, match="no server control"):
         SidecarClient(url).server_info()
 
 
