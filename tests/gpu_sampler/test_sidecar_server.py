@@ -54,7 +54,7 @@ def port() -> int:
 def fake_sidecar(port: int) -> Iterator[SidecarProcess]:
     process = sidecar_with(
         FAKE + f" --port {port} --setting {{setting}} --healthy-after-s {{after}}", port,
-        "--server-start-timeout-s", "1.5", "--server-grace-s", "2",
+        "--server-start-timeout-s", "4", "--server-grace-s", "2",
     )  # fmt: skip
     try:
         yield process
@@ -94,7 +94,7 @@ def test_restart_through_the_sidecar_changes_the_simulators_slots(port: int) -> 
 def test_a_server_never_healthy_fails_with_its_last_lines_and_the_sidecar_lives(fake_sidecar: SidecarProcess, port: int) -> None:
     client = SidecarClient(fake_sidecar.url)
     result = client.restart_server({"setting": "big", "after": "-1"})
-    assert not result.ok and result.why == f"no 200 from http://127.0.0.1:{port}/health within 1.5 s"
+    assert not result.ok and result.why == f"no 200 from http://127.0.0.1:{port}/health within 4 s"
     assert "fake server line 2 setting=big" in result.output_tail
     assert client.health()["ok"]
     info = client.server_info()
