@@ -253,8 +253,24 @@ def _pick_phrase(row: Mapping[str, Any], slo_p95_s: float) -> str:
     return text
 
 
+def _resize_note(rows: Sequence[Mapping[str, Any]], best: Mapping[str, Any]) -> str:
+    """For a resize A/B (a `max_side` key): one request's memory above idle at the pick against the others."""
+    mine = _value(best, "mem_per_request_mib")
+    if "max_side" not in best or math.isnan(mine):
+        return ""
+    others = [
+        f"{_value(r, 'mem_per_request_mib'):,.0f} MiB at max_side={r['max_side']}"
+        for r in rows
+        if r["setting"] != best["setting"] and not math.isnan(_value(r, "mem_per_request_mib"))
+    ]
+    return f"; one request's peak above idle {mine:,.0f} MiB" + (
+        f" against {', '.join(others)}" if others else ""
+    )
+
+
 def _closest(candidates: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """Fewest OOMs per request, then fewest preemptions, then the highest plateau."""
+
     def key(row: Mapping[str, Any]) -> tuple[float, float, float]:
         rate, pre, plateau = _value(row, "oom_rate"), _value(row, "preemptions"), _value(row, "plateau_rps")
         return (rate if not math.isnan(rate) else math.inf, pre if not math.isnan(pre) else 0.0,
@@ -276,14 +292,23 @@ def pick(table: pd.DataFrame, slo_p95_s: float) -> Pick:
     if fit:
         best = max(fit, key=lambda r: (_value(r, "plateau_rps"), -_value(r, "p95_ms_at_rec")))
         others = _others(rows, best, keys, slo_p95_s)
-        why = _pick_phrase(best, slo_p95_s) + ("; " + "; ".join(others) if others else "") + tail
+        why = (
+            _pick_phrase(best, slo_p95_s)
+            + _resize_note(ok, best)
+            + ("; " + "; ".join(others) if others else "")
+            + tail
+        )
         idle = _value(best, "gpu_util_mean") < IDLE_UTIL_PCT
         return Pick(setting=str(best["setting"]), why=why, closest=None, pareto=front, idle_gpu=idle)
     near = _closest(ok)
     rule = "without OOMs or preemptions" + (f" within the {slo_p95_s:g} s P95 SLO" if slo_p95_s > 0 else "")
     if near is None:
         failed = sum(1 for r in rows if r.get("status") == FAILED)
-        why = "every setting failed" if rows and failed == len(rows) else "no setting has a measured plateau yet"
+        why = (
+            "every setting failed"
+            if rows and failed == len(rows)
+            else "no setting has a measured plateau yet"
+        )
     else:
         why = f"no setting ran {rule}; closest: {near['setting']}"
         ruled_out = exclusion(near, slo_p95_s)
@@ -309,7 +334,12 @@ def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFra
             remarks.append(f"closest: {exclusion(row, slo_p95_s)}")
         else:
             ruled_out = exclusion(row, slo_p95_s)
-            idle = f"GPU {util:.0f}% busy at the recommended level: mostly idle" if util < IDLE_UTIL_PCT else ""
-            remarks.append(ruled_out or idle)
+            idle = (
+                f"GPU {util:.0f}% busy at the recommended level: mostly idle" if util < IDLE_UTIL_PCT else ""
+            )
+            below = (
+                "a lower plateau than the pick" if chosen.setting and row["setting"] != chosen.setting else ""
+            )
+            remarks.append(ruled_out or idle or below)
     out["remark"] = remarks
     return out

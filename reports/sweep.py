@@ -50,10 +50,14 @@ def read_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
     try:
         meta = _read_json(sweep_dir / SWEEP_FILE)
     except (ValueError, UnicodeDecodeError):
-        raise ReportError(f"{sweep_dir / SWEEP_FILE}: not a JSON object; restore it or rerun the sweep") from None
+        raise ReportError(
+            f"{sweep_dir / SWEEP_FILE}: not a JSON object; restore it or rerun the sweep"
+        ) from None
     found = sorted(p.parent.name for p in sweep_dir.glob(f"*/{SETTING_FILE}"))
     if meta is None and not found:
-        raise ReportError(f"{sweep_dir}: not a sweep folder (no {SWEEP_FILE}); pass a <OUT>/sweep-<time> folder")
+        raise ReportError(
+            f"{sweep_dir}: not a sweep folder (no {SWEEP_FILE}); pass a <OUT>/sweep-<time> folder"
+        )
     meta = dict(meta or {"keys": [], "settings": []})
     listed = [s for s in meta.get("settings") or [] if isinstance(s, Mapping) and s.get("dir")]
     known = {str(s["dir"]) for s in listed}
@@ -134,7 +138,13 @@ def config_text(sweep_name: str, table: pd.DataFrame, chosen: Pick, run_config: 
     if any(k in SERVER_FLAGS for k in values):  # the swept flags replace the run's own vllm_args line
         own = "\n".join(line for line in own.splitlines() if not line.startswith("vllm_args:")) + "\n"
     head = f"# Sweep {sweep_name}: picked {chosen.setting} (its own config below, then the swept values)\n# {why}\n"
-    return head + own.rstrip("\n") + "\n" + "\n".join(swept_block(values)) + f"\npicked: {json.dumps(chosen.setting)}\n"
+    return (
+        head
+        + own.rstrip("\n")
+        + "\n"
+        + "\n".join(swept_block(values))
+        + f"\npicked: {json.dumps(chosen.setting)}\n"
+    )
 
 
 def csv_text(table: pd.DataFrame) -> str:

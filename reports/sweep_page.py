@@ -36,7 +36,9 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
-def plot_setting_bars(ax: Axes, rows: Sequence[Mapping[str, Any]], column: str, ylabel: str, scale: float) -> None:
+def plot_setting_bars(
+    ax: Axes, rows: Sequence[Mapping[str, Any]], column: str, ylabel: str, scale: float
+) -> None:
     """One bar per setting; a setting without the value keeps its label and shows its status instead."""
     labels = [str(r["setting"]) for r in rows]
     for i, row in enumerate(rows):
@@ -97,4 +99,3 @@ def render_sweep(
         slo_p95_s=slo_p95_s, failed=[r for r in rows if r["status"] == FAILED],
         picked=next((r for r in rows if r["setting"] == chosen.setting), None), idle_pct=IDLE_UTIL_PCT,
     )  # fmt: skip
-

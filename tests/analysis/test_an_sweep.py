@@ -87,8 +87,16 @@ def test_unscraped_preemptions_do_not_rule_a_setting_out() -> None:
 
 
 def test_the_slo_filters_on_the_p95_at_the_recommended_level() -> None:
-    settings = [setting(8, 12.0, p95_ms=900.0), setting(16, 22.1, p95_ms=2500.0), setting(32, 26.0, oom_count=3)]
-    assert pick(sweep_table(settings), 0.0).setting == "max_num_seqs=16"
+    settings = [
+        setting(8, 12.0, p95_ms=900.0),
+        setting(16, 22.1, p95_ms=2500.0),
+        setting(32, 26.0, oom_count=3),
+    ]
+    without_slo = pick(sweep_table(settings), 0.0)
+    assert without_slo.setting == "max_num_seqs=16"
+    assert (
+        with_pick(sweep_table(settings), without_slo, 0.0).loc[0, "remark"] == "a lower plateau than the pick"
+    )
     chosen = pick(sweep_table(settings), 2.0)
     assert chosen.setting == "max_num_seqs=8"
     assert "16 gave 22.1 rps with P95 2500 ms at level 15, over the 2 s SLO" in chosen.why
@@ -146,7 +154,13 @@ def test_the_pareto_front_of_throughput_against_p95() -> None:
     ]
     chosen: Pick = pick(sweep_table(settings), 0.0)
     assert chosen.pareto == ("max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32")
-    assert with_pick(sweep_table(settings), chosen, 0.0)["pareto"].tolist() == [True, True, False, True, False]
+    assert with_pick(sweep_table(settings), chosen, 0.0)["pareto"].tolist() == [
+        True,
+        True,
+        False,
+        True,
+        False,
+    ]
 
 
 def test_ties_on_throughput_go_to_the_lower_p95() -> None:
@@ -156,10 +170,16 @@ def test_ties_on_throughput_go_to_the_lower_p95() -> None:
 
 def test_resize_columns_come_from_the_manifest_images_sent() -> None:
     resized = setting(16, 25.0)
-    resized["values"] = {"max_side": "1024"}
+    resized["setting"], resized["values"] = "max_side=1024", {"max_side": "1024"}
     resized["summary"]["manifest"] = {"images_sent": {"max_side_px": 1024, "sizes": [
         {"bucket": "4000x3000", "before_px": [4000, 3000], "after_px": [1024, 768], "bytes": 90_000},
         {"bucket": "800x600", "before_px": [800, 600], "after_px": [800, 600], "bytes": 40_000}]}}  # fmt: skip
+    full_size = setting(16, 20.0, oom_count=4)
+    full_size["setting"], full_size["values"] = "max_side=0", {"max_side": "0"}
+    full_size["summary"]["estimate"]["increment_mib"] = 1400.0
+    chosen = pick(sweep_table([full_size, resized]), 0.0)
+    assert chosen.setting == "max_side=1024"
+    assert "one request's peak above idle 900 MiB against 1,400 MiB at max_side=0" in chosen.why
     row = sweep_table([resized]).iloc[0]
     assert row["max_side"] == "1024" and row["max_side_px"] == 1024
     assert row["images_before_px"] == "4000x3000; 800x600" and row["images_after_px"] == "1024x768; 800x600"
