@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.sweep import FAILED, PENDING, SWEEP_COLUMNS, Pick, pick, run_counts, sweep_table, with_pick
+from analysis.sweep import FAILED, OK, PENDING, SWEEP_COLUMNS, Pick, pick, run_counts, sweep_table, with_pick
 from reports.output import REPORT_FILE, ReportError, write_atomic
 from reports.sweep_page import render_sweep
 
@@ -65,22 +65,23 @@ def read_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
     return meta
 
 
-def _frames_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(counts from the raw frames, summary) of a run folder; ({}, None) when it holds nothing yet."""
+def _frames_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """(counts from the raw frames, summary, problem) of a run folder; problem is the loader's one line
+    when the folder cannot be read (nothing run yet, or a file damaged), else ""."""
     import analysis
 
     try:
         run = analysis.load_run(run_dir)
-    except analysis.RunFolderError:
-        return {}, None
+    except analysis.RunFolderError as exc:
+        return {}, None, str(exc)
     counts = run_counts(run.requests, run.server)
     try:
         summary = _read_json(run_dir / SUMMARY_FILE)
     except (ValueError, UnicodeDecodeError):
-        summary = None
+        summary = None  # torn or damaged: the analysis runs again in memory
     if summary is None and not run.steps.empty:
         summary = analysis.analyze_run(run).summary
-    return counts, summary
+    return counts, summary, ""
 
 
 def load_setting(sweep_dir: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,8 +96,10 @@ def load_setting(sweep_dir: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
     merged.update(told or {})
     merged["dir"] = str(entry["dir"])
     if told is not None and run_dir.is_dir():
-        counts, summary = _frames_and_summary(run_dir)
+        counts, summary, problem = _frames_and_summary(run_dir)
         merged.update(counts, summary=summary)
+        if problem and merged.get("status") == OK:  # said ok, but its folder cannot be judged
+            merged.update(status=FAILED, why=f"its run folder cannot be read: {problem}")
     merged["report_href"] = f"{entry['dir']}/{REPORT_FILE}" if (run_dir / REPORT_FILE).is_file() else None
     return merged
 

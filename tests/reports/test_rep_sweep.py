@@ -155,6 +155,25 @@ def test_the_cli_writes_the_sweep_and_refuses_a_folder_that_is_none(tmp_path: Pa
     assert "sweep.json: not a JSON object" in capsys.readouterr().err
 
 
+def test_damaged_settings_are_failed_with_a_line_and_the_rest_still_reported(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep-damaged"
+    torn, garbled = sweep / "a-1", sweep / "a-2"
+    torn.mkdir(parents=True)
+    garbled.mkdir()
+    (torn / "setting.json").write_text('{"setting": "a=1", "stat')  # the sweep was killed mid-write
+    (garbled / "setting.json").write_text(_setting_json({"setting": "a=2", "values": {"a": "2"}}, "ok"))
+    (garbled / "requests.csv").write_text("not,the,header\n1,2,3\n")
+    write_sweep(sweep)
+    table = pd.read_csv(sweep / "sweep.csv")
+    assert table["status"].tolist() == ["failed", "failed"]
+    assert table.loc[0, "why"] == "setting.json is unreadable"
+    assert (
+        table.loc[1, "why"].startswith("its run folder cannot be read: ")
+        and "missing column" in table.loc[1, "why"]
+    )
+    assert yaml.safe_load((sweep / "recommended-config.yaml").read_text()) == {"picked": None}
+
+
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
 def test_the_cli_prints_the_report_path(sweep_dir: Path, capsys: Any) -> None:
     assert reports_main(["sweep", str(sweep_dir)]) == 0
