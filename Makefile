@@ -94,9 +94,23 @@ command -v chromium >/dev/null 2>&1 || { \
   fi; }
 endef
 
+# promtool and prometheus (Debian's prometheus package) for the alert rules, /metrics and dashboard tests.
+# Installed where we may (root, apt-get); elsewhere one line, and those tests skip saying so.
+define ENSURE_PROMETHEUS
+command -v promtool >/dev/null 2>&1 || { \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+    echo "installing Debian's prometheus for the alert rule tests (apt-get, once)"; \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; } >/dev/null 2>&1 \
+      || echo "warning: installing prometheus failed: the promtool tests will skip (apt-get install prometheus)" >&2; \
+  else \
+    echo "warning: no promtool: the alert rule and Prometheus tests will skip (sudo apt-get install prometheus)" >&2; \
+  fi; }
+endef
+
 # Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
 test:
 	@$(ENSURE_BROWSER)
+	@$(ENSURE_PROMETHEUS)
 	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q -m 'not slow'
 

@@ -25,7 +25,8 @@ TIMEOUT_MULTIPLE = 3.0
 WAIT_MULTIPLE = 2.0
 
 
-def _row_at(table: pd.DataFrame, level: int) -> dict[str, Any] | None:
+def row_at(table: pd.DataFrame, level: int) -> dict[str, Any] | None:
+    """The step row measured at `level` (its last "step" phase row, else its last row); None if none."""
     if table.empty:
         return None
     rows = table[table["level"] == level].sort_values("step_index")
@@ -73,11 +74,11 @@ def build_config(
             f"at least {level}: the highest level measured, no knee yet (estimate {estimate.estimate});"
             f" test above {level}"
         )
-    row = _row_at(table, level if level is not None else 1)
+    row = row_at(table, level if level is not None else 1)
     p95_s = _num(row, "p95_ms") / 1000.0
     thr = _num(row, "throughput_rps")
     if math.isnan(p95_s):
-        fallback = _num(_row_at(table, 1), "p95_ms") / 1000.0
+        fallback = _num(row_at(table, 1), "p95_ms") / 1000.0
         p95_s = fallback if not math.isnan(fallback) else 10.0
         where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
     else:

@@ -24,6 +24,7 @@ RUN_FILES: tuple[tuple[str, str], ...] = (
     ("steps.csv", "the step table"),
     ("capacity.md", "the estimate, its inputs and assumptions"),
     ("recommended-config.yaml", "the serving config, with where each value came from"),
+    ("alerts.yaml", "Prometheus alert rules from the water marks at the recommended level"),
     ("requests.csv", "one row per request"),
     ("steps.jsonl", "the plan as it ran: every phase and its times"),
     ("gpu.csv", "GPU samples"),
