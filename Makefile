@@ -32,6 +32,10 @@ METRICS_HEADERS ?=
 HEADERS_FROM_WORKERS ?=
 MAX_NUM_SEQS ?=
 PREFLIGHT_TIMEOUT_S ?=
+METRICS_PORT ?=
+METRICS_HOST ?=
+SERVER_TIME_HEADER ?=
+SERVER_TIME_PATH ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
 MASTER ?=
@@ -51,6 +55,8 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE)) $(call opt,--ca-bundle,$(CA_BUNDLE)) \
   $(call opt,--max-num-seqs,$(MAX_NUM_SEQS)) $(call opt,--preflight-timeout-s,$(PREFLIGHT_TIMEOUT_S)) \
+  $(call opt,--metrics-port,$(METRICS_PORT)) $(call opt,--metrics-host,$(METRICS_HOST)) \
+  $(call opt,--server-time-header,$(SERVER_TIME_HEADER)) $(call opt,--server-time-path,$(SERVER_TIME_PATH)) \
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS))
 
 # HEADERS and METRICS_HEADERS are secrets: they reach the run through the environment, never a command
