@@ -34,13 +34,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from analysis.config import row_at
+from analysis.config import BREAKER_P95_MULTIPLE, BREAKER_TEMP_MARGIN_C, row_at
 from analysis.stats import num
 
-P95_MARGIN = 1.5
+P95_MARGIN = BREAKER_P95_MULTIPLE  # 1.5: where the recommended config's circuit breaker trips
 MEM_MARGIN = 1.05
 KV_MARGIN = 1.1
-TEMP_MARGIN_C = 5.0
+TEMP_MARGIN_C = BREAKER_TEMP_MARGIN_C  # 5
 CLOCK_MARGIN = 0.9
 REJECT_FLOOR = 0.01
 GROUP = "ocr-capacity-water-marks"

@@ -33,6 +33,9 @@ DCGM_FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "util_pct",
     "DCGM_FI_DEV_GPU_TEMP": "temp_c",
     "DCGM_FI_DEV_POWER_USAGE": "power_w",
+    "DCGM_FI_DEV_SM_CLOCK": "sm_clock_mhz",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "throttle_reasons",  # off in dcgm-exporter's default counters
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "throttle_reasons",  # its newer name
 }
 
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -135,6 +138,10 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _bitmask(value: float | None) -> int | None:
+    return int(value) if value is not None and math.isfinite(value) and value >= 0 else None
+
+
 class DcgmReader:
     """Reads a DCGM exporter's /metrics: one `GpuSample` per `gpu` label (MiB, %, °C, W as DCGM gives them).
 
@@ -199,6 +206,8 @@ class DcgmReader:
             proc_mem_mib=None,
             temp_c=_finite(f.get("temp_c")),
             power_w=_finite(f.get("power_w")),
+            sm_clock_mhz=_finite(f.get("sm_clock_mhz")),
+            throttle_reasons=_bitmask(f.get("throttle_reasons")),
         )
 
     def describe(self) -> dict[str, Any]:
