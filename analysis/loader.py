@@ -83,7 +83,7 @@ _DTYPES: dict[type, dict[str, str]] = {
         "sm_clock_mhz": "float64",
         "throttle_reasons": "float64",
     },
-    ServerSample: {c: "float64" for c in columns_of(ServerSample)},
+    ServerSample: {c: "float64" if c != "e2e_buckets_s" else _TEXT for c in columns_of(ServerSample)},
     HostSample: {
         "t_unix_s": "float64",
         "step_index": "float64",
@@ -110,7 +110,7 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 # A text value reads as a category, a number (NaN: unknown) as float64.
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
     RequestRow: {"answer_kind": "", "server_time_ms": math.nan},
-    ServerSample: {"framework_peak_mib": math.nan},
+    ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": ""},
     GpuSample: {"other_mem_mib": math.nan, "sm_clock_mhz": math.nan, "throttle_reasons": math.nan},
 }
 

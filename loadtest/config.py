@@ -193,10 +193,12 @@ class RunConfig:
             raise ConfigError(
                 f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
             )
-        from loadtest.promexport import check_metrics_config  # it reads this module's ConfigError
+        from loadtest.promexport import check_metrics_config  # they read this module's ConfigError
+        from loadtest.server_time import check_server_time_config
         from loadtest.timing import limits_of
 
         check_metrics_config(self)
+        check_server_time_config(self.server_time_header, self.server_time_path)
 
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
         return self

@@ -123,6 +123,9 @@ class ServerSample:
     # The framework's view of memory (torch.cuda.max_memory_allocated(), MiB) from a gauge on /metrics
     # (FRAMEWORK_METRIC, or ocr_framework_peak_bytes when present); never mixed with the device's view.
     framework_peak_mib: float | None = None
+    # marks: vLLM's vllm:e2e_request_latency_seconds histogram, cumulative counts by upper bound in seconds,
+    # summed over engines: "0.3:0 0.5:4 ... +Inf:40"; "" where the server does not export it
+    e2e_buckets_s: str = ""
 
 
 @dataclass(frozen=True, slots=True)

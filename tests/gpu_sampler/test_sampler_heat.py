@@ -1,4 +1,5 @@
-"""Heat and clocks in the sampler: NVML's SM clock and throttle reasons, DCGM's fields, several cards combined."""
+"""Heat and clocks in the sampler (NVML SM clock and throttle reasons, DCGM fields, cards combined), and vLLM's
+e2e histogram kept per scrape for the server's own time per step."""
 
 from __future__ import annotations
 
@@ -46,3 +47,12 @@ def test_combined_cards_keep_the_slowest_clock_and_every_reason() -> None:
     b = dataclasses.replace(b, sm_clock_mhz=1500.0, throttle_reasons=0x20)
     (both,) = combine_gpus([a, b])
     assert both.sm_clock_mhz == 1500.0 and both.throttle_reasons == 0x24
+
+
+def test_the_vllm_e2e_histogram_is_kept_per_scrape() -> None:
+    from gpu_sampler.scrape import parse_server_metrics
+
+    page = (Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-metrics-under-load.txt").read_text()
+    buckets = parse_server_metrics(page).e2e_buckets_s.split()
+    assert buckets[0] == "0.3:0" and buckets[-1] == "+Inf:6" and "2.0:6" in buckets
+    assert parse_server_metrics("vllm:num_requests_running 1\n").e2e_buckets_s == ""
