@@ -5,9 +5,11 @@ of them leaves the water mark of the load test, run the steps again". Each rule 
 metric the production server or its exporters already export (nothing here needs the suite running):
 
 OcrLatencyP95AboveMark   P95 over 5 min > P95_MARGIN (1.5) x the P95 measured at the recommended level.
-                         vLLM: vllm:e2e_request_latency_seconds (the server's own time, so the server's
-                         P95 from the run where it was measured, else the client's); other servers:
-                         http_request_duration_seconds (prometheus-fastapi-instrumentator; vLLM has it too).
+                         vLLM: vllm:e2e_request_latency_seconds (the server's own time; the mark is the
+                         step's P95 from that histogram as histogram_quantile computes it, so a coarse
+                         bucket cannot make it fire at the measured load; else the server's P95 from its
+                         answers, else the client's); other servers: http_request_duration_seconds
+                         (prometheus-fastapi-instrumentator; vLLM exports it too) against the client's P95.
 OcrGpuMemoryAboveMark    DCGM_FI_DEV_FB_USED (MiB) > MEM_MARGIN (1.05) x the device's peak at that level.
 OcrKvCacheAboveMark      vLLM: vllm:kv_cache_usage_perc > the peak fraction at that level (+10%, at most 1).
 OcrServerErrors          any 5xx but 503 from the server (an OOM answers 500): the run's OOMs are counted.
@@ -66,12 +68,17 @@ def _fmt(value: float, spec: str = ".3g") -> str:
 
 
 def _latency_rule(row: dict[str, Any], vllm: bool, where: str) -> AlertRule | None:
-    server_p95 = num(row, "server_p95_ms")
-    use_server = vllm and not math.isnan(server_p95)
-    p95_ms = server_p95 if use_server else num(row, "p95_ms")
+    """vLLM: the mark as its histogram showed it (histogram_quantile's estimate, the rule's own), else the
+    server's P95 from its answers; other servers, and vLLM without either: the client's round trip."""
+    hist_p95, server_p95 = num(row, "vllm_e2e_p95_ms"), num(row, "server_p95_ms")
+    if vllm and not math.isnan(hist_p95):
+        p95_ms, which = hist_p95, "vLLM's e2e histogram P95 (as histogram_quantile gives it)"
+    elif vllm and not math.isnan(server_p95):
+        p95_ms, which = server_p95, "the server's own P95 (its answers)"
+    else:
+        p95_ms, which = num(row, "p95_ms"), "the client's P95 (round trip)"
     if math.isnan(p95_ms):
         return None
-    which = "the server's own P95" if use_server else "the client's P95 (round trip)"
     metric = "vllm:e2e_request_latency_seconds" if vllm else "http_request_duration_seconds"
     threshold_s = round(p95_ms / 1000.0 * P95_MARGIN, 3)
     return AlertRule(

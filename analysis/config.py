@@ -123,7 +123,7 @@ def _breaker(row: dict[str, Any] | None, p95_s: float, where: str, comments: dic
     """Seed 001's circuit breaker: degrade when latency or the GPU's temperature passes its limit."""
     p95_ms = int(math.ceil(BREAKER_P95_MULTIPLE * p95_s * 1000.0))
     temp = _num(row, "gpu_temp_c_peak")
-    comments["circuit_breaker.p95_ms"] = f"{BREAKER_P95_MULTIPLE:g} x {where}: alerts.yaml fires there too"
+    comments["circuit_breaker.p95_ms"] = f"{BREAKER_P95_MULTIPLE:g} x {where}, the client's (alerts.yaml: the same margin)"
     comments["circuit_breaker.gpu_temp_c"] = (
         f"{temp:.0f} C peak at that level + {BREAKER_TEMP_MARGIN_C:g} C"
         if not math.isnan(temp)

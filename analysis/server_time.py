@@ -9,7 +9,10 @@ server_p50_ms / server_p95_ms   over the step's ok answers that carried one; whe
                                 last scrape's buckets less the first's, interpolated inside a bucket as
                                 Prometheus' histogram_quantile does: bucket-coarse, never finer)
 server_time_source              "answers" | "vllm histogram" | "" (neither)
-`time_split` states, per step, both P95s and their difference: what lies outside the server's own time.
+vllm_e2e_p95_ms                 the histogram's P95 of the step whenever it was scraped: what Prometheus'
+                                histogram_quantile shows at that load, so alerts.yaml's vLLM mark uses it
+`time_split` states, per step, both P95s and their difference: what lies outside the server's own time
+(none where the histogram's buckets are coarser than the latency: its P95 then exceeds the round trip).
 """
 
 from __future__ import annotations
@@ -81,10 +84,15 @@ def time_split(table: pd.DataFrame) -> list[dict[str, Any]]:
         if math.isnan(server_p95):
             continue
         client_p95 = num(row, "p95_ms")
+        source = str(row.get("server_time_source") or "")
+        # the server's time is part of the round trip: a histogram P95 above the client's is its buckets'
+        # coarseness (all answers inside the first bucket), not a time: no difference is stated then
+        coarse = source == "vllm histogram" and server_p95 > client_p95
         out.append({
             "step_index": int(row["step_index"]), "level": int(row["level"]),
             "client_p50_ms": num(row, "p50_ms"), "client_p95_ms": client_p95,
             "server_p50_ms": num(row, "server_p50_ms"), "server_p95_ms": server_p95,
-            "outside_server_p95_ms": client_p95 - server_p95, "source": str(row.get("server_time_source") or ""),
+            "outside_server_p95_ms": math.nan if coarse else client_p95 - server_p95, "source": source,
+            "coarse": coarse,
         })  # fmt: skip
     return out

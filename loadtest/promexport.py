@@ -40,6 +40,7 @@ from loadtest.controller import MEASURED, Controller
 from runfolder import Phase, RequestRow
 
 MIB = 1024 * 1024
+UI_METRICS_PORT = 9646  # `ui` serves /metrics here unless METRICS_PORT names another port
 _QUANTILES = (("0.5", 50.0), ("0.95", 95.0))
 
 

@@ -299,15 +299,21 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
 
 
 def _start_metrics(environment: Environment) -> None:
-    cfg = _config_or_none(environment)
-    if cfg is None or not cfg.metrics_port:
+    """/metrics with METRICS_PORT; under the web UI (`ui`) on its default port unless METRICS_PORT says."""
+    cfg = _config_or_none(environment) or RunConfig()
+    under_ui = environment.web_ui is not None and not cfg.metrics_port
+    port = promexport.UI_METRICS_PORT if under_ui else cfg.metrics_port
+    if not port:
         return
     try:
-        port = promexport.start_metrics(environment, cfg)
+        served = promexport.start_metrics(environment, cfg, port)
     except ConfigError as exc:
+        if under_ui:  # the UI's default port is taken: the UI runs on without /metrics
+            print(f"warning: no /metrics: {exc} (METRICS_PORT=...)", file=sys.stderr, flush=True)
+            return
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    print(f"metrics: http://{cfg.metrics_host}:{port}/metrics", flush=True)
+    print(f"metrics: http://{cfg.metrics_host}:{served}/metrics", flush=True)
 
 
 def _config_or_none(environment: Environment) -> RunConfig | None:

@@ -37,6 +37,8 @@ def test_every_mark_of_a_vllm_run_becomes_a_rule_with_its_measured_number() -> N
     assert p95.threshold == pytest.approx(0.7 * 1.5)  # the server's own P95 (700 ms), vLLM's histogram
     assert "vllm:e2e_request_latency_seconds_bucket" in p95.expr and "700 ms" in p95.description
     assert "level 4" in p95.description and "server's own" in p95.description
+    hist = _by_name(vllm_e2e_p95_ms=950.0)["OcrLatencyP95AboveMark"]  # the histogram's own view wins
+    assert hist.threshold == pytest.approx(0.95 * 1.5) and "histogram" in hist.description
     assert rules["OcrGpuMemoryAboveMark"].threshold == 21_000 and "20000 MiB" in rules["OcrGpuMemoryAboveMark"].description
     assert rules["OcrQueueDeeperThanConfig"].threshold == 12
     assert rules["OcrGpuTemperatureAboveMark"].threshold == 76 and "71 C" in rules["OcrGpuTemperatureAboveMark"].description

@@ -68,3 +68,17 @@ def test_the_split_states_both_and_the_difference() -> None:
     ])  # fmt: skip
     (split,) = time_split(table)
     assert split["level"] == 4 and split["outside_server_p95_ms"] == 50.0
+
+
+def test_a_histogram_coarser_than_the_latency_states_no_difference() -> None:
+    table = pd.DataFrame([{"step_index": 3, "level": 4, "p50_ms": 90.0, "p95_ms": 100.0, "server_p50_ms": 150.0,
+                           "server_p95_ms": 285.0, "server_time_source": "vllm histogram"}])  # fmt: skip
+    (split,) = time_split(table)
+    assert split["coarse"] and math.isnan(split["outside_server_p95_ms"])
+
+
+def test_with_both_the_answers_win_and_the_histogram_view_is_kept_for_the_alert() -> None:
+    rows = [_row(i, 1000.0, 600.0) for i in range(1, 41)]
+    got = step_row(requests_frame(rows), STEP, _server(["0.5:10 1:20 2:20 +Inf:20", "0.5:10 1:40 2:60 +Inf:60"]))
+    assert got["server_time_source"] == "answers" and got["server_p95_ms"] == 600.0
+    assert got["vllm_e2e_p95_ms"] == pytest.approx(1900.0)
