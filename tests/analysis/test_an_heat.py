@@ -62,3 +62,21 @@ def test_the_diagnosis_names_it() -> None:
     diag = diagnose(_table([1980, 1950, 1500], [500, 520, 900], [0, 0, 0.8], kind="power"), est, knee)
     assert diag.case == "throttling" and diag.text.startswith("Power throttling at level 6")
     assert diag.evidence["throttle"]["kind"] == "power"
+
+
+def test_the_step_table_carries_the_server_cards_heat() -> None:
+    from memory_runs import fake_run, per_request
+
+    from analysis.steps import step_table
+
+    run = fake_run(per_request(4000.0, 500.0))
+    gpu = run.gpu
+    steps = run.steps.set_index("step_index")
+    level = gpu["step_index"].map(lambda i: steps["level"].get(i, 0) if i >= 0 else 0)
+    gpu["temp_c"] = 50.0 + 3 * level
+    gpu["sm_clock_mhz"] = 1980.0 - 40 * level
+    gpu["throttle_reasons"] = np.where(level >= 8, 0x20, 0x1).astype(float)
+    table = step_table(run).set_index("level")
+    assert table.loc[8, "gpu_temp_c_peak"] == 74 and table.loc[8, "sm_clock_mhz_min"] == 1660
+    assert table.loc[8, "throttled"] == 1.0 and table.loc[8, "throttle_kind"] == "thermal"
+    assert table.loc[4, "throttled"] == 0.0 and table.loc[4, "throttle_kind"] == ""
