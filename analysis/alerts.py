@@ -122,7 +122,8 @@ def _error_rules(row: dict[str, Any], steps: list[dict[str, Any]], vllm: bool, w
     rules = [AlertRule(
         alert="OcrServerErrors", expr='sum(rate(http_requests_total{status=~"5..",status!="503"}[5m])) > 0',
         for_s=60, summary="the server answers 5xx (an out-of-memory error answers 500)",
-        description=f"{oom_here} OOM {where}; {_oom_count(steps)} in the whole run", threshold=0.0,
+        description=f"{oom_here} OOM {where}; {_oom_count(steps)} in the whole run (a server that groups status"
+                    " codes as 5xx counts its 503 rejections here too)", threshold=0.0,
         measured=float(oom_here),
     )]  # fmt: skip
     preempt = num(row, "preemptions")
