@@ -84,6 +84,11 @@ class RunConfig:
     slo_p95_s: float = 0.0
     out: str = "results"
     run_dir: str = ""  # set by the runner; workers keep their local copy there
+    # --- marks (issue 24): the run's live /metrics for Prometheus, the server's own time ---
+    metrics_port: int = 0  # the master's /metrics (loadtest.promexport); 0 = off (`ui` turns it on)
+    metrics_host: str = "127.0.0.1"
+    server_time_header: str = ""  # a response header holding the server's own time in ms
+    server_time_path: str = ""  # a JSON field of the answer holding it ("usage.server_ms")
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -188,7 +193,12 @@ class RunConfig:
             raise ConfigError(
                 f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
             )
-        from loadtest.timing import limits_of  # it reads this module's ConfigError
+        from loadtest.promexport import check_metrics_config  # they read this module's ConfigError
+        from loadtest.server_time import check_server_time_config
+        from loadtest.timing import limits_of
+
+        check_metrics_config(self)
+        check_server_time_config(self.server_time_header, self.server_time_path)
 
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
         return self
@@ -269,6 +279,12 @@ FIELD_HELP = {
     "slo_p95_s": "also report the highest level whose P95 meets this many seconds; 0: off",
     "out": "folder where run folders go",
     "run_dir": "set by the runner: this run's folder",
+    "metrics_port": "serve the run's live metrics for Prometheus at http://METRICS_HOST:PORT/metrics; 0: off",
+    "metrics_host": "address /metrics binds to (0.0.0.0 lets a Prometheus on another machine scrape it)",
+    "server_time_header": (
+        "response header with the server's own processing time in ms (a Server-Timing header is read anyway)"
+    ),
+    "server_time_path": "dotted path of a JSON field in the answer with the server's own time in ms, e.g. usage.server_ms",
 }
 
 
