@@ -20,6 +20,12 @@ Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
    front of the queue). The step lasts max(a + b x batch, c x batch) (c: the compute roofline, 0 for
    most profiles) + the prefill of the sequences that joined; at its end every running sequence has one
    more token; those with output_tokens tokens are answered.
+Settings (simulator.settings): max_num_seqs replaces max_batch; gpu_memory_utilization sizes the pool
+and the KV cache. vllm profiles with encoder_mib_per_mpix: the images joining a step are encoded in it,
+their activations outside the pool; when pool + those exceed the card, every one of them fails with a
+500 OOM (and with restart_on_oom the server crashes). A step lasts step_host_ms (host work, the GPU idle)
++ its GPU part, the latter x the thermal slowdown (simulator.thermal); with stalls (stall_every_s) the
+engine does no work inside [k x every, k x every + stall_s).
 Habits (Options): the first request to reach the engine loads first_request_mib once, kept (allocator);
 the first slow_first_requests requests to run make the step they join slow_first_s longer (a first compile
 holds the engine). Load-independent errors (error_rate) are drawn before the pipeline, in the HTTP layer.
@@ -34,6 +40,8 @@ from dataclasses import dataclass, field
 
 from simulator.allocator import DeviceMemory
 from simulator.profiles import Options, Profile, Work
+from simulator.settings import settle, stalled_end
+from simulator.thermal import Reading, Thermal
 
 ARRIVE, GW_TIMEOUT, CPU_DONE, STEP_END, RESTART_DONE = range(5)
 UTIL_WINDOW_MS = 1000.0
@@ -57,6 +65,8 @@ class Finished:
     ttft_ms: float
     queue_ms: float
     preemptions: int
+    admitted_ms: float = 0.0  # when the engine first ran it (the server's own start of work)
+    runaway: bool = False  # it ran to its token budget (runaway_rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,7 @@ class Snapshot:
     gpu_util_pct: float
     down: bool
     preemptions_total: int
+    heat: Reading | None = None  # temperature, SM clock, power, throttle reasons
 
 
 @dataclass(slots=True)
@@ -107,13 +118,20 @@ class _Job:
 class _Counters:
     preemptions: int = 0
     busy: deque[tuple[float, float]] = field(default_factory=deque)
+    busy_total_ms: float = 0.0  # GPU-busy time of every step begun (the truth's utilisation)
+    peak_mem_mib: float = 0.0  # the most device memory the model used (the truth's peak)
 
 
 class Pipeline:
     def __init__(
-        self, profile: Profile, options: Options, restart_on_oom: bool = False, restart_s: float = 5.0
+        self,
+        profile: Profile,
+        options: Options,
+        restart_on_oom: bool = False,
+        restart_s: float = 5.0,
+        start_temp_c: float | None = None,
     ):
-        self.profile = profile
+        self.profile = profile = settle(profile, options)
         self.options = options
         self.restart_on_oom = restart_on_oom
         self.restart_s = restart_s
@@ -131,6 +149,9 @@ class Pipeline:
         self._stepping = False
         self._free_blocks = profile.num_gpu_blocks
         self._held_mib = 0.0
+        self._encoder_mib = 0.0  # vision-encoder activations of the step running now (vllm)
+        self.thermal = Thermal(options.heat, options.time_scale, start_temp_c)
+        self._step_busy_share = 0.0
         self.memory = DeviceMemory(options.allocator, options.first_request_mib)  # the device's view
         self._slow_left = options.slow_first_requests
         self._leak_mib = 0.0
@@ -164,7 +185,7 @@ class Pipeline:
         if down:
             mem = 0.0
         elif p.kind == "vllm":
-            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib
+            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._encoder_mib)
         else:
             mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._held_mib)
         used_blocks = p.num_gpu_blocks - self._free_blocks
@@ -176,6 +197,7 @@ class Pipeline:
             gpu_util_pct=self._util_pct(now_ms),
             down=down,
             preemptions_total=self._counters.preemptions,
+            heat=self.thermal.reading(now_ms, self._step_busy_share if self._stepping else 0.0),
         )
 
     def take_framework_peak_mib(self) -> float:
@@ -205,7 +227,7 @@ class Pipeline:
             self._arrive(job, t)
         elif kind == GW_TIMEOUT and job.stage == "gateway":
             self._gw_queue.remove(job.job_id)
-            self._fail(job, t, 503, "gateway_timeout", "gateway queue wait timed out", 1)
+            self._fail(job, t, 503, "gateway_timeout", "gateway queue wait timed out", self.options.retry_after_s)
         elif kind == CPU_DONE and job.stage == "cpu":
             self._cpu_busy -= 1
             self._start_next_cpu(t)
@@ -213,7 +235,7 @@ class Pipeline:
 
     def _arrive(self, job: _Job, t: float) -> None:
         if self.is_down(t):
-            self._fail(job, t, 503, "restarting", "server is restarting after an out-of-memory crash", 1)
+            self._fail(job, t, 503, "restarting", "server is restarting after an out-of-memory crash", self.options.retry_after_s)
             return
         o = self.options
         if o.gateway_slots <= 0:
@@ -227,7 +249,7 @@ class Pipeline:
             self._gw_queue.append(job.job_id)
             self._push(t + o.gateway_wait_s * 1000.0 * self._scale, GW_TIMEOUT, job.job_id)
         else:
-            self._fail(job, t, 503, "gateway_full", "gateway queue is full", 1)
+            self._fail(job, t, 503, "gateway_full", "gateway queue is full", self.options.retry_after_s)
 
     def _release_gateway(self, job: _Job, t: float) -> None:
         if not job.in_gateway:
@@ -279,6 +301,7 @@ class Pipeline:
             job.holds_mib = need
             self._held_mib += need
             self.memory.note_held(self._held_mib)
+            self._note_peak(used + need)
         elif self._blocks_for(job, job.work.output_tokens) > p.num_gpu_blocks:
             n = job.work.prompt_tokens + job.work.output_tokens
             msg = f"request needs {n} tokens, more than the KV cache holds ({p.kv_cache_size_tokens}): resize the image"
@@ -297,7 +320,7 @@ class Pipeline:
         victims = [job for job in self._jobs.values() if job.stage != "new"]
         for job in victims:
             job.in_gateway = False  # the gateway empties with the server: no hand-over
-            self._fail(job, t, 503, "restarting", "server crashed after an out-of-memory error", 1)
+            self._fail(job, t, 503, "restarting", "server crashed after an out-of-memory error", self.options.retry_after_s)
         self._gw_queue.clear()
         self._cpu_queue.clear()
         self._waiting.clear()
@@ -320,6 +343,7 @@ class Pipeline:
     def _start_step(self, t: float) -> None:
         p = self.profile
         vllm = p.kind == "vllm"
+        self.thermal.advance(t, 0.0)  # since the last step ended the GPU idled
         joined: list[_Job] = []
         if vllm:
             self._grow_running_blocks()
@@ -336,19 +360,66 @@ class Pipeline:
             if job.admitted_ms is None:
                 job.admitted_ms = t
             joined.append(job)
+        if joined and not self._encode(joined, t):
+            return
         if not self._running:
             self._stepping = False
             return
         n = len(self._running)
         decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)
-        ms = decode_ms + sum(j.work.prefill_ms + j.slow_first_ms for j in joined)
+        gpu_ms = (decode_ms + sum(j.work.prefill_ms for j in joined)) * self.thermal.slowdown()
+        host_ms = p.step_host_ms + sum(j.slow_first_ms for j in joined)
         for job in joined:
             job.slow_first_ms = 0.0  # once: a preempted sequence that rejoins is already compiled
-        end = t + ms * self._scale
+        o = self.options
+        every, stall = o.stall_every_s * 1000.0 * self._scale, o.stall_s * 1000.0 * self._scale
+        busy_from = stalled_end(t, host_ms * self._scale, every, stall)
+        end = stalled_end(busy_from, gpu_ms * self._scale, every, stall)
         self._stepping = True
         self._step_serial += 1
+        self._step_busy_share = gpu_ms * self._scale / (end - t) if end > t else 0.0
         self._push(end, STEP_END, self._step_serial)
-        self._note_busy(t, end)
+        self._note_busy(busy_from, end)
+
+    def _encode(self, joined: list[_Job], t: float) -> bool:
+        """The vision encoder runs on the images joining this step, its activations outside the pool: when
+        they do not fit, every one of them fails with an OOM. False when the server crashed with them."""
+        p = self.profile
+        need = sum(j.work.encoder_mib for j in joined)
+        if need <= 0:
+            return True
+        used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib
+        if used + need <= p.total_mib - p.reserved_mib:
+            self._encoder_mib = need
+            self.memory.note_held(need)
+            self._note_peak(used + need)
+            return True
+        free = max(0.0, p.total_mib - p.reserved_mib - used)
+        gpu = 1 if self.options.other_card_mib > 0 else 0
+        msg = (
+            f"CUDA out of memory. Tried to allocate {need:.0f} MiB in the vision encoder for {len(joined)} images"
+            f" (GPU {gpu}; {p.total_mib:.0f} MiB total capacity; {free:.0f} MiB free)"
+        )
+        for job in joined:
+            self._running.remove(job.job_id)
+            self._free_blocks += job.blocks
+            job.blocks = 0
+            self._fail(job, t, 500, "oom", msg, None)
+        if self.restart_on_oom:
+            self._crash(t)
+            return False
+        return True
+
+    def _note_peak(self, used_mib: float) -> None:
+        self._counters.peak_mem_mib = max(self._counters.peak_mem_mib, used_mib)
+
+    @property
+    def busy_total_ms(self) -> float:
+        return self._counters.busy_total_ms
+
+    @property
+    def peak_mem_mib(self) -> float:
+        return self._counters.peak_mem_mib
 
     def _grow_running_blocks(self) -> None:
         """Each running sequence takes the blocks its next token needs; preempt the newest when short."""
@@ -375,6 +446,8 @@ class Pipeline:
         self._waiting.appendleft(job.job_id)
 
     def _end_step(self, t: float) -> None:
+        self.thermal.advance(t, self._step_busy_share)
+        self._encoder_mib = 0.0
         still: list[int] = []
         for job_id in self._running:
             job = self._jobs[job_id]
@@ -408,6 +481,8 @@ class Pipeline:
                 ttft_ms=first - job.arrival_ms,
                 queue_ms=admitted - job.engine_in_ms,
                 preemptions=job.preemptions,
+                admitted_ms=admitted,
+                runaway=job.work.runaway,
             )
         )
         del self._jobs[job.job_id]
@@ -423,6 +498,7 @@ class Pipeline:
 
     # ---- utilisation --------------------------------------------------------------------------
     def _note_busy(self, start: float, end: float) -> None:
+        self._counters.busy_total_ms += end - start
         busy = self._counters.busy
         busy.append((start, end))
         while busy and busy[0][1] < start - UTIL_WINDOW_MS * 4:
