@@ -110,6 +110,7 @@ class _Job:
     emitted: int = 0
     blocks: int = 0
     holds_mib: float = 0.0
+    encoder_mib: float = 0.0  # vllm: its image's encoder memory, held while it runs
     preemptions: int = 0
     slow_first_ms: float = 0.0  # unscaled; added once, to the step it joins (slow_first_requests)
 
@@ -149,7 +150,7 @@ class Pipeline:
         self._stepping = False
         self._free_blocks = profile.num_gpu_blocks
         self._held_mib = 0.0
-        self._encoder_mib = 0.0  # vision-encoder activations of the step running now (vllm)
+        self._encoder_mib = 0.0  # vision-encoder memory of the images in the running batch (vllm)
         self.thermal = Thermal(options.heat, options.time_scale, start_temp_c)
         self._step_busy_share = 0.0
         self.memory = DeviceMemory(options.allocator, options.first_request_mib)  # the device's view
@@ -331,6 +332,7 @@ class Pipeline:
         self._step_serial += 1
         self._free_blocks = self.profile.num_gpu_blocks
         self._held_mib = 0.0
+        self._encoder_mib = 0.0
         self.memory.release_all()
         self._leak_mib = 0.0
         self._down_until_ms = t + self.restart_s * 1000.0 * self._scale
@@ -382,16 +384,19 @@ class Pipeline:
         self._note_busy(busy_from, end)
 
     def _encode(self, joined: list[_Job], t: float) -> bool:
-        """The vision encoder runs on the images joining this step, its activations outside the pool: when
-        they do not fit, every one of them fails with an OOM. False when the server crashed with them."""
+        """The vision encoder runs on the images joining this step; each one's memory (activations, its
+        embeddings) stays outside the pool while it runs. When the running images' and theirs do not fit,
+        every image of the step fails with an OOM. False when the server crashed with them."""
         p = self.profile
         need = sum(j.work.encoder_mib for j in joined)
         if need <= 0:
             return True
-        used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib
+        used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self._encoder_mib
         if used + need <= p.total_mib - p.reserved_mib:
-            self._encoder_mib = need
-            self.memory.note_held(need)
+            for job in joined:
+                job.encoder_mib = job.work.encoder_mib
+            self._encoder_mib += need
+            self.memory.note_held(self._encoder_mib)
             self._note_peak(used + need)
             return True
         free = max(0.0, p.total_mib - p.reserved_mib - used)
@@ -437,7 +442,12 @@ class Pipeline:
             job.blocks += need
             i += 1
 
+    def _release_encoder(self, job: _Job) -> None:
+        self._encoder_mib = max(0.0, self._encoder_mib - job.encoder_mib)
+        job.encoder_mib = 0.0
+
     def _preempt(self, job: _Job) -> None:
+        self._release_encoder(job)
         self._free_blocks += job.blocks
         job.blocks = 0
         job.tokens = 0
@@ -447,7 +457,6 @@ class Pipeline:
 
     def _end_step(self, t: float) -> None:
         self.thermal.advance(t, self._step_busy_share)
-        self._encoder_mib = 0.0
         still: list[int] = []
         for job_id in self._running:
             job = self._jobs[job_id]
@@ -468,6 +477,7 @@ class Pipeline:
     def _finish(self, job: _Job, t: float) -> None:
         self._free_blocks += job.blocks
         self._held_mib -= job.holds_mib
+        self._release_encoder(job)
         job.stage = "done"
         first = job.first_token_ms if job.first_token_ms is not None else t
         admitted = job.admitted_ms if job.admitted_ms is not None else t
