@@ -190,15 +190,16 @@ class Pipeline:
         else:
             mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._held_mib)
         used_blocks = p.num_gpu_blocks - self._free_blocks
+        util = self._util_pct(now_ms)
         return Snapshot(
             running=len(self._running),
             waiting=len(self._waiting) + len(self._gw_queue) + len(self._cpu_queue),
             kv_usage=used_blocks / p.num_gpu_blocks if p.kind == "vllm" else 0.0,
             mem_used_mib=mem,
-            gpu_util_pct=self._util_pct(now_ms),
+            gpu_util_pct=util,
             down=down,
             preemptions_total=self._counters.preemptions,
-            heat=self.thermal.reading(now_ms, self._step_busy_share if self._stepping else 0.0),
+            heat=self.thermal.reading(now_ms, util / 100.0),  # power as NVML averages it: the last second
         )
 
     def take_framework_peak_mib(self) -> float:

@@ -82,7 +82,11 @@ class Thermal:
 def steady_c(heat: bool, busy_share: float) -> float:
     """The temperature a card settles at when busy `busy_share` of the time (fixed point of the model)."""
     c_per_w = HOT_C_PER_W if heat else COOL_C_PER_W
-    temp = AMBIENT_C
-    for _ in range(200):
-        temp = 0.5 * temp + 0.5 * (AMBIENT_C + c_per_w * power_at(busy_share, clock_at(temp)))
-    return temp
+    lo, hi = AMBIENT_C, AMBIENT_C + c_per_w * BUSY_W  # target(T) - T falls with T: bisect its zero
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if AMBIENT_C + c_per_w * power_at(busy_share, clock_at(mid)) > mid:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

@@ -76,7 +76,7 @@ def _simulated_page(profile: str) -> str:
     return pages[0]
 
 
-@pytest.mark.parametrize("profile", ["vllm-24g", "vllm-far", "pytorch-24g"])
+@pytest.mark.parametrize("profile", ["vllm-24g", "vllm-far", "pytorch-24g", "hunyuan-vllm-24g"])
 def test_every_name_and_label_key_the_simulator_writes_is_on_a_real_vllm_page(profile: str) -> None:
     real_keys, real_kinds = _real()
     keys, kinds = _shape(_simulated_page(profile))
