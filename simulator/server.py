@@ -39,7 +39,14 @@ from simulator.replies import (
     send_event,
     usage_of,
 )
-from simulator.requestlog import RESET_KEY, START_KEY, RequestLog, elapsed_ms, server_timing, timing_middleware
+from simulator.requestlog import (
+    RESET_KEY,
+    START_KEY,
+    RequestLog,
+    elapsed_ms,
+    server_timing,
+    timing_middleware,
+)
 from simulator.settings import settle
 from simulator.truth import truth
 

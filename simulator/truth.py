@@ -132,23 +132,23 @@ def truth(profile: str, width_px: int, height_px: int, **options: object) -> Tru
 def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None = None) -> Truth:
     """`truth` for a `Profile` object: also for a variant of a registered one (dataclasses.replace)."""
     core = _walked(p, _curve_options(o), width_px, height_px, max_tokens)
-    return replace(
+    core = replace(
         core,
         error_rate=o.error_rate,
         error_status=o.error_status,
         server_gpu_index=1 if o.other_card_mib > 0 else 0,
         retry_after_s=o.retry_after_s,
-        **(_hot(p, o, core, width_px, height_px, max_tokens) if o.heat else {}),
     )
+    return _hot(p, o, core, width_px, height_px, max_tokens) if o.heat else core
 
 
-def _hot(p: Profile, o: Options, core: Truth, w: int, h: int, max_tokens: int | None) -> dict[str, object]:
+def _hot(p: Profile, o: Options, core: Truth, w: int, h: int, max_tokens: int | None) -> Truth:
     """With heat: where the card settles at the knee's busy share, its clock, and the knee's throughput
     on that hot card (a walk level started at that temperature)."""
     temp = steady_c(True, core.knee_gpu_util_pct / 100.0)
     hot = simulate_closed_loop(p, replace(_curve_options(o), heat=True), core.knee_concurrency, w, h, max_tokens,
                                start_temp_c=temp)  # fmt: skip
-    return {"heat": True, "hot_temp_c": temp, "hot_sm_clock_mhz": clock_at(temp), "hot_knee_rps": hot.throughput_rps}
+    return replace(core, heat=True, hot_temp_c=temp, hot_sm_clock_mhz=clock_at(temp), hot_knee_rps=hot.throughput_rps)
 
 
 def _curve_options(o: Options) -> Options:

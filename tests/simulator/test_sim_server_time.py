@@ -63,9 +63,11 @@ def test_a_streamed_answer_times_its_first_token_in_the_header_and_all_of_it_in_
 
     async def body() -> None:
         async with served(options=Options(time_scale=0.2), request_log=str(log)) as (url, _, server):
-            async with session_of(server).post(f"{url}/v1/chat/completions", json=chat_body(PAGE, stream=True)) as r:
-                seen.append(_dur_ms(r.headers["Server-Timing"]))
-                await r.read()
+            chat = chat_body(PAGE, stream=True)
+            r = await session_of(server).post(f"{url}/v1/chat/completions", json=chat)
+            seen.append(_dur_ms(r.headers["Server-Timing"]))
+            await r.read()
+            r.release()
 
     run(body)
     (row,) = list(csv.DictReader(log.open()))
