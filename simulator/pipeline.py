@@ -21,9 +21,9 @@ Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
    most profiles) + the prefill of the sequences that joined; at its end every running sequence has one
    more token; those with output_tokens tokens are answered.
 Settings (simulator.settings): max_num_seqs replaces max_batch; gpu_memory_utilization sizes the pool
-and the KV cache. vllm profiles with encoder_mib_per_mpix: the images joining a step are encoded in it,
-their activations outside the pool; when pool + those exceed the card, every one of them fails with a
-500 OOM (and with restart_on_oom the server crashes). A step lasts step_host_ms (host work, the GPU idle)
+and the KV cache. vllm profiles with encoder_mib_per_mpix: the images joining a step are encoded in it and
+their memory stays outside the pool until their answers; when pool + the running images' + theirs exceed
+the card, every image joining fails with a 500 OOM (and with restart_on_oom the server crashes). A step lasts step_host_ms (host work, the GPU idle)
 + its GPU part, the latter x the thermal slowdown (simulator.thermal); with stalls (stall_every_s) the
 engine does no work inside [k x every, k x every + stall_s).
 Habits (Options): the first request to reach the engine loads first_request_mib once, kept (allocator);

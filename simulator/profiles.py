@@ -28,8 +28,9 @@ Parameters of a `Profile` (a simulated server on one GPU):
     max_model_len             tokens vllm: --max-model-len; kv_cache_max_concurrency = KV tokens / this
     step_host_ms              ms     host-side part of every step (scheduling, sampling, Python): the step
                                      lasts it too, but the GPU idles meanwhile (not in DCGM_FI_DEV_GPU_UTIL)
-    encoder_mib_per_mpix      MiB    vllm: vision-encoder activations OUTSIDE the KV pool, per megapixel of the
-                                     images encoded in one step (those joining it); they exceed the card -> OOM
+    encoder_mib_per_mpix      MiB    vllm: vision-encoder memory OUTSIDE the KV pool per megapixel of each image
+                                     in the running batch (taken when it is encoded, held to its answer); when
+                                     the batch's and the joining images' exceed the card, those joining OOM
     max_image_px              px     the model processor's own pixel cap (Qwen2-VL's max_pixels): a larger image
                                      is scaled down to it (aspect kept) before the encoder; 0: none
     gateway_slots/_queue/_wait_s, retry_after_s   a gateway this profile has in front by default (the

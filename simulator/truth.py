@@ -21,8 +21,15 @@ Memory (seed 000's method, headroom 0.7):
     pytorch: increment_mib = the request's memory; estimate = floor((total x 0.7 - idle) / increment);
              oom_concurrency = floor((total - reserved - idle) / increment) + 1 requests in the engine at
              once (None when a gateway keeps fewer than that inside).
-    vllm:    memory is flat (increment 0); estimate = floor(kv_cache_size_tokens / tokens per request);
-             oom_concurrency = None.
+    vllm:    estimate = floor(kv_cache_size_tokens / tokens per request); increment_mib = the image's
+             encoder memory outside the pool (0 for most: memory is flat); with one, oom_concurrency =
+             floor((total - reserved - idle) / increment) + 1 images in the engine at once when the engine's
+             slots (and a gateway) let that many in, else None.
+Settings (simulator.settings): max_num_seqs and gpu_memory_utilization change the profile before the walk;
+runaway_rate draws runaways in the walk (seeded apart from the lengths); stalls are in the walk; heat is not
+(the curve is the cool card's): hot_temp_c, hot_sm_clock_mhz and hot_knee_rps say what a card settled at the
+knee's busy share does. Per level: GPU-busy share, peak memory, preemptions (knee_gpu_util_pct, peak_mem_mib,
+preemptions of the Truth).
 Habits (Options; simulator/README.md "Habits of real servers"):
     error_rate, error_status   recorded as they are; the curve and the knee do not change (errors are
                                drawn before any work, at the same rate at every load)
@@ -339,3 +346,21 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return math.nan
     return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def truths_of_settings(profile: str, width_px: int, height_px: int, key: str, values: list[object],
+                       **options: object) -> dict[str, Truth]:  # fmt: skip
+    """The truth per setting of one option, keyed as the sweep names settings: {"max_num_seqs=16": Truth}."""
+    return {f"{key}={v}": truth(profile, width_px, height_px, **{**options, key: v}) for v in values}
+
+
+def pick_of(truths: dict[str, Truth], slo_p95_s: float = 0.0) -> str | None:
+    """The setting a sweep must pick (issue 22): the highest plateau among settings with no OOM and no
+    preemption (and, with an SLO, whose P95 at the knee meets it); None when every setting fails them."""
+
+    def p95_s(t: Truth) -> float:
+        return next(pt.p95_ms for pt in t.curve if pt.concurrency == t.knee_concurrency) / 1000.0
+
+    ok = {name: t for name, t in truths.items()
+          if not t.oom and not t.preemptions and (slo_p95_s <= 0 or p95_s(t) <= slo_p95_s)}  # fmt: skip
+    return max(ok, key=lambda name: ok[name].plateau_rps) if ok else None

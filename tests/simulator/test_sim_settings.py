@@ -18,16 +18,10 @@ from simulator import PROFILES, truth
 from simulator.pipeline import Pipeline
 from simulator.profiles import Options, ProfileError, make_options, work_of
 from simulator.settings import kv_mib, settle, stalled_end
-from simulator.truth import truth_of
+from simulator.truth import pick_of, truth_of, truths_of_settings
 
 HY = "hunyuan-vllm-24g"
 PAGE = png_with_text(1000, 700, "Invoice 2024-001 total 42.00 EUR")
-
-
-def pick(truths: dict[int, object]) -> int | None:
-    """The sweep's rule: the highest plateau among settings with no OOM and no preemption."""
-    ok = {s: t for s, t in truths.items() if not t.oom and not t.preemptions}  # type: ignore[attr-defined]
-    return max(ok, key=lambda s: ok[s].plateau_rps) if ok else None  # type: ignore[attr-defined]
 
 
 def test_the_truth_per_max_num_seqs_has_seed_001s_shape() -> None:
@@ -38,7 +32,10 @@ def test_the_truth_per_max_num_seqs_has_seed_001s_shape() -> None:
     assert 16 < truths[32].oom_concurrency <= 24  # type: ignore[operator]
     assert not truths[16].oom and not truths[8].oom
     # 16 is the pick: the highest OOM-free throughput; 8 leaves the GPU under half busy at its knee
-    assert pick(truths) == 16
+    named = truths_of_settings(HY, 1000, 700, "max_num_seqs", [8, 16, 32, 64])
+    assert pick_of(named) == "max_num_seqs=16" and named["max_num_seqs=16"] == truths[16]
+    assert pick_of(named, slo_p95_s=0.6) == "max_num_seqs=8"  # 16's P95 at its knee is ~0.71 s
+    assert pick_of({k: named[k] for k in ("max_num_seqs=32", "max_num_seqs=64")}) is None
     assert truths[16].plateau_rps > 1.3 * truths[8].plateau_rps
     assert truths[8].gpu_idle_at_knee and truths[8].knee_gpu_util_pct < 50
     assert not truths[16].gpu_idle_at_knee
