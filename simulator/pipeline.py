@@ -321,6 +321,7 @@ class Pipeline:
             joined.append(job)
         if joined and not self._encode(joined, t):
             return
+        joined = [job for job in joined if job.stage == "engine"]  # those that failed in the encoder cost nothing
         if not self._running:
             self._stepping = False
             return
