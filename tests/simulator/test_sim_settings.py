@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, png_with_text, run, served, session_of, sim_process
 
 from simulator import PROFILES, truth
+from simulator.cli import UserError, build_parser, config_from_args
 from simulator.pipeline import Pipeline
 from simulator.profiles import Options, ProfileError, make_options, work_of
 from simulator.settings import kv_mib, settle, stalled_end
@@ -149,3 +150,22 @@ def test_profiles_without_the_new_settings_keep_their_truth() -> None:
         assert truth_of(p, Options(), 1000, 700) is truth_of(replace(p), Options(), 1000, 700)  # one cache entry
     t = truth("vllm-24g", 1000, 700)
     assert (t.estimate, t.knee_concurrency, t.slots, t.oom_concurrency, t.increment_mib) == (10, 8, 8, None, 0.0)
+
+
+def test_the_command_line_sets_every_setting_and_the_profile_fills_the_rest() -> None:
+    def options(*argv: str) -> Options:
+        return config_from_args(build_parser().parse_args(list(argv))).options
+
+    o = options("--profile", HY, "--max-num-seqs", "16", "--gpu-memory-utilization", "0.8", "--runaway-rate", "0.05",
+                "--stall-every-s", "10", "--stall-s", "1", "--retry-after-s", "3", "--max-side", "1024")  # fmt: skip
+    assert (o.max_num_seqs, o.gpu_memory_utilization, o.runaway_rate, o.stall_every_s, o.stall_s) == (16, 0.8, 0.05, 10, 1)
+    assert (o.retry_after_s, o.max_side, o.gateway_slots, o.heat) == (3, 1024, 0, False)
+    gated = options("--profile", "vllm-24g-gateway")
+    assert (gated.gateway_slots, gated.gateway_queue, gated.gateway_wait_s) == (8, 8, 2.0)
+    assert options("--profile", "vllm-24g-gateway", "--gateway-queue", "0").gateway_queue == 0
+    assert options("--profile", "hot-24g").heat and not options("--profile", "hot-24g", "--no-heat").heat
+    assert options("--heat").heat
+    for bad, flag in ((("--profile", "vllm-24g", "--gpu-memory-utilization", "0.5"), "max_model_len"),
+                      (("--stall-s", "1"), "--stall-every-s"), (("--runaway-rate", "2"), "--runaway-rate")):  # fmt: skip
+        with pytest.raises((UserError, ProfileError), match=flag):
+            options(*bad)
