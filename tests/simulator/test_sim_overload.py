@@ -4,8 +4,10 @@ Retry-After the flags set, and an engine that stalls now and then. Real server, 
 from __future__ import annotations
 
 import asyncio
+import csv
 import statistics
 import time
+from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -116,22 +118,27 @@ def test_retry_after_s_and_gateway_flags_over_http() -> None:
         assert {status for status, _ in burst(sim.url)} == {200}  # no gateway: everything queues
 
 
-def test_a_stalling_engine_holds_every_request_in_flight() -> None:
-    """Every 2 s (x0.2) the engine stops for 1 s (x0.2): one user's answers of ~67 ms now and then wait it out."""
+def test_a_stalling_engine_holds_every_request_in_flight_and_its_log_shows_it(tmp_path: Path) -> None:
+    """Every 2 s (x0.2) the engine stops for 1 s (x0.2): one user's answers of ~67 ms now and then wait it out,
+    and the server's own log has the same latencies (arrivals are stamped on time, not after the stall)."""
+    log = tmp_path / "requests.csv"
+    latencies: list[float] = []
 
     async def body() -> None:
         options = Options(time_scale=0.2, stall_every_s=2.0, stall_s=1.0)
-        async with served(options=options) as (url, _, server):
+        async with served(options=options, request_log=str(log)) as (url, _, server):
             s = session_of(server)
-            latencies: list[float] = []
             t_end = time.perf_counter() + 1.6
             while time.perf_counter() < t_end:
                 t0 = time.perf_counter()
                 async with s.post(f"{url}/ocr", json={"image": b64(PAGE)}) as r:
                     assert r.status == 200
                 latencies.append(time.perf_counter() - t0)
-        assert min(latencies) < 0.1  # 335 ms x 0.2 without a stall
-        assert max(latencies) > 0.2  # one waited most of a stall of 0.2 s
-        assert sum(1 for x in latencies if x > 0.12) >= 2  # more than one stall in 1.6 s
 
     run(body)
+    assert min(latencies) < 0.1  # 335 ms x 0.2 without a stall
+    assert max(latencies) > 0.2  # one waited most of a stall of 0.2 s
+    assert sum(1 for x in latencies if x > 0.12) >= 2  # more than one stall in 1.6 s
+    server_ms = [float(row["server_ms"]) for row in csv.DictReader(log.open())]
+    assert len(server_ms) == len(latencies)
+    assert all(0 <= c * 1000 - m < 30 for c, m in zip(latencies, server_ms, strict=True))
