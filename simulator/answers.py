@@ -58,3 +58,16 @@ def ocr_fields(shape: str, text: str, width_px: int, height_px: int) -> dict[str
     if shape == "boxes":
         return {"lines": page_lines(text, width_px, height_px)}
     return {"text": shaped_text(shape, text, width_px, height_px)}
+
+
+RUNAWAY_PHRASE_CHARS = 24
+
+
+def runaway_text(text: str, n_chars: int) -> str:
+    """A runaway answer `n_chars` long (its whole token budget): the first half of the page's text, then
+    one phrase of it repeated to the end, as a model stuck in a loop writes (HunyuanOCR's guide warns of it)."""
+    head = text[: max(1, n_chars // 2)]
+    words = head.strip().split()
+    phrase = (" ".join(words[-3:]) if words else "。")[:RUNAWAY_PHRASE_CHARS] + " "
+    repeats = max(2, (n_chars - len(head)) // len(phrase) + 1)
+    return (head + " " + phrase * repeats)[:n_chars]

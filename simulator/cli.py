@@ -21,6 +21,7 @@ from simulator.profiles import (
     ANSWER_SHAPES,
     DEFAULT_PROFILE,
     HABITS,
+    PROFILE_DEFAULTS,
     PROFILES,
     Options,
     ProfileError,
@@ -28,6 +29,9 @@ from simulator.profiles import (
     make_options,
 )
 from simulator.server import ServerConfig, SimServer
+from simulator.settings import settle
+
+SETTINGS = ("max_num_seqs", "gpu_memory_utilization", "runaway_rate", "stall_every_s", "stall_s")
 
 
 class UserError(Exception):
@@ -54,9 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=float, default=1.0, help="multiplies every duration")
     p.add_argument("--max-body-mib", type=float, default=64.0)
     p.add_argument("--max-pixels", type=int, default=50_000_000, help="decompression-bomb limit (pixels)")
-    p.add_argument("--gateway-slots", type=int, default=0, help="gateway semaphore size (0: no gateway)")
-    p.add_argument("--gateway-queue", type=int, default=0, help="gateway bounded queue (requests)")
-    p.add_argument("--gateway-wait-s", type=float, default=30.0, help="longest gateway queue wait (s)")
+    p.add_argument("--gateway-slots", type=int, default=None, help="gateway semaphore size (0: no gateway; default: the profile's)")
+    p.add_argument("--gateway-queue", type=int, default=None, help="gateway bounded queue (requests; default: the profile's)")
+    p.add_argument("--gateway-wait-s", type=float, default=None, help="longest gateway queue wait (s; default: the profile's)")
+    p.add_argument("--retry-after-s", type=int, default=None, help="Retry-After of the 503s (s; default: the profile's, 1)")
+    p.add_argument("--max-num-seqs", type=int, default=0, help="engine slots, as vLLM's --max-num-seqs (default: the profile's)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.0,
+                   help="vllm profiles: the pool preallocated, a share of the card (default: the profile's, 0.9)")
+    p.add_argument("--runaway-rate", type=float, default=0.0,
+                   help="share of answers that run to max_tokens (finish_reason length, a repeated tail)")
+    p.add_argument("--request-log", default="", help="append one CSV line per OCR request with the server's own times")
+    p.add_argument("--stall-every-s", type=float, default=0.0, help="the engine stops every this many seconds ...")
+    p.add_argument("--stall-s", type=float, default=0.0, help="... for this long (in-flight requests wait)")
+    p.add_argument("--heat", action=argparse.BooleanOptionalAction, default=None,
+                   help="the card heats with load and throttles past 83 C (default: the profile's; hot-24g has it)")
     p.add_argument("--cpu-workers", type=int, default=0, help="CPU preprocessing pool size (0: none)")
     p.add_argument("--cpu-ms-per-mpix", type=float, default=150.0, help="CPU ms per megapixel in that pool")
     p.add_argument("--max-side", type=int, default=0, help="resize so the longest side is at most this (px)")
@@ -96,14 +111,15 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.time_scale <= 0:
         raise UserError("--time-scale must be > 0")
     for name in ("gateway_slots", "gateway_queue", "cpu_workers", "max_side", "max_pixels"):
-        if getattr(args, name) < 0:
+        if (getattr(args, name) or 0) < 0:
             raise UserError(f"--{name.replace('_', '-')} must be >= 0")
-    if args.max_body_mib <= 0 or args.gateway_wait_s <= 0 or args.cpu_ms_per_mpix < 0:
+    if args.max_body_mib <= 0 or (args.gateway_wait_s is not None and args.gateway_wait_s <= 0) or args.cpu_ms_per_mpix < 0:
         raise UserError("--max-body-mib and --gateway-wait-s must be > 0, --cpu-ms-per-mpix >= 0")
+    given = {name: getattr(args, name) for name in PROFILE_DEFAULTS if getattr(args, name) is not None}
     options = make_options(
-        gateway_slots=args.gateway_slots,
-        gateway_queue=args.gateway_queue,
-        gateway_wait_s=args.gateway_wait_s,
+        profile,
+        **given,
+        **{name: getattr(args, name) for name in SETTINGS},
         cpu_workers=args.cpu_workers,
         cpu_ms_per_mpix=args.cpu_ms_per_mpix,
         max_side=args.max_side,
@@ -112,6 +128,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allocator=args.allocator,
         **{name: getattr(args, name) for name in HABITS},
     )
+    try:
+        settle(profile, options)  # a memory utilisation that leaves no KV cache is one line now, not later
+    except ProfileError as exc:
+        raise UserError(str(exc)) from None
     if options.other_card_mib > profile.total_mib:
         raise UserError(f"--other-card-mib {options.other_card_mib:g} is more than the card ({profile.total_mib:g} MiB)")
     names = [name for name in Faults.__dataclass_fields__ if name not in HABITS]  # those start from options
@@ -127,6 +147,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_body_mib=args.max_body_mib,
         max_pixels=args.max_pixels,
         metrics_token=args.metrics_token,
+        request_log=args.request_log,
     )
 
 
@@ -151,7 +172,10 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before the URLs are printed: a caller may signal at once
         loop.add_signal_handler(sig, stop.set)
-    server = SimServer(config)
+    try:
+        server = SimServer(config)
+    except ValueError as exc:  # the request log cannot be written
+        raise UserError(str(exc)) from None
     try:
         bound, dcgm_bound = await server.start(host, port, dcgm_port, tls)
     except OSError as exc:

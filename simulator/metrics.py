@@ -5,8 +5,9 @@ checks every name and label key against them): no `max_num_seqs` anywhere, as in
 shows only as `vllm:num_requests_running` staying flat while `vllm:num_requests_waiting` grows. Counters
 and histograms have their `_created` gauges (the server's start time), as prometheus_client writes them.
 The DCGM page uses the fields of dcgm-exporter's counters files (default-counters.csv; FB_RESERVED from
-dcp-metrics-included.csv) and its labels, one line per card: with `other_card_mib` card 0 is another job's
-and the server's card is 1.
+dcp-metrics-included.csv; CLOCK_THROTTLE_REASONS is a DCGM field a counters file may add, not in the default
+ones) and its labels, one line per card: with `other_card_mib` card 0 is another job's and the server's
+card is 1. Temperature, SM clock, power and throttle reasons come from `simulator.thermal`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from simulator.pipeline import Snapshot
 from simulator.profiles import Options, Profile
+from simulator.thermal import MAX_SM_CLOCK_MHZ, Reading
 
 # vLLM 0.32's buckets, as in the reference dumps
 LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
@@ -24,6 +26,8 @@ TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.
                   20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 OTHER_CARD_UTIL_PCT = 35  # the other job's steady utilisation of card 0 (other_card_mib)
+OTHER_CARD_HEAT = Reading(temp_c=52.0, sm_clock_mhz=MAX_SM_CLOCK_MHZ, power_w=160.0, throttle_reasons=0)
+COOL_IDLE = Reading(temp_c=32.0, sm_clock_mhz=MAX_SM_CLOCK_MHZ, power_w=30.0, throttle_reasons=1)
 DRIVER_VERSION = "550.90.07"
 
 
@@ -180,25 +184,34 @@ def render_framework_metric(profile: Profile, peak_mib: float) -> str:
 
 def render_dcgm_metrics(profile: Profile, snap: Snapshot, hostname: str = "simulator", options: Options | None = None) -> str:
     """One line per card and field; the server's card last (index 1 when `options.other_card_mib` puts
-    another job's card at index 0: its memory and utilisation steady, its free memory what is left)."""
+    another job's card at index 0: its memory, utilisation and heat steady, its free memory what is left)."""
     o = options or Options()
     total, reserved = round(profile.total_mib), round(profile.reserved_mib)
-    used = round(snap.mem_used_mib)
-    cards = [(used, round(snap.gpu_util_pct))]  # (FB_USED, GPU_UTIL) by card index
+    cards = [(round(snap.mem_used_mib), round(snap.gpu_util_pct), snap.heat or COOL_IDLE)]  # by card index
     if o.other_card_mib > 0:
-        cards.insert(0, (round(o.other_card_mib), OTHER_CARD_UTIL_PCT))
+        cards.insert(0, (round(o.other_card_mib), OTHER_CARD_UTIL_PCT, OTHER_CARD_HEAT))
     lines: list[str] = []
-    for name, help_text, value_of in (
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda u, util: util),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda u, util: max(0, total - reserved - u)),
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda u, util: u),
-        ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", lambda u, util: reserved),
-    ):
+    for name, help_text, value_of in DCGM_GAUGES:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} gauge")
-        for index, (card_used, card_util) in enumerate(cards):
-            lines.append(f"{name}{_dcgm_labels(profile, index, hostname)} {value_of(card_used, card_util)}")
+        for index, (used, util, heat) in enumerate(cards):
+            value = value_of(used, util, heat, total, reserved)
+            lines.append(f"{name}{_dcgm_labels(profile, index, hostname)} {value}")
     return "\n".join(lines) + "\n"
+
+
+# (field, HELP as dcgm-exporter writes it, value from (FB used MiB, util %, heat, total MiB, reserved MiB))
+DCGM_GAUGES = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda u, util, h, total, reserved: util),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda u, util, h, total, reserved: max(0, total - reserved - u)),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda u, util, h, total, reserved: u),
+    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", lambda u, util, h, total, reserved: reserved),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda u, util, h, total, reserved: round(h.temp_c)),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda u, util, h, total, reserved: round(h.sm_clock_mhz)),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda u, util, h, total, reserved: round(h.power_w, 3)),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*).",
+     lambda u, util, h, total, reserved: h.throttle_reasons),
+)  # fmt: skip
 
 
 def _dcgm_labels(profile: Profile, index: int, hostname: str) -> str:

@@ -20,6 +20,12 @@ Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
    front of the queue). The step lasts max(a + b x batch, c x batch) (c: the compute roofline, 0 for
    most profiles) + the prefill of the sequences that joined; at its end every running sequence has one
    more token; those with output_tokens tokens are answered.
+Settings (simulator.settings): max_num_seqs replaces max_batch; gpu_memory_utilization sizes the pool
+and the KV cache. vllm profiles with encoder_mib_per_mpix: the images joining a step are encoded in it and
+their memory stays outside the pool until their answers; when pool + the running images' + theirs exceed
+the card, every image joining fails with a 500 OOM (and with restart_on_oom the server crashes). A step lasts step_host_ms (host work, the GPU idle)
++ its GPU part, the latter x the thermal slowdown (simulator.thermal); with stalls (stall_every_s) the
+engine does no work inside [k x every, k x every + stall_s).
 Habits (Options): the first request to reach the engine loads first_request_mib once, kept (allocator);
 the first slow_first_requests requests to run make the step they join slow_first_s longer (a first compile
 holds the engine). Load-independent errors (error_rate) are drawn before the pipeline, in the HTTP layer.
@@ -33,54 +39,15 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from simulator.allocator import DeviceMemory
+from simulator.outcomes import Failed, Finished, Outcome, Snapshot, Tokens
 from simulator.profiles import Options, Profile, Work
+from simulator.settings import settle, stalled_end
+from simulator.thermal import Thermal
+
+__all__ = ["Failed", "Finished", "Outcome", "Pipeline", "Snapshot", "Tokens"]
 
 ARRIVE, GW_TIMEOUT, CPU_DONE, STEP_END, RESTART_DONE = range(5)
 UTIL_WINDOW_MS = 1000.0
-
-
-@dataclass(frozen=True, slots=True)
-class Tokens:
-    job_id: int
-    t_ms: float
-    first_index: int  # index of the first new token (0-based)
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    job_id: int
-    t_ms: float
-    prompt_tokens: int
-    output_tokens: int
-    e2e_ms: float
-    ttft_ms: float
-    queue_ms: float
-    preemptions: int
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    job_id: int
-    t_ms: float
-    status: int  # HTTP status the server answers
-    kind: str  # "oom" | "too_long" | "restarting" | "gateway_full" | "gateway_timeout"
-    message: str
-    retry_after_s: int | None
-
-
-Outcome = Tokens | Finished | Failed
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    running: int
-    waiting: int  # engine queue + gateway queue + CPU queue
-    kv_usage: float  # 0..1 (vllm); 0 for pytorch
-    mem_used_mib: float
-    gpu_util_pct: float
-    down: bool
-    preemptions_total: int
 
 
 @dataclass(slots=True)
@@ -99,6 +66,7 @@ class _Job:
     emitted: int = 0
     blocks: int = 0
     holds_mib: float = 0.0
+    encoder_mib: float = 0.0  # vllm: its image's encoder memory, held while it runs
     preemptions: int = 0
     slow_first_ms: float = 0.0  # unscaled; added once, to the step it joins (slow_first_requests)
 
@@ -107,13 +75,20 @@ class _Job:
 class _Counters:
     preemptions: int = 0
     busy: deque[tuple[float, float]] = field(default_factory=deque)
+    busy_total_ms: float = 0.0  # GPU-busy time of every step begun (the truth's utilisation)
+    peak_mem_mib: float = 0.0  # the most device memory the model used (the truth's peak)
 
 
 class Pipeline:
     def __init__(
-        self, profile: Profile, options: Options, restart_on_oom: bool = False, restart_s: float = 5.0
+        self,
+        profile: Profile,
+        options: Options,
+        restart_on_oom: bool = False,
+        restart_s: float = 5.0,
+        start_temp_c: float | None = None,
     ):
-        self.profile = profile
+        self.profile = profile = settle(profile, options)
         self.options = options
         self.restart_on_oom = restart_on_oom
         self.restart_s = restart_s
@@ -131,6 +106,9 @@ class Pipeline:
         self._stepping = False
         self._free_blocks = profile.num_gpu_blocks
         self._held_mib = 0.0
+        self._encoder_mib = 0.0  # vision-encoder memory of the images in the running batch (vllm)
+        self.thermal = Thermal(options.heat, options.time_scale, start_temp_c)
+        self._step_busy_share = 0.0
         self.memory = DeviceMemory(options.allocator, options.first_request_mib)  # the device's view
         self._slow_left = options.slow_first_requests
         self._leak_mib = 0.0
@@ -164,18 +142,20 @@ class Pipeline:
         if down:
             mem = 0.0
         elif p.kind == "vllm":
-            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib
+            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._encoder_mib)
         else:
             mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._held_mib)
         used_blocks = p.num_gpu_blocks - self._free_blocks
+        util = self._util_pct(now_ms)
         return Snapshot(
             running=len(self._running),
             waiting=len(self._waiting) + len(self._gw_queue) + len(self._cpu_queue),
             kv_usage=used_blocks / p.num_gpu_blocks if p.kind == "vllm" else 0.0,
             mem_used_mib=mem,
-            gpu_util_pct=self._util_pct(now_ms),
+            gpu_util_pct=util,
             down=down,
             preemptions_total=self._counters.preemptions,
+            heat=self.thermal.reading(now_ms, util / 100.0),  # power as NVML averages it: the last second
         )
 
     def take_framework_peak_mib(self) -> float:
@@ -205,7 +185,7 @@ class Pipeline:
             self._arrive(job, t)
         elif kind == GW_TIMEOUT and job.stage == "gateway":
             self._gw_queue.remove(job.job_id)
-            self._fail(job, t, 503, "gateway_timeout", "gateway queue wait timed out", 1)
+            self._fail(job, t, 503, "gateway_timeout", "gateway queue wait timed out", self.options.retry_after_s)
         elif kind == CPU_DONE and job.stage == "cpu":
             self._cpu_busy -= 1
             self._start_next_cpu(t)
@@ -213,7 +193,7 @@ class Pipeline:
 
     def _arrive(self, job: _Job, t: float) -> None:
         if self.is_down(t):
-            self._fail(job, t, 503, "restarting", "server is restarting after an out-of-memory crash", 1)
+            self._fail(job, t, 503, "restarting", "server is restarting after an out-of-memory crash", self.options.retry_after_s)
             return
         o = self.options
         if o.gateway_slots <= 0:
@@ -227,7 +207,7 @@ class Pipeline:
             self._gw_queue.append(job.job_id)
             self._push(t + o.gateway_wait_s * 1000.0 * self._scale, GW_TIMEOUT, job.job_id)
         else:
-            self._fail(job, t, 503, "gateway_full", "gateway queue is full", 1)
+            self._fail(job, t, 503, "gateway_full", "gateway queue is full", self.options.retry_after_s)
 
     def _release_gateway(self, job: _Job, t: float) -> None:
         if not job.in_gateway:
@@ -279,6 +259,7 @@ class Pipeline:
             job.holds_mib = need
             self._held_mib += need
             self.memory.note_held(self._held_mib)
+            self._note_peak(used + need)
         elif self._blocks_for(job, job.work.output_tokens) > p.num_gpu_blocks:
             n = job.work.prompt_tokens + job.work.output_tokens
             msg = f"request needs {n} tokens, more than the KV cache holds ({p.kv_cache_size_tokens}): resize the image"
@@ -297,7 +278,7 @@ class Pipeline:
         victims = [job for job in self._jobs.values() if job.stage != "new"]
         for job in victims:
             job.in_gateway = False  # the gateway empties with the server: no hand-over
-            self._fail(job, t, 503, "restarting", "server crashed after an out-of-memory error", 1)
+            self._fail(job, t, 503, "restarting", "server crashed after an out-of-memory error", self.options.retry_after_s)
         self._gw_queue.clear()
         self._cpu_queue.clear()
         self._waiting.clear()
@@ -308,6 +289,7 @@ class Pipeline:
         self._step_serial += 1
         self._free_blocks = self.profile.num_gpu_blocks
         self._held_mib = 0.0
+        self._encoder_mib = 0.0
         self.memory.release_all()
         self._leak_mib = 0.0
         self._down_until_ms = t + self.restart_s * 1000.0 * self._scale
@@ -320,6 +302,7 @@ class Pipeline:
     def _start_step(self, t: float) -> None:
         p = self.profile
         vllm = p.kind == "vllm"
+        self.thermal.advance(t, 0.0)  # since the last step ended the GPU idled
         joined: list[_Job] = []
         if vllm:
             self._grow_running_blocks()
@@ -336,19 +319,70 @@ class Pipeline:
             if job.admitted_ms is None:
                 job.admitted_ms = t
             joined.append(job)
+        if joined and not self._encode(joined, t):
+            return
+        joined = [job for job in joined if job.stage == "engine"]  # those that failed in the encoder cost nothing
         if not self._running:
             self._stepping = False
             return
         n = len(self._running)
         decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)
-        ms = decode_ms + sum(j.work.prefill_ms + j.slow_first_ms for j in joined)
+        gpu_ms = (decode_ms + sum(j.work.prefill_ms for j in joined)) * self.thermal.slowdown()
+        host_ms = p.step_host_ms + sum(j.slow_first_ms for j in joined)
         for job in joined:
             job.slow_first_ms = 0.0  # once: a preempted sequence that rejoins is already compiled
-        end = t + ms * self._scale
+        o = self.options
+        every, stall = o.stall_every_s * 1000.0 * self._scale, o.stall_s * 1000.0 * self._scale
+        busy_from = stalled_end(t, host_ms * self._scale, every, stall)
+        end = stalled_end(busy_from, gpu_ms * self._scale, every, stall)
         self._stepping = True
         self._step_serial += 1
+        self._step_busy_share = gpu_ms * self._scale / (end - t) if end > t else 0.0
         self._push(end, STEP_END, self._step_serial)
-        self._note_busy(t, end)
+        self._note_busy(busy_from, end)
+
+    def _encode(self, joined: list[_Job], t: float) -> bool:
+        """The vision encoder runs on the images joining this step; each one's memory (activations, its
+        embeddings) stays outside the pool while it runs. When the running images' and theirs do not fit,
+        every image of the step fails with an OOM. False when the server crashed with them."""
+        p = self.profile
+        need = sum(j.work.encoder_mib for j in joined)
+        if need <= 0:
+            return True
+        used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self._encoder_mib
+        if used + need <= p.total_mib - p.reserved_mib:
+            for job in joined:
+                job.encoder_mib = job.work.encoder_mib
+            self._encoder_mib += need
+            self.memory.note_held(self._encoder_mib)
+            self._note_peak(used + need)
+            return True
+        free = max(0.0, p.total_mib - p.reserved_mib - used)
+        gpu = 1 if self.options.other_card_mib > 0 else 0
+        msg = (
+            f"CUDA out of memory. Tried to allocate {need:.0f} MiB in the vision encoder for {len(joined)} images"
+            f" (GPU {gpu}; {p.total_mib:.0f} MiB total capacity; {free:.0f} MiB free)"
+        )
+        for job in joined:
+            self._running.remove(job.job_id)
+            self._free_blocks += job.blocks
+            job.blocks = 0
+            self._fail(job, t, 500, "oom", msg, None)
+        if self.restart_on_oom:
+            self._crash(t)
+            return False
+        return True
+
+    def _note_peak(self, used_mib: float) -> None:
+        self._counters.peak_mem_mib = max(self._counters.peak_mem_mib, used_mib)
+
+    @property
+    def busy_total_ms(self) -> float:
+        return self._counters.busy_total_ms
+
+    @property
+    def peak_mem_mib(self) -> float:
+        return self._counters.peak_mem_mib
 
     def _grow_running_blocks(self) -> None:
         """Each running sequence takes the blocks its next token needs; preempt the newest when short."""
@@ -366,7 +400,12 @@ class Pipeline:
             job.blocks += need
             i += 1
 
+    def _release_encoder(self, job: _Job) -> None:
+        self._encoder_mib = max(0.0, self._encoder_mib - job.encoder_mib)
+        job.encoder_mib = 0.0
+
     def _preempt(self, job: _Job) -> None:
+        self._release_encoder(job)
         self._free_blocks += job.blocks
         job.blocks = 0
         job.tokens = 0
@@ -375,6 +414,7 @@ class Pipeline:
         self._waiting.appendleft(job.job_id)
 
     def _end_step(self, t: float) -> None:
+        self.thermal.advance(t, self._step_busy_share)
         still: list[int] = []
         for job_id in self._running:
             job = self._jobs[job_id]
@@ -395,6 +435,7 @@ class Pipeline:
     def _finish(self, job: _Job, t: float) -> None:
         self._free_blocks += job.blocks
         self._held_mib -= job.holds_mib
+        self._release_encoder(job)
         job.stage = "done"
         first = job.first_token_ms if job.first_token_ms is not None else t
         admitted = job.admitted_ms if job.admitted_ms is not None else t
@@ -408,6 +449,8 @@ class Pipeline:
                 ttft_ms=first - job.arrival_ms,
                 queue_ms=admitted - job.engine_in_ms,
                 preemptions=job.preemptions,
+                admitted_ms=admitted,
+                runaway=job.work.runaway,
             )
         )
         del self._jobs[job.job_id]
@@ -423,6 +466,7 @@ class Pipeline:
 
     # ---- utilisation --------------------------------------------------------------------------
     def _note_busy(self, start: float, end: float) -> None:
+        self._counters.busy_total_ms += end - start
         busy = self._counters.busy
         busy.append((start, end))
         while busy and busy[0][1] < start - UTIL_WINDOW_MS * 4:

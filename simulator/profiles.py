@@ -26,6 +26,16 @@ Parameters of a `Profile` (a simulated server on one GPU):
     num_gpu_blocks            blocks vllm: KV blocks in the cache; kv_cache_size_tokens = blocks x block size
     kv_bytes_per_token        bytes  vllm: KV-cache bytes per token (kv_cache_memory_bytes on /metrics)
     max_model_len             tokens vllm: --max-model-len; kv_cache_max_concurrency = KV tokens / this
+    step_host_ms              ms     host-side part of every step (scheduling, sampling, Python): the step
+                                     lasts it too, but the GPU idles meanwhile (not in DCGM_FI_DEV_GPU_UTIL)
+    encoder_mib_per_mpix      MiB    vllm: vision-encoder memory OUTSIDE the KV pool per megapixel of each image
+                                     in the running batch (taken when it is encoded, held to its answer); when
+                                     the batch's and the joining images' exceed the card, those joining OOM
+    max_image_px              px     the model processor's own pixel cap (Qwen2-VL's max_pixels): a larger image
+                                     is scaled down to it (aspect kept) before the encoder; 0: none
+    gateway_slots/_queue/_wait_s, retry_after_s   a gateway this profile has in front by default (the
+                                     Options of the same names; flags override, 0 slots: none)
+    heat                      bool   the card heats with load and throttles past THROTTLE_C (simulator.thermal)
 
 Options usable with any profile (`Options`, CLI flags of the same names):
     gateway_slots             reqs   a gateway semaphore in front of the server (0: no gateway)
@@ -55,6 +65,16 @@ Habits of real deployments (each changes `truth()` only where it says; see simul
     slow_first_requests       reqs   the first N requests to reach the engine take slow_first_s more (lazy
                                      init, a first compile: the engine step they join lasts that much longer)
     slow_first_s              s      that extra time (x time_scale). truth: unchanged (a warm server)
+Settings of the server (flags of the same names; simulator.settings applies them to the profile):
+    max_num_seqs              seqs   engine slots (vLLM --max-num-seqs), overriding max_batch; 0: the profile's
+    gpu_memory_utilization    1      vllm: the pool preallocated = this x total_mib; the KV cache is what the
+                                     pool holds beyond the profile's weights and activations; 0: the profile's
+    retry_after_s             s      the Retry-After of the gateway's 503s (and of starting/restarting)
+    runaway_rate              1      share of answers that run to max_tokens (finish_reason "length", a
+                                     repeated tail), drawn per request; they take that many decode steps
+    stall_every_s, stall_s    s      every stall_every_s the engine stops for stall_s (in-flight requests wait)
+    heat                      bool   temperature rises with utilisation; past THROTTLE_C the SM clock falls
+                                     and steps slow down (simulator.thermal); a profile may turn it on
 
 The work of one image of w x h pixels (after resize to max_side):
     visual_tokens = ceil(w x h / px_per_visual_token); prompt_tokens = visual_tokens + prompt_text_tokens
@@ -79,7 +99,8 @@ ALLOCATORS = ("free", "caching", "caching-empty-cache")  # see simulator.allocat
 # habits of real deployments (Options fields, CLI flags of the same names), and those of them that leave
 # the curve, the memory and the estimate alone (truth: `_curve_options`)
 HABITS = ("error_rate", "error_status", "first_request_mib", "other_card_mib", "slow_first_requests", "slow_first_s")
-CURVE_FREE = ("answer_shape", "allocator", *(name for name in HABITS if name != "first_request_mib"))
+CURVE_FREE = ("answer_shape", "allocator", "retry_after_s", "heat",
+              *(name for name in HABITS if name != "first_request_mib"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +130,14 @@ class Profile:
     num_gpu_blocks: int = 640
     kv_bytes_per_token: int = 28672  # 28 layers x 2 (K, V) x 2 KV heads x 128 dims x 2 bytes (bf16)
     max_model_len: int = 4096
+    step_host_ms: float = 0.0
+    encoder_mib_per_mpix: float = 0.0
+    max_image_px: int = 0
+    gateway_slots: int = 0
+    gateway_queue: int = 0
+    gateway_wait_s: float = 30.0
+    retry_after_s: int = 1
+    heat: bool = False
 
     @property
     def kv_cache_size_tokens(self) -> int:
@@ -183,6 +212,40 @@ PROFILES: dict[str, Profile] = {
         act_mib_per_mpix=400.0,
         mib_per_token=0.6,
     ),
+    # Seed 001: HunyuanOCR (1B) on vLLM on a 24 GB card. The KV pool (0.9 x card, vLLM's default) is large;
+    # what runs out is the memory OUTSIDE it: the vision encoder's activations, ~126 MiB for a 1000x700 page,
+    # for every image encoded in the same step. A burst of 20 such pages joining at once no longer fits, so
+    # --max-num-seqs 32 or 64 ends in OOMs under its own load and 16 never does; a step has 3 ms of host work
+    # (the GPU idles), so at 8 sequences the GPU is busy under half the time. vLLM's default max_num_seqs 256.
+    "hunyuan-vllm-24g": Profile(
+        name="hunyuan-vllm-24g",
+        kind="vllm",
+        model_name="tencent/HunyuanOCR",
+        idle_mib=math.floor(0.9 * 24576.0),
+        step_host_ms=3.0,
+        step_base_ms=0.64,
+        step_per_seq_ms=0.129,
+        prefill_ms_per_1k_tokens=11.0,
+        max_batch=256,
+        num_gpu_blocks=36000,  # 18000 MiB of KV: the pool minus 4118 MiB of weights and profiled activations
+        kv_bytes_per_token=32768,
+        max_model_len=16384,
+        encoder_mib_per_mpix=180.0,
+        max_image_px=1_200_000,
+    ),
+    # vllm-24g behind a gateway (seed 000's admission control): 8 inside, 8 queued at most for 2 s, then
+    # 503 with Retry-After: 1. Flags override it (--gateway-slots 0 takes it away).
+    "vllm-24g-gateway": Profile(
+        name="vllm-24g-gateway",
+        kind="vllm",
+        model_name="sim-ocr-1b",
+        idle_mib=math.floor(0.9 * 24576.0),
+        gateway_slots=8,
+        gateway_queue=8,
+        gateway_wait_s=2.0,
+    ),
+    # pytorch-24g on a card that heats with load and throttles past 83 C (simulator.thermal).
+    "hot-24g": Profile(name="hot-24g", kind="pytorch", model_name="sim-ocr-1b", heat=True),
 }
 DEFAULT_PROFILE = "pytorch-24g"
 
@@ -204,6 +267,17 @@ class Options:
     other_card_mib: float = 0.0
     slow_first_requests: int = 0
     slow_first_s: float = 0.0
+    max_num_seqs: int = 0  # settings of the server: see the module docstring (0: the profile's)
+    gpu_memory_utilization: float = 0.0
+    retry_after_s: int = 1
+    runaway_rate: float = 0.0
+    stall_every_s: float = 0.0
+    stall_s: float = 0.0
+    heat: bool = False
+
+
+# Options a profile gives a value of its own (a gateway in front, heat); given options override them
+PROFILE_DEFAULTS = ("gateway_slots", "gateway_queue", "gateway_wait_s", "retry_after_s", "heat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +295,8 @@ class Work:
     prefill_ms: float  # unscaled
     cpu_ms: float  # unscaled; 0 without a CPU pool
     increment_mib: float  # pytorch memory held in the engine; 0 for vllm
+    encoder_mib: float = 0.0  # vllm: vision-encoder activations outside the KV pool while it is encoded
+    runaway: bool = False  # this answer runs to its token budget (runaway_rate)
 
 
 class ProfileError(ValueError):
@@ -235,8 +311,9 @@ def get_profile(name: str) -> Profile:
         raise ProfileError(f"unknown profile {name!r}: use one of {known}") from None
 
 
-def make_options(**options: object) -> Options:
-    """Options from keyword arguments; an unknown name is a user error."""
+def make_options(profile: Profile | None = None, **options: object) -> Options:
+    """Options from keyword arguments; an unknown name is a user error. Those of PROFILE_DEFAULTS not given
+    take `profile`'s values (its gateway, its heat)."""
     known = set(Options.__dataclass_fields__)
     unknown = sorted(set(options) - known)
     if unknown:
@@ -247,8 +324,12 @@ def make_options(**options: object) -> Options:
     shape = options.get("answer_shape", "text")
     if shape not in ANSWER_SHAPES:
         raise ProfileError(f"unknown answer_shape {shape!r}: use one of {', '.join(ANSWER_SHAPES)}")
-    made = replace(Options(), **options)  # type: ignore[arg-type]
+    base = Options()
+    if profile is not None:
+        base = replace(base, **{name: getattr(profile, name) for name in PROFILE_DEFAULTS})
+    made = replace(base, **options)  # type: ignore[arg-type]
     _check_habits(made)
+    _check_settings(made)
     return made
 
 
@@ -264,6 +345,22 @@ def _check_habits(o: Options) -> None:
             raise ProfileError(f"{flag} {value} must be >= 0")
 
 
+def _check_settings(o: Options) -> None:
+    """One line naming the flag for a setting out of range."""
+    if o.max_num_seqs < 0:
+        raise ProfileError(f"--max-num-seqs {o.max_num_seqs} must be >= 1 (or 0: the profile's)")
+    if not 0.0 <= o.gpu_memory_utilization <= 1.0:
+        raise ProfileError(f"--gpu-memory-utilization {o.gpu_memory_utilization} must be in (0, 1], e.g. 0.9")
+    if not 0.0 <= o.runaway_rate <= 1.0:
+        raise ProfileError(f"--runaway-rate {o.runaway_rate} must be between 0 and 1")
+    if o.retry_after_s < 0:
+        raise ProfileError(f"--retry-after-s {o.retry_after_s} must be >= 0")
+    if o.stall_s < 0 or o.stall_every_s < 0 or (o.stall_s > 0) != (o.stall_every_s > 0):
+        raise ProfileError("--stall-every-s and --stall-s go together, both > 0 (e.g. --stall-every-s 10 --stall-s 1)")
+    if o.stall_s > 0 and o.stall_s >= o.stall_every_s:
+        raise ProfileError(f"--stall-s {o.stall_s} must be shorter than --stall-every-s {o.stall_every_s}")
+
+
 def resize_to(width_px: int, height_px: int, max_side: int) -> tuple[int, int]:
     longest = max(width_px, height_px)
     if max_side <= 0 or longest <= max_side:
@@ -275,7 +372,7 @@ def resize_to(width_px: int, height_px: int, max_side: int) -> tuple[int, int]:
 def work_of(
     profile: Profile, options: Options, width_px: int, height_px: int, max_tokens: int | None
 ) -> Work:
-    w, h = resize_to(width_px, height_px, options.max_side)
+    w, h = capped_to(*resize_to(width_px, height_px, options.max_side), profile.max_image_px)
     pixels = w * h
     visual = math.ceil(pixels / profile.px_per_visual_token)
     prompt = visual + profile.prompt_text_tokens
@@ -302,16 +399,34 @@ def work_of(
         prefill_ms=profile.prefill_ms_per_1k_tokens * visual / 1000.0,
         cpu_ms=cpu_ms,
         increment_mib=increment,
+        encoder_mib=profile.encoder_mib_per_mpix * pixels / 1e6 if profile.kind == "vllm" else 0.0,
     )
+
+
+def capped_to(width_px: int, height_px: int, max_px: int) -> tuple[int, int]:
+    """The size the model's processor scales an image down to so it has at most max_px pixels (0: none)."""
+    if max_px <= 0 or width_px * height_px <= max_px:
+        return width_px, height_px
+    ratio = math.sqrt(max_px / (width_px * height_px))
+    return max(1, math.floor(width_px * ratio)), max(1, math.floor(height_px * ratio))
 
 
 def drawn_work(profile: Profile, work: Work, rng: random.Random) -> Work:
     """This request's work: its answer length drawn around the page's (lognormal, median 1).
 
     Memory stays at the nominal length (sized before the answer is known), so the noise moves latency only.
-    Without noise the work is returned as is and nothing is drawn."""
+    Without noise the work is returned as is and nothing is drawn (runaways: `runaway_work`)."""
     if profile.output_tokens_sigma <= 0:
         return work
     factor = rng.lognormvariate(0.0, profile.output_tokens_sigma)
     output = max(1, min(work.budget_tokens, round(work.page_tokens * factor)))
     return replace(work, output_tokens=output)
+
+
+def runaway_work(work: Work, rate: float, rng: random.Random) -> Work:
+    """This request's work when a share `rate` of answers runs away: to its whole token budget.
+
+    Nothing is drawn when rate is 0, so servers and truths without runaways draw as before."""
+    if rate <= 0 or rng.random() >= rate:
+        return work
+    return replace(work, output_tokens=work.budget_tokens, runaway=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.answers import ocr_fields, shaped_text
+from simulator.answers import ocr_fields, runaway_text, shaped_text
 from simulator.bodies import read_json, read_ocr_body
 from simulator.faults import Decision, FaultError, FaultPlan, Faults, starting_faults, updated_faults
 from simulator.images import (
@@ -29,7 +29,7 @@ from simulator.images import (
 )
 from simulator.metrics import ServerStats, render_dcgm_metrics, render_framework_metric, render_vllm_metrics
 from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
-from simulator.profiles import Options, Profile, Work, drawn_work, work_of
+from simulator.profiles import Options, Profile, Work, drawn_work, runaway_work, work_of
 from simulator.replies import (
     Reset,
     error,
@@ -39,6 +39,15 @@ from simulator.replies import (
     send_event,
     usage_of,
 )
+from simulator.requestlog import (
+    RESET_KEY,
+    START_KEY,
+    RequestLog,
+    elapsed_ms,
+    server_timing,
+    timing_middleware,
+)
+from simulator.settings import settle
 from simulator.truth import truth
 
 MIB = 1024 * 1024
@@ -55,6 +64,7 @@ class ServerConfig:
     max_pixels: int = 50_000_000
     hostname: str = "simulator"
     metrics_token: str = field(default="", repr=False)  # set: /metrics and the DCGM page want this bearer
+    request_log: str = ""  # a CSV path: one line per OCR request with the server's own times (requestlog)
 
 
 @dataclass(slots=True)
@@ -70,12 +80,15 @@ class _Waiter:
 class SimServer:
     def __init__(self, config: ServerConfig):
         self.config = config
-        self.profile = config.profile
+        self.profile = settle(config.profile, config.options)  # --max-num-seqs, --gpu-memory-utilization
         self.pipeline = Pipeline(
             config.profile, config.options, config.faults.restart_on_oom, config.faults.restart_s
         )
         self.plan = FaultPlan(starting_faults(config.faults, config.options), config.seed)
         self._lengths = random.Random(f"answer-lengths-{config.seed}")  # apart from the faults' draws
+        self._runaways = random.Random(f"runaways-{config.seed}")
+        self._log = RequestLog(config.request_log) if config.request_log else None
+        self._unix_t0 = 0.0
         self.stats = ServerStats()
         self._waiters: dict[int, _Waiter] = {}
         self._next_id = 0
@@ -93,6 +106,7 @@ class SimServer:
         dcgm_port None: no DCGM exporter."""
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
+        self._unix_t0 = time.time()
         bound = await self._listen(self.ocr_app(), host, port, tls)
         dcgm_bound = None if dcgm_port is None else await self._listen(self.dcgm_app(), host, dcgm_port, tls)
         return bound, dcgm_bound
@@ -110,6 +124,9 @@ class SimServer:
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def now_ms(self) -> float:
         assert self._loop is not None, "start() the server first"
@@ -128,6 +145,7 @@ class SimServer:
         assert self._loop is not None
         nominal = work_of(self.profile, self.config.options, image.width_px, image.height_px, max_tokens)
         work = drawn_work(self.profile, nominal, self._lengths)  # in arrival order: the seed repeats it
+        work = runaway_work(work, self.config.options.runaway_rate, self._runaways)
         cpt = self.profile.chars_per_token
         # Compute follows the image area; the text is the truth, cut only by the request's token budget.
         text = (
@@ -136,6 +154,8 @@ class SimServer:
             else placeholder_text(image.width_px, image.height_px, int(work.output_tokens * cpt))
         )
         n_chars = int((max_tokens or self.profile.default_max_tokens) * cpt)
+        if work.runaway:  # the whole budget, ending in a loop
+            text = runaway_text(text, n_chars)
         shape, size = self.config.options.answer_shape, (image.width_px, image.height_px)
         waiter = _Waiter(
             future=self._loop.create_future(),
@@ -143,7 +163,7 @@ class SimServer:
             work=work,
             text=shaped_text(shape, text[:n_chars], *size),
             ocr=ocr_fields(shape, text[:n_chars], *size),
-            truncated=len(text) > n_chars,
+            truncated=work.runaway or len(text) > n_chars,
         )
         job_id = self._next_id
         self._next_id += 1
@@ -177,7 +197,9 @@ class SimServer:
 
     # ---- apps ---------------------------------------------------------------------------------
     def ocr_app(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors], client_max_size=int(self.config.max_body_mib * MIB))
+        app = web.Application(
+            middlewares=[timing_middleware(self._log), json_errors], client_max_size=int(self.config.max_body_mib * MIB)
+        )
         app.router.add_post("/ocr", self._ocr)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
@@ -200,9 +222,10 @@ class SimServer:
     def _gate(self, request: web.Request) -> Decision:
         """Slow start, then this request's draw of the faults; raises what the fault answers."""
         if self._unavailable():
-            raise error(503, "server is starting or restarting", retry_after_s=1)
+            raise error(503, "server is starting or restarting", retry_after_s=self.config.options.retry_after_s)
         decision = self.plan.draw()
         if decision.reset:
+            request[RESET_KEY] = True
             reset_connection(request)
             raise Reset()
         if decision.error:  # at every load, before any work: a balancer dropping a share of requests
@@ -215,6 +238,7 @@ class SimServer:
         data, max_tokens = await read_ocr_body(request)
         waiter = self._submit(inspect_image(data, self.config.max_pixels), max_tokens, False, decision)
         outcome = await waiter.future
+        self._note_start(request, outcome)
         await self._spike(decision)
         if isinstance(outcome, Failed):
             return failed_response(outcome)
@@ -238,6 +262,7 @@ class SimServer:
         reason = "length" if waiter.truncated else "stop"
         if not chat.stream:
             outcome = await waiter.future
+            self._note_start(request, outcome)
             await self._spike(decision)
             if isinstance(outcome, Failed):
                 return failed_response(outcome)
@@ -251,6 +276,11 @@ class SimServer:
         except ConnectionResetError:  # the client left mid-stream; the engine already did the work
             return web.Response(status=499)
 
+    def _note_start(self, request: web.Request, outcome: Finished | Failed) -> None:
+        """The engine's start of work on this request, for the request log (Unix s)."""
+        if isinstance(outcome, Finished):
+            request[START_KEY] = self._unix_t0 + outcome.admitted_ms / 1000.0
+
     async def _stream(
         self, request: web.Request, waiter: _Waiter, decision: Decision, base: dict[str, Any], reason: str
     ) -> web.StreamResponse:
@@ -263,7 +293,8 @@ class SimServer:
                 return failed_response(item)
             if resp is None:  # headers go out with the first token, so TTFT is the first byte
                 resp = web.StreamResponse(
-                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                             "Server-Timing": server_timing(elapsed_ms(request))}  # fmt: skip
                 )
                 await resp.prepare(request)
             if isinstance(item, Tokens):  # the text spread evenly over the decode steps
@@ -278,6 +309,7 @@ class SimServer:
                 await send_event(resp, {**chunk_base, "choices": [choice]})
                 continue
             if isinstance(item, Finished):
+                self._note_start(request, item)
                 await self._spike(decision)
                 choice = {"index": 0, "delta": {}, "finish_reason": reason}
                 await send_event(resp, {**chunk_base, "choices": [choice], "usage": usage_of(item)})
@@ -295,7 +327,8 @@ class SimServer:
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self._unavailable():
-            return web.json_response({"status": "unavailable"}, status=503, headers={"Retry-After": "1"})
+            retry = str(self.config.options.retry_after_s)
+            return web.json_response({"status": "unavailable"}, status=503, headers={"Retry-After": retry})
         return web.json_response(
             {"status": "ok", "profile": self.profile.name, "model": self.profile.model_name}
         )

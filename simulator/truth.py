@@ -21,8 +21,15 @@ Memory (seed 000's method, headroom 0.7):
     pytorch: increment_mib = the request's memory; estimate = floor((total x 0.7 - idle) / increment);
              oom_concurrency = floor((total - reserved - idle) / increment) + 1 requests in the engine at
              once (None when a gateway keeps fewer than that inside).
-    vllm:    memory is flat (increment 0); estimate = floor(kv_cache_size_tokens / tokens per request);
-             oom_concurrency = None.
+    vllm:    estimate = floor(kv_cache_size_tokens / tokens per request); increment_mib = the image's
+             encoder memory outside the pool (0 for most: memory is flat); with one, oom_concurrency =
+             floor((total - reserved - idle) / increment) + 1 images in the engine at once when the engine's
+             slots (and a gateway) let that many in, else None.
+Settings (simulator.settings): max_num_seqs and gpu_memory_utilization change the profile before the walk;
+runaway_rate draws runaways in the walk (seeded apart from the lengths); stalls are in the walk; heat is not
+(the curve is the cool card's): hot_temp_c, hot_sm_clock_mhz and hot_knee_rps say what a card settled at the
+knee's busy share does. Per level: GPU-busy share, peak memory, preemptions (knee_gpu_util_pct, peak_mem_mib,
+preemptions of the Truth).
 Habits (Options; simulator/README.md "Habits of real servers"):
     error_rate, error_status   recorded as they are; the curve and the knee do not change (errors are
                                drawn before any work, at the same rate at every load)
@@ -44,7 +51,19 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simulator.pipeline import Failed, Finished, Pipeline
-from simulator.profiles import CURVE_FREE, Options, Profile, drawn_work, get_profile, make_options, work_of
+from simulator.profiles import (
+    CURVE_FREE,
+    Options,
+    Profile,
+    Work,
+    drawn_work,
+    get_profile,
+    make_options,
+    runaway_work,
+    work_of,
+)
+from simulator.settings import settle
+from simulator.thermal import clock_at, steady_c
 
 HEADROOM = 0.7
 KNEE_FRACTION = 0.95
@@ -58,6 +77,9 @@ class CurvePoint:
     p50_ms: float
     p95_ms: float
     failures: int
+    gpu_util_pct: float = 0.0  # GPU-busy share of the measured window (DCGM_FI_DEV_GPU_UTIL's meaning)
+    peak_mem_mib: float = 0.0  # the most device memory used during the level
+    preemptions: int = 0  # vLLM preemptions during the level
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +104,23 @@ class Truth:
     error_rate: float = 0.0  # share of requests failing at every load, with error_status
     error_status: int = 502
     server_gpu_index: int = 0  # the server's card on the DCGM page (1 when another job holds card 0)
+    # the server's settings as the walk ran them (simulator.settings) and what the sweep compares
+    engine_slots: int = 0  # max_num_seqs / batch slots of the engine (slots also counts a gateway)
+    gpu_memory_utilization: float | None = None  # vllm: the pool's share of the card
+    oom: bool = False  # some concurrency ends in OOMs under the server's own load (at oom_concurrency)
+    peak_mem_mib: float = 0.0  # the most device memory used at any OOM-free level walked
+    peak_mem_share: float = 0.0  # that / total_mib
+    preemptions: int = 0  # vLLM preemptions over the OOM-free levels walked
+    knee_gpu_util_pct: float = 0.0  # the GPU's busy share at the knee
+    gpu_idle_at_knee: bool = False  # knee_gpu_util_pct < 50: the GPU sits mostly idle at its knee
+    runaway_rate: float = 0.0  # habits and settings recorded as given
+    retry_after_s: int = 1
+    stall_every_s: float = 0.0
+    stall_s: float = 0.0
+    heat: bool = False  # the card heats (simulator.thermal); the curve is the cool card's
+    hot_temp_c: float | None = None  # with heat: where the card settles busy as at the knee
+    hot_sm_clock_mhz: float | None = None  # its SM clock there (throttled past THROTTLE_C)
+    hot_knee_rps: float | None = None  # throughput at the knee on that hot card
 
 
 def truth(profile: str, width_px: int, height_px: int, **options: object) -> Truth:
@@ -92,19 +131,31 @@ def truth(profile: str, width_px: int, height_px: int, **options: object) -> Tru
     max_tokens = options.pop("max_tokens", None)
     if max_tokens is not None and not isinstance(max_tokens, int):
         raise TypeError("max_tokens must be an int")
-    return truth_of(get_profile(profile), make_options(**options), width_px, height_px, max_tokens)
+    p = get_profile(profile)
+    return truth_of(p, make_options(p, **options), width_px, height_px, max_tokens)
 
 
 @lru_cache(maxsize=128)
 def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None = None) -> Truth:
     """`truth` for a `Profile` object: also for a variant of a registered one (dataclasses.replace)."""
     core = _walked(p, _curve_options(o), width_px, height_px, max_tokens)
-    return replace(
+    core = replace(
         core,
         error_rate=o.error_rate,
         error_status=o.error_status,
         server_gpu_index=1 if o.other_card_mib > 0 else 0,
+        retry_after_s=o.retry_after_s,
     )
+    return _hot(p, o, core, width_px, height_px, max_tokens) if o.heat else core
+
+
+def _hot(p: Profile, o: Options, core: Truth, w: int, h: int, max_tokens: int | None) -> Truth:
+    """With heat: where the card settles at the knee's busy share, its clock, and the knee's throughput
+    on that hot card (a walk level started at that temperature)."""
+    temp = steady_c(True, core.knee_gpu_util_pct / 100.0)
+    hot = simulate_closed_loop(p, replace(_curve_options(o), heat=True), core.knee_concurrency, w, h, max_tokens,
+                               start_temp_c=temp)  # fmt: skip
+    return replace(core, heat=True, hot_temp_c=temp, hot_sm_clock_mhz=clock_at(temp), hot_knee_rps=hot.throughput_rps)
 
 
 def _curve_options(o: Options) -> Options:
@@ -115,6 +166,7 @@ def _curve_options(o: Options) -> Options:
 
 @lru_cache(maxsize=128)
 def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None) -> Truth:
+    p = settle(p, o)
     work = work_of(p, o, width_px, height_px, max_tokens)
     idle = p.idle_mib + o.first_request_mib  # the resident memory once the service runs
     slots = min(p.max_batch, o.gateway_slots) if o.gateway_slots > 0 else p.max_batch
@@ -132,9 +184,14 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
             c_max = min(c_max, oom - 1)
         kv_tokens = None
     else:
-        increment = 0.0
+        increment = work.encoder_mib  # outside the pool, while the image is encoded (0: memory is flat)
         estimate = math.floor(p.kv_cache_size_tokens / (work.prompt_tokens + work.output_tokens))
         kv_tokens = p.kv_cache_size_tokens
+        fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment) if increment > 0 else slots
+        if slots > fit:  # the images joining one step outgrow the card: a burst of fit + 1 OOMs
+            oom = _find_oom(p, o, width_px, height_px, max_tokens, fit + 1)
+        if oom is not None:
+            c_max = min(c_max, oom - 1)
     if c_max < 1 or (p.kind == "vllm" and work.prompt_tokens + work.output_tokens > p.kv_cache_size_tokens):
         raise ValueError(
             f"a {width_px}x{height_px} image does not fit {p.name} even alone: pass max_side to resize it"
@@ -144,6 +201,8 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
     knee = _knee(ok)
     beyond = [pt.throughput_rps for pt in ok if pt.concurrency >= knee]
     plateau = sum(beyond) / len(beyond)
+    at_knee = next(pt for pt in ok if pt.concurrency == knee)
+    peak_mib = max(idle, *(pt.peak_mem_mib for pt in ok))
     return Truth(
         profile=p.name,
         width_px=width_px,
@@ -162,6 +221,17 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
         kv_cache_size_tokens=kv_tokens,
         curve=curve,
         first_request_mib=o.first_request_mib,
+        engine_slots=p.max_batch,
+        gpu_memory_utilization=p.gpu_memory_utilization if p.kind == "vllm" else None,
+        oom=oom is not None,
+        peak_mem_mib=peak_mib,
+        peak_mem_share=peak_mib / p.total_mib,
+        preemptions=sum(pt.preemptions for pt in ok),
+        knee_gpu_util_pct=at_knee.gpu_util_pct,
+        gpu_idle_at_knee=at_knee.gpu_util_pct < 50.0,
+        runaway_rate=o.runaway_rate,
+        stall_every_s=o.stall_every_s,
+        stall_s=o.stall_s,
     )
 
 
@@ -201,24 +271,32 @@ def simulate_closed_loop(
     max_tokens: int | None = None,
     measured: int | None = None,
     seed: int = TRUTH_SEED,
+    start_temp_c: float | None = None,
 ) -> CurvePoint:
     """Run `concurrency` closed-loop users against the model in virtual time; failures retry after 10 ms.
 
-    Each request draws its answer length from random.Random(seed) (a no-op without noise)."""
-    work = work_of(p, o, width_px, height_px, max_tokens)
-    rng = random.Random(seed)
-    pipe = Pipeline(p, o)
+    Each request draws its answer length from random.Random(seed) (a no-op without noise), then whether it
+    runs away from another (a no-op without runaways)."""
+    work = work_of(settle(p, o), o, width_px, height_px, max_tokens)
+    rng, runaways = random.Random(seed), random.Random(seed + 1)
+    pipe = Pipeline(p, o, start_temp_c=start_temp_c)
     warmup = 2 * concurrency
-    if measured is None:
-        noisy = p.output_tokens_sigma > 0  # a tail needs more answers for a stable P95 and throughput
+    if measured is None:  # a tail (noisy lengths, runaways) needs more answers for a stable P95 and throughput
+        noisy = p.output_tokens_sigma > 0 or o.runaway_rate > 0
         measured = max(600, 40 * concurrency) if noisy else max(400, 40 * concurrency)
+
+    def draw() -> Work:
+        return runaway_work(drawn_work(p, work, rng), o.runaway_rate, runaways)
+
     for job_id in range(concurrency):
-        pipe.submit(job_id, drawn_work(p, work, rng), 0.0)
+        pipe.submit(job_id, draw(), 0.0)
     next_id = concurrency
     answers = 0
     failures = 0
     t_first = 0.0
     t_last = 0.0
+    busy_first = 0.0
+    snap_first = pipe.snapshot(0.0)
     latencies: list[float] = []
     while answers < warmup + measured:
         due = pipe.next_due_ms()
@@ -228,16 +306,17 @@ def simulate_closed_loop(
             if isinstance(outcome, Finished):
                 answers += 1
                 if answers == warmup:
-                    t_first = outcome.t_ms
+                    t_first, busy_first = outcome.t_ms, pipe.busy_total_ms
+                    snap_first = pipe.snapshot(outcome.t_ms)
                 elif answers > warmup:
                     latencies.append(outcome.e2e_ms)
                     t_last = outcome.t_ms
-                pipe.submit(next_id, drawn_work(p, work, rng), outcome.t_ms)
+                pipe.submit(next_id, draw(), outcome.t_ms)
             elif isinstance(outcome, Failed):
                 failures += 1
                 if failures > 10 * (warmup + measured):
                     answers = warmup + measured  # nothing but failures: stop
-                pipe.submit(next_id, drawn_work(p, work, rng), outcome.t_ms + 10.0)
+                pipe.submit(next_id, draw(), outcome.t_ms + 10.0)
             else:
                 continue
             next_id += 1
@@ -249,6 +328,9 @@ def simulate_closed_loop(
         p50_ms=_quantile(latencies, 0.5),
         p95_ms=_quantile(latencies, 0.95),
         failures=failures,
+        gpu_util_pct=min(100.0, 100.0 * (pipe.busy_total_ms - busy_first) / span_ms) if span_ms > 0 else 0.0,
+        peak_mem_mib=pipe.peak_mem_mib,
+        preemptions=pipe.snapshot(t_last).preemptions_total - snap_first.preemptions_total,
     )
 
 
@@ -264,3 +346,21 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return math.nan
     return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def truths_of_settings(profile: str, width_px: int, height_px: int, key: str, values: list[object],
+                       **options: object) -> dict[str, Truth]:  # fmt: skip
+    """The truth per setting of one option, keyed as the sweep names settings: {"max_num_seqs=16": Truth}."""
+    return {f"{key}={v}": truth(profile, width_px, height_px, **{**options, key: v}) for v in values}
+
+
+def pick_of(truths: dict[str, Truth], slo_p95_s: float = 0.0) -> str | None:
+    """The setting a sweep must pick (issue 22): the highest plateau among settings with no OOM and no
+    preemption (and, with an SLO, whose P95 at the knee meets it); None when every setting fails them."""
+
+    def p95_s(t: Truth) -> float:
+        return next(pt.p95_ms for pt in t.curve if pt.concurrency == t.knee_concurrency) / 1000.0
+
+    ok = {name: t for name, t in truths.items()
+          if not t.oom and not t.preemptions and (slo_p95_s <= 0 or p95_s(t) <= slo_p95_s)}  # fmt: skip
+    return max(ok, key=lambda name: ok[name].plateau_rps) if ok else None

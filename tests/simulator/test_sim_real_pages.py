@@ -22,11 +22,18 @@ FIXTURES = Path(__file__).resolve().parents[1] / "gpu_sampler" / "fixtures"
 REAL_VLLM = ("vllm-0.32-cpu-metrics-under-load.txt", "vllm-0.32-cpu-metrics-after-load.txt")
 OLD_NAMES = set(VLLM_KV_USAGE[1:])  # read for older vLLM versions; not on a 0.32 page
 # dcgm-exporter's etc/default-counters.csv and etc/dcp-metrics-included.csv (FB_RESERVED is in the latter),
-# the memory and utilisation fields; the labels every line carries (DCGM_FI_DRIVER_VERSION: a "label" row).
+# the memory, utilisation, temperature, clock and power fields with their HELP as written there; the labels
+# every line carries (DCGM_FI_DRIVER_VERSION: a "label" row). DCGM_FI_DEV_CLOCK_THROTTLE_REASONS is a DCGM
+# field (id 112) that a counters file adds; its HELP is ours.
 DCGM_FIELDS = {"DCGM_FI_DEV_GPU_UTIL": "GPU utilization (in %).",
                "DCGM_FI_DEV_FB_FREE": "Framebuffer memory free (in MiB).",
                "DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
-               "DCGM_FI_DEV_FB_RESERVED": "Framebuffer memory reserved (in MiB)."}  # fmt: skip
+               "DCGM_FI_DEV_FB_RESERVED": "Framebuffer memory reserved (in MiB).",
+               "DCGM_FI_DEV_GPU_TEMP": "GPU temperature (in C).",
+               "DCGM_FI_DEV_SM_CLOCK": "SM clock frequency (in MHz).",
+               "DCGM_FI_DEV_POWER_USAGE": "Power draw (in W).",
+               "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS":
+                   "Current clock throttle reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*)."}  # fmt: skip
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
 
 
@@ -69,7 +76,7 @@ def _simulated_page(profile: str) -> str:
     return pages[0]
 
 
-@pytest.mark.parametrize("profile", ["vllm-24g", "vllm-far", "pytorch-24g"])
+@pytest.mark.parametrize("profile", ["vllm-24g", "vllm-far", "pytorch-24g", "hunyuan-vllm-24g"])
 def test_every_name_and_label_key_the_simulator_writes_is_on_a_real_vllm_page(profile: str) -> None:
     real_keys, real_kinds = _real()
     keys, kinds = _shape(_simulated_page(profile))

@@ -1,0 +1,111 @@
+"""Heat (issue 24): a card whose temperature rises with utilisation and whose SM clock falls past 83 C,
+slowing the engine; exported with DCGM's field names, read by the suite's DCGM reader."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from simtest_support import b64, png_with_text, run, served, session_of
+
+from gpu_sampler.scrape import DcgmReader
+from simulator import PROFILES, truth
+from simulator.metrics import render_dcgm_metrics
+from simulator.pipeline import Finished, Pipeline
+from simulator.profiles import Options, make_options, work_of
+from simulator.thermal import MAX_SM_CLOCK_MHZ, REASON_SW_THERMAL, THROTTLE_C, steady_c
+
+PAGE = png_with_text(1000, 700, "Invoice 2024-001")
+
+
+def _load(profile: str, seconds: float, users: int = 8) -> tuple[Pipeline, list[Finished]]:
+    """`users` closed-loop users for `seconds` of virtual time on a fresh pipeline."""
+    p = PROFILES[profile]
+    o = make_options(p)
+    pipe = Pipeline(p, o)
+    work = work_of(p, o, 1000, 700, None)
+    for i in range(users):
+        pipe.submit(i, work, 0.0)
+    done: list[Finished] = []
+    next_id = users
+    while (due := pipe.next_due_ms()) is not None and due < seconds * 1000:
+        for out in pipe.advance(due):
+            if isinstance(out, Finished):
+                done.append(out)
+                pipe.submit(next_id, work, out.t_ms)
+                next_id += 1
+    return pipe, done
+
+
+def test_a_hot_card_throttles_under_load_and_the_engine_slows() -> None:
+    pipe, done = _load("hot-24g", 150.0)
+    heat = pipe.snapshot(150_000.0).heat
+    assert heat is not None and heat.temp_c > THROTTLE_C and heat.sm_clock_mhz < 0.9 * MAX_SM_CLOCK_MHZ
+    assert heat.throttle_reasons & REASON_SW_THERMAL
+    early = [f.e2e_ms for f in done if f.t_ms < 10_000]
+    late = [f.e2e_ms for f in done if f.t_ms > 120_000]
+    assert sum(late) / len(late) > 1.15 * sum(early) / len(early)  # ~20% slower steps once hot
+
+
+def test_a_cool_card_warms_but_never_throttles() -> None:
+    pipe, _ = _load("pytorch-24g", 150.0)
+    heat = pipe.snapshot(150_000.0).heat
+    assert heat is not None and 50 < heat.temp_c < THROTTLE_C and heat.sm_clock_mhz == MAX_SM_CLOCK_MHZ
+    assert not heat.throttle_reasons & REASON_SW_THERMAL
+    assert steady_c(False, 1.0) < THROTTLE_C < steady_c(True, 1.0)
+
+
+def test_the_truth_of_a_hot_card_names_its_clock_and_slower_knee() -> None:
+    hot, cool = truth("hot-24g", 1000, 700), truth("pytorch-24g", 1000, 700)
+    assert hot.heat and not cool.heat and cool.hot_knee_rps is None
+    assert hot.plateau_rps == pytest.approx(cool.plateau_rps)  # the curve is the cool card's
+    assert hot.hot_temp_c is not None and hot.hot_temp_c > THROTTLE_C
+    assert hot.hot_sm_clock_mhz is not None and hot.hot_sm_clock_mhz < 0.9 * MAX_SM_CLOCK_MHZ
+    assert hot.hot_knee_rps is not None and hot.hot_knee_rps < 0.9 * hot.plateau_rps
+    assert truth("pytorch-24g", 1000, 700, heat=True).heat  # --heat on any profile
+
+
+def test_the_dcgm_page_and_reader_carry_temperature_clock_power_and_reasons() -> None:
+    async def body() -> None:
+        options = make_options(PROFILES["hot-24g"], time_scale=0.1)  # the thermal constant: 20 s x 0.1
+        async with served("hot-24g", options=options) as (url, dcgm, server):
+            s = session_of(server)
+            cold = await _dcgm(s, dcgm)
+            t_end = time.perf_counter() + 6.0
+
+            async def user() -> None:
+                while time.perf_counter() < t_end:
+                    async with s.post(f"{url}/ocr", json={"image": b64(PAGE)}) as r:
+                        assert r.status == 200
+
+            users = [asyncio.create_task(user()) for _ in range(8)]
+            await asyncio.sleep(5.5)  # under load still
+            hot = await _dcgm(s, dcgm)
+            sample = (await asyncio.to_thread(DcgmReader(dcgm).read))[0]
+            await asyncio.gather(*users)
+        assert cold["DCGM_FI_DEV_GPU_TEMP"] < 40 and cold["DCGM_FI_DEV_SM_CLOCK"] == MAX_SM_CLOCK_MHZ
+        assert int(cold["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]) & 0x1  # GPU idle
+        assert hot["DCGM_FI_DEV_GPU_TEMP"] > THROTTLE_C and hot["DCGM_FI_DEV_SM_CLOCK"] < MAX_SM_CLOCK_MHZ
+        assert int(hot["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]) & REASON_SW_THERMAL
+        assert hot["DCGM_FI_DEV_POWER_USAGE"] > cold["DCGM_FI_DEV_POWER_USAGE"]
+        assert sample.temp_c is not None and sample.temp_c > THROTTLE_C and sample.power_w is not None
+
+    run(body)
+
+
+async def _dcgm(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with session.get(url) as r:
+        text = await r.text()
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_another_jobs_card_has_steady_heat() -> None:
+    p = PROFILES["pytorch-24g"]
+    o = Options(other_card_mib=8000.0)
+    text = render_dcgm_metrics(p, Pipeline(p, o).snapshot(0.0), "box", o)
+    temps = {s.labels["gpu"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+             if s.name == "DCGM_FI_DEV_GPU_TEMP"}  # fmt: skip
+    assert set(temps) == {"0", "1"} and temps["0"] > temps["1"]
