@@ -250,7 +250,10 @@ class Controller(PlanDecisions):
         return True
 
     def _users(self, spec: PhaseSpec) -> tuple[int, float]:
-        return spec.level, float(max(spec.level, 1) * 10)
+        """The level and a spawn rate that reaches it within a tick: at least the level, at most 100 a second
+        below 100 users (above it Locust logs a warning, a "!" on the web UI's LOGS tab, at every step)."""
+        level = max(spec.level, 1)
+        return spec.level, float(min(level * 10, max(level, 100)))
 
     def _advance(self, now: float) -> tuple[int, float] | None:
         now = self._close_phase(now)

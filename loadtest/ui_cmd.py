@@ -112,6 +112,8 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return fail(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before anything started
+        return 130
     out = Path(cfg.out)
     before = {p.name for p in out.iterdir()} if out.is_dir() else set()
     web_port = ns.web_port or _free_port()

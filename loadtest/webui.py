@@ -35,7 +35,7 @@ TAB_KEY = "ocr-plan"
 # the parameters Locust's form shows; every other one keeps the value `ui` was started with (make ui VAR=...)
 FORM_SHOWN = ("ocr_levels", "ocr_slo_p95_s", "ocr_headroom", "ocr_step_s", "ocr_scenario", "ocr_max_num_seqs")
 LINK_HTML = (
-    '<a id="ocr-panel-link" href="ocr" style="position:fixed;right:16px;bottom:16px;z-index:2000;'
+    '<a id="ocr-panel-link" href="ocr" style="position:fixed;left:16px;bottom:16px;z-index:2000;'
     "background:#1d2433;color:#fff;padding:10px 16px;border-radius:8px;font:600 14px system-ui,sans-serif;"
     'text-decoration:none;box-shadow:0 2px 8px rgba(0,0,0,.3)">OCR capacity panel: plan, GPU, answer &rarr;</a>'
 )
@@ -123,15 +123,18 @@ def _locust_view(environment: Environment) -> dict[str, Any]:
     options = environment.parsed_options
     expected = int(getattr(options, "ocr_workers", 0) or 0)
     connected = runner.worker_count if isinstance(runner, MasterRunner) else 0
-    note = ""
-    if isinstance(runner, MasterRunner) and expected and connected < expected and runner.state not in (
-        STATE_RUNNING, STATE_SPAWNING
-    ):
-        note = (f"Locust's header counts {connected} of {expected} workers: after a stop a worker rejoins its"
-                f" count once its stop timeout ({environment.stop_timeout or 0:g} s) is over; the processes are"
-                " alive. Its RPS is a moving average that falls to 0 some seconds after the last request.")  # fmt: skip
+    notes = []
+    idle = runner is None or runner.state not in (STATE_RUNNING, STATE_SPAWNING)
+    if isinstance(runner, MasterRunner) and expected and connected < expected and idle:
+        notes.append(f"Locust's header counts {connected} of {expected} workers: after a stop a worker rejoins"
+                     f" its count once its stop timeout ({environment.stop_timeout or 0:g} s) is over; the"
+                     " processes are alive.")  # fmt: skip
+    rps = runner.stats.total.current_rps if runner is not None else 0.0
+    if idle and rps > 0:
+        notes.append(f"Locust's RPS ({rps:.1f}) is the rate of the seconds before its last request and stays"
+                     " after a run: no request runs now.")  # fmt: skip
     return {"state": runner.state if runner else "none", "workers_connected": connected,
-            "workers_expected": expected, "note": note}  # fmt: skip
+            "workers_expected": expected, "note": " ".join(notes)}  # fmt: skip
 
 
 def state_of(environment: Environment) -> dict[str, Any]:

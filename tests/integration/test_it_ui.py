@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -185,8 +186,11 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         with urllib.request.urlopen(ui.url + f"ocr/report/{first_run}", timeout=10) as old:
             assert old.status == 200
 
-        # stopped from Locust's own page: a stop by the user, never lost workers
+        # stopped from Locust's own page, which has the plan's tab: a stop by the user, never lost workers
         locust.goto(ui.url)
+        locust.get_by_role("tab", name=re.compile("OCR plan")).click()
+        locust.wait_for_selector("th:has-text('p95 ms')", timeout=10_000)
+        locust.screenshot(path=str(ARTIFACTS / "ui-locust-tab.png"))
         locust.get_by_role("button", name="Stop").click()
         page.wait_for_function(_js("!$('stopped').hidden"), timeout=60_000)
         assert "Locust's STOP" in (page.text_content("#stopped") or "")

@@ -6,6 +6,7 @@ workers' batches arrive; the plan is the real one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +18,8 @@ from loadtest.config import RunConfig
 from loadtest.controller import Controller
 from loadtest.live import level_label, level_position
 from loadtest.panel_state import plan_view, snapshot
-from runfolder import RequestRow
+from loadtest.plan import PhaseSpec
+from runfolder import Phase, RequestRow
 
 
 def test_a_level_is_numbered_among_the_levels_and_a_warmup_belongs_to_the_step_it_leads_to() -> None:
@@ -124,3 +126,14 @@ def test_a_stop_is_the_users_only_while_a_run_goes_on_and_is_taken_once() -> Non
     webui.note_user_stop(env, "Locust's STOP")  # type: ignore[arg-type]
     assert webui.take_user_stop(env) == "Locust's STOP"  # type: ignore[arg-type]
     assert webui.take_user_stop(env) == ""  # type: ignore[arg-type]
+
+
+def test_the_spawn_rate_reaches_a_level_within_a_tick_without_locusts_warning(tmp_path: Path) -> None:
+    """Above 100 a second Locust logs "spawn rate is very high" (a "!" on its LOGS tab) at every step."""
+    ctl = _Run(tmp_path).ctl
+    rates = {level: ctl._users(dataclasses.replace(_spec(), level=level))[1] for level in (0, 1, 4, 12, 150)}
+    assert rates == {0: 10.0, 1: 10.0, 4: 40.0, 12: 100.0, 150: 150.0}
+
+
+def _spec() -> PhaseSpec:
+    return PhaseSpec(phase=Phase.STEP, level=1, min_s=1.0, max_s=2.0, min_requests=0, note="")
