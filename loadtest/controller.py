@@ -345,7 +345,7 @@ class Controller(PlanDecisions):
         event and the step's note say so, never a failure; the partial run is still rendered."""
         if self.finished or self.aborted:
             return
-        self.stopped_by_user = f"stopped by the user at {self.level_name()} ({how})"
+        self.stopped_by_user = f"stopped by the user at {self.level_name()}, with {how}"
         self.aborted = self.stopped_by_user
         self.event("user_stop", self.stopped_by_user)
 

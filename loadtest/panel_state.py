@@ -79,6 +79,19 @@ def _stepped_levels(ctl: Controller) -> list[int]:
     return [int(row["level"]) for row in ctl.completed if row["phase"] == Phase.STEP]
 
 
+def _as_ended(row: dict[str, Any], ctl: Controller) -> dict[str, Any]:
+    """A step row once the run is over: a step the user stopped says so; one whose numbers were taken while
+    its requests were out says where the final ones are (every request is back or cut by now)."""
+    if not ctl.finished:
+        return row
+    status = str(row["status"])
+    if ctl.stopped_by_user and status.startswith("aborted"):
+        status = "stopped by the user" + status.removeprefix("aborted")
+    if not row["final"]:
+        status = status.replace(", requests in flight", "") + "; final numbers in the report"
+    return {**row, "status": status}
+
+
 def snapshot(ctl: Controller, rendered: dict[str, Any] | None) -> dict[str, Any]:
     """The run's live state, as the panel reads it every second."""
     spec = ctl.spec
@@ -93,7 +106,7 @@ def snapshot(ctl: Controller, rendered: dict[str, Any] | None) -> dict[str, Any]
         "finished": ctl.finished,
         "aborted": ctl.aborted,
         "stopped_by_user": ctl.stopped_by_user,
-        "phase": str(spec.phase) if spec else ("done" if ctl.finished else "starting"),
+        "phase": str(spec.phase) if spec else ("stopped" if ctl.aborted else "done") if ctl.finished else "starting",
         "level_name": ctl.level_name(),
         "step_index": ctl.step_index,
         "level": spec.level if spec else 0,
@@ -118,6 +131,6 @@ def snapshot(ctl: Controller, rendered: dict[str, Any] | None) -> dict[str, Any]
             "kv_cache_usage_frac": server.kv_cache_usage_frac if server else None,
             "read_at_unix_s": server.t_unix_s if server else None,
         },
-        "steps": ctl.completed,
+        "steps": [_as_ended(row, ctl) for row in ctl.completed],
         "timeline": [list(p) for p in ctl.timeline],
     }

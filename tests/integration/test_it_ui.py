@@ -195,7 +195,10 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         page.wait_for_function(_js("!$('stopped').hidden"), timeout=60_000)
         assert "Locust's STOP" in (page.text_content("#stopped") or "")
         page.wait_for_selector("#report-link", timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / "ui-panel-stopped.png"), full_page=True)
         assert not errors, errors
+        with urllib.request.urlopen(ui.url + "logs", timeout=10) as logs:  # no "!" on Locust's LOGS tab
+            assert json.load(logs)["master"] == []
     finally:
         _end(ui)
     run_dir = tmp_path / second_run

@@ -107,7 +107,7 @@ def test_a_stop_by_the_user_is_recorded_as_such_and_the_panel_says_where(tmp_pat
     run.ctl.close()
     events = run.lines("events.jsonl")
     assert [e["kind"] for e in events if e["kind"] in ("user_stop", "abort")] == ["user_stop"]
-    why = "stopped by the user at level 1 of 2, step (2 users) (the panel's Stop)"
+    why = "stopped by the user at level 1 of 2, step (2 users), with the panel's Stop"
     assert events[-1]["message"] == why
     last = run.lines("steps.jsonl")[-1]
     assert (last["phase"], last["status"], last["note"]) == ("step", "aborted", why)
@@ -115,7 +115,8 @@ def test_a_stop_by_the_user_is_recorded_as_such_and_the_panel_says_where(tmp_pat
     assert state["stopped_by_user"] == why and state["finished"]
     assert state["level_name"] == "stopped: reached 1 level after the baseline (2 users)"
     assert [p["state"] for p in state["plan"]] == ["measured", "skipped"]  # the run is over: 4 never comes
-    assert state["gpu"]["reading"] is False
+    assert state["gpu"]["reading"] is False and state["phase"] == "stopped"
+    assert state["steps"][-1]["status"] == "stopped by the user; final numbers in the report"
 
 
 def test_a_stop_is_the_users_only_while_a_run_goes_on_and_is_taken_once() -> None:
