@@ -247,3 +247,18 @@ def test_a_stop_from_the_panel_and_sigterm_end_runs_as_the_users_and_leave_no_pr
     assert "Ctrl-C or SIGTERM" in stops[second_run][0], stops
     assert (tmp_path / second_run / "report.html").is_file(), ui.log()
     assert "Unknown message type" not in "".join(ui.lines), ui.log()
+
+
+def test_ui_killed_outright_takes_its_master_and_workers_with_it(simulator_factory, tmp_path):
+    """SIGKILL leaves `ui` no chance to stop anything: its children get SIGTERM from the kernel (Linux's
+    parent-death signal) and end, none left bound to its ports."""
+    sim = simulator_factory("--profile", "pytorch-24g")
+    ui = _start_ui(sim, tmp_path, "2")
+    try:
+        children = [psutil.Process(pid) for pid in ui.pids]
+        os.kill(ui.proc.pid, signal.SIGKILL)
+        ui.proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        _end(ui)
