@@ -34,6 +34,10 @@ MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
 TAB_KEY = "ocr-plan"
 # the parameters Locust's form shows; every other one keeps the value `ui` was started with (make ui VAR=...)
 FORM_SHOWN = ("ocr_levels", "ocr_slo_p95_s", "ocr_headroom", "ocr_step_s", "ocr_scenario", "ocr_max_num_seqs")
+# what the panel lists of the settings in effect (never a secret: headers, tokens and CA text stay out)
+SETTINGS_SHOWN = ("endpoint", "style", "model", "scenario", "images", "levels", "workers", "gpu", "server_metrics",
+                  "max_num_seqs", "idle_s", "warmup_s", "step_s", "cooldown_s", "headroom", "slo_p95_s", "refine",
+                  "request_timeout_s", "out")  # fmt: skip
 LINK_HTML = (
     '<a id="ocr-panel-link" href="ocr" style="position:fixed;left:16px;bottom:16px;z-index:2000;'
     "background:#1d2433;color:#fff;padding:10px 16px;border-radius:8px;font:600 14px system-ui,sans-serif;"
@@ -137,11 +141,23 @@ def _locust_view(environment: Environment) -> dict[str, Any]:
             "workers_expected": expected, "note": " ".join(notes)}  # fmt: skip
 
 
+def settings_of(environment: Environment) -> dict[str, Any]:
+    """The settings the next start uses (Locust's form may have changed the shown ones): host and
+    SETTINGS_SHOWN, by their Make variable names."""
+    options = environment.parsed_options
+    shown = {"HOST": environment.host or ""}
+    for name in SETTINGS_SHOWN:
+        value = getattr(options, f"ocr_{name}", None)
+        shown[name.upper()] = "" if value is None else str(value)
+    return shown
+
+
 def state_of(environment: Environment) -> dict[str, Any]:
     panel = _panel(environment)
     ctl = panel.current
-    base = {"locust": _locust_view(environment), "locust_state": _locust_view(environment)["state"],
-            "host": environment.host}  # fmt: skip
+    locust = _locust_view(environment)
+    base = {"locust": locust, "locust_state": locust["state"], "host": environment.host,
+            "settings": settings_of(environment)}  # fmt: skip
     if ctl is None:
         phase = "starting" if panel.started_at is not None else "not started"
         return {**base, "phase": phase, "run_id": None, "finished": False, "steps": [], "plan": []}

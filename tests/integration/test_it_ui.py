@@ -64,13 +64,13 @@ class Ui:
             return dict(json.load(answer))
 
 
-def _start_ui(sim: Any, out: Path, levels: str) -> Ui:
+def _start_ui(sim: Any, out: Path, levels: str, env: dict[str, str] | None = None) -> Ui:
     web_port = _free_port()
     proc = spawn_cli(["ui", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics",
                       sim.url + "/metrics", "--levels", levels, "--idle-s", "1", "--warmup-s", "1", "--step-s", "3",
                       "--cooldown-s", "2", "--baseline-rounds", "1", "--refine", "false", "--workers", "1",
                       "--request-timeout-s", "4", "--web-port", str(web_port), "--out", str(out)],
-                     merge_stderr=True)  # fmt: skip
+                     env=env, merge_stderr=True)  # fmt: skip
     ui = Ui(proc)
 
     def pump() -> None:  # the master's and the workers' output come through the same pipe
@@ -213,14 +213,18 @@ def test_a_stop_from_the_panel_and_sigterm_end_runs_as_the_users_and_leave_no_pr
     simulator_factory, tmp_path, browser
 ):
     sim = simulator_factory("--profile", "pytorch-24g")
-    ui = _start_ui(sim, tmp_path, "2,4")
+    ui = _start_ui(sim, tmp_path, "2,4", env={"OCRCAP_HEADERS": "Authorization: Bearer s3cret-token"})
     try:
         children = psutil.Process(ui.proc.pid).children(recursive=True)
         assert {p.pid for p in children} >= set(ui.pids) and len(ui.pids) == 2  # the master and its worker
         page, errors = _panel(browser, ui.url)
         page.wait_for_function(_js("!$('start').disabled"), timeout=15_000)
+        page.click("#settings-box summary")  # the settings in effect, secrets left out
+        settings = page.text_content("#settings") or ""
+        assert "LEVELS2,4" in settings and "WORKERS1" in settings, settings
         page.click("#start")
         page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
+        assert "s3cret" not in page.content() and "s3cret" not in json.dumps(ui.state())
         page.click("#stop")
         page.wait_for_function(_js("!$('stopped').hidden"), timeout=60_000)
         assert "the panel's Stop" in (page.text_content("#stopped") or "")
