@@ -43,6 +43,8 @@ RUN ?=
 A ?=
 B ?=
 PROFILE ?= pytorch-24g
+WEB_HOST ?= 127.0.0.1
+WEB_PORT ?= 8089
 
 opt = $(if $(strip $(2)),$(1) '$(strip $(2))')
 flag = $(if $(filter 1 true yes on,$(strip $(2))),$(1))
@@ -149,7 +151,7 @@ sampler: $(STAMP)
 	@$(PY) -m gpu_sampler serve $(if $(SOURCE),--source '$(SOURCE)')
 
 ui: $(STAMP)
-	@$(PY) -m loadtest ui $(RUN_FLAGS)
+	@$(PY) -m loadtest ui $(RUN_FLAGS) --web-host '$(WEB_HOST)' --web-port '$(WEB_PORT)'
 
 report: $(STAMP)
 	@test -n '$(RUN)' || { echo "error: give the run folder: make report RUN=results/<id>" >&2; exit 2; }

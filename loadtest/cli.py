@@ -258,56 +258,6 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         stop_process(sim)
 
 
-def cmd_ui(ns: argparse.Namespace) -> int:
-    """Locust's web UI on the master, local workers, the step and GPU panel at /ocr."""
-    try:
-        cfg = config_from_args(ns)
-        preflight(cfg)
-    except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
-        return fail(str(exc))
-    env = _locust_env(cfg)
-    web_port = ns.web_port or _free_port()
-    port = ns.master_port or _free_port()
-    master = subprocess.Popen(
-        _locust_base()
-        + [
-            "--master",
-            "--master-bind-host",
-            ns.master_bind_host,
-            "--master-bind-port",
-            str(port),
-            "--web-host",
-            ns.web_host,
-            "--web-port",
-            str(web_port),
-            "--host",
-            cfg.host,
-            "--loglevel",
-            "WARNING",
-            "--stop-timeout",
-            str(cfg.stop_timeout_s),
-        ]
-        + to_argv(cfg),
-        env=env,
-        cwd=REPO_ROOT,
-    )
-    worker_cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
-    local = {**env, LOCAL_WORKER_ENV: "1"}  # their copies in each run's workers/
-    workers = [subprocess.Popen(worker_cmd, env=local, cwd=REPO_ROOT) for _ in range(cfg.workers)]
-    print(f"ui: http://{ns.web_host}:{web_port}/ocr  (Locust: http://{ns.web_host}:{web_port}/)", flush=True)
-    try:
-        return master.wait()
-    except KeyboardInterrupt:
-        master.send_signal(signal.SIGINT)
-        return master.wait()
-    finally:
-        for proc in workers:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
 WORKER_QUIT_S = 20.0  # for the Locust worker to stop its users and say goodbye
 
 
@@ -399,9 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(
         ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=2.0, ocr_cooldown_s=10.0
     )
-    ui = sub.choices["ui"]
-    ui.add_argument("--web-host", default="127.0.0.1")
-    ui.add_argument("--web-port", type=int, default=8089)
+    from loadtest.ui_cmd import add_ui_arguments  # ui_cmd builds on this module's helpers
+
+    add_ui_arguments(sub.choices["ui"])
     w = sub.add_parser("worker")
     w.add_argument("--master", required=True, help="the master's HOST:PORT (port 5557 when left out)")
     w.add_argument("--master-port", type=int, default=5557, help="the master's port when --master has none")
@@ -434,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "demo":
         return cmd_demo(ns)
     if ns.command == "ui":
+        from loadtest.ui_cmd import cmd_ui
+
         return cmd_ui(ns)
     if ns.command == "merge-rows":
         return cmd_merge_rows(ns)

@@ -21,7 +21,7 @@ from gpu_sampler import GpuMonitor
 from loadtest.card_watch import CardWatch
 from loadtest.config import RunConfig
 from loadtest.decisions import PlanDecisions, progress
-from loadtest.live import LiveSteps, panel_row
+from loadtest.live import LiveSteps, level_label, level_position, panel_row
 from loadtest.overload import ABORT, OVERLOAD, OverloadWatch, Verdict
 from loadtest.phase_timing import PhaseTiming
 from loadtest.plan import (
@@ -101,6 +101,8 @@ class Controller(PlanDecisions):
         self.card = CardWatch(self.gpus_named)  # the server's card: every card until chosen after the baseline
         self.estimate_now: analysis.Estimate | None = None  # the estimate as last (re-)stated
         self.choice: LevelChoice | None = None
+        self.knee_seen = None  # the knee as last evaluated (decisions), for the live panel
+        self.stopped_by_user = ""  # how the user stopped the run (the panel, Locust's STOP, Ctrl-C, SIGTERM)
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
         self.finished = False
@@ -251,7 +253,10 @@ class Controller(PlanDecisions):
         return True
 
     def _users(self, spec: PhaseSpec) -> tuple[int, float]:
-        return spec.level, float(max(spec.level, 1) * 10)
+        """The level and a spawn rate that reaches it within a tick: at least the level, at most 100 a second
+        below 100 users (above it Locust logs a warning, a "!" on the web UI's LOGS tab, at every step)."""
+        level = max(spec.level, 1)
+        return spec.level, float(min(level * 10, max(level, 100)))
 
     def _advance(self, now: float) -> tuple[int, float] | None:
         now = self._close_phase(now)
@@ -277,17 +282,30 @@ class Controller(PlanDecisions):
         self.broadcast(tag)
         if self.monitor is not None:
             self.monitor.mark_step(self.step_index)
-        progress(
-            f"step {self.step_index}/{self._steps_planned()}: {spec.phase} users={spec.level} ({spec.note})"
-        )
+        progress(f"{self._step_head()}: {spec.phase} users={spec.level} ({spec.note})")
         return self._users(spec)
 
-    def _steps_planned(self) -> str:
-        """The last step index the plan knows of so far ("?" until the estimate chose the levels)."""
-        if self.choice is None:
-            return "?"
-        per_level = 2 + (1 if self.cfg.warmup_s > 0 else 0)
-        return str(self._first_level_step + per_level * (len(self.choice.levels) + self._refined) - 1)
+    def _step_head(self) -> str:
+        """"step 8 · level 2 of 5" (the phase's index in steps.jsonl, the level as a user counts it), or
+        "step 2" before the levels: the console's progress lines start so."""
+        name = self.level_name()
+        return f"step {self.step_index}" + (f" · {name.split(',')[0]}" if name.startswith("level ") else "")
+
+    def level_name(self) -> str:
+        """The current phase as a user counts it: "level 3 of 5, step (8 users)" (loadtest.live.level_position);
+        the total is known once the estimate chose the levels and follows the knee and refinement."""
+        spec = self.spec
+        phase, level = (str(spec.phase), spec.level) if spec else ("starting", 0)
+        stepped = [row["level"] for row in self.completed if row["phase"] == Phase.STEP]
+        if spec is None and self.finished:
+            how = "stopped: reached" if self.aborted else "done: measured"
+            users = f" ({', '.join(map(str, stepped))} users)" if stepped else ""
+            return f"{how} {len(stepped)} level{'s' if len(stepped) != 1 else ''} after the baseline{users}"
+        knee = self.knee_seen
+        knee_level = knee.knee_level if knee is not None and knee.found else None
+        number, total = level_position(phase, level, self.levels_planned, stepped, knee_level,
+                                       before_baseline=not self.measured_levels)  # fmt: skip
+        return level_label(phase, level, number, total)
 
     def _close_phase(self, now: float) -> float:
         """Write the phase's row; its end, which is after the flush: while the flush waits for workers
@@ -325,6 +343,15 @@ class Controller(PlanDecisions):
         self.phase_degraded = why
         self.event("worker_lost", why)
 
+    def stop_by_user(self, how: str) -> None:
+        """The user stopped the run (`how`: the panel's Stop, Locust's STOP, Ctrl-C or SIGTERM): a `user_stop`
+        event and the step's note say so, never a failure; the partial run is still rendered."""
+        if self.finished or self.aborted:
+            return
+        self.stopped_by_user = f"stopped by the user at {self.level_name()}, with {how}"
+        self.aborted = self.stopped_by_user
+        self.event("user_stop", self.stopped_by_user)
+
     def stop_early(self, why: str) -> None:
         """Locust stopped before the plan ended (last worker lost, Ctrl-C, Stop): say why, mark the step aborted."""
         if not self.finished and not self.aborted:
@@ -348,7 +375,7 @@ class Controller(PlanDecisions):
         label = "done" if final else "running"
         rps = self.live.throughput_rps(self.step_index, self.phase_start, self.phase_start + elapsed)
         progress(
-            f"step {self.step_index}/{self._steps_planned()} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
+            f"{self._step_head()} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
             f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}"
             f" throughput so far={rps:.2f} rps"
         )
@@ -366,5 +393,7 @@ class Controller(PlanDecisions):
             self._finish(self.clock())
         if self.monitor is not None:
             self.monitor.stop()
+        gpu = self.last_gpu  # the timeline ends on the reading the panel's cards show
+        self.timeline.append((self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
         for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
             sink.close()

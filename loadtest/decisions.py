@@ -49,6 +49,7 @@ class PlanDecisions:
     choice: LevelChoice | None
     levels_planned: list[int]
     server_limit_said: bool
+    knee_seen: Any  # the knee as last evaluated, for the live panel (analysis.Knee or None)
     _first_level_step: int
     _refined: int
 
@@ -136,6 +137,7 @@ class PlanDecisions:
             if self.watch.overload is not None:
                 index, level, why = self.watch.overload
                 knee = knee_past_overload(table, knee, level, why, index)
+            self.knee_seen = knee
             return table, knee
         except Exception as exc:
             self.event("warning", f"could not evaluate the knee: {exc}")

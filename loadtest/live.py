@@ -159,3 +159,30 @@ def panel_row(
 def _rounded(value: Any, digits: int) -> float | None:
     """JSON has no NaN: a missing number is None."""
     return None if value is None or not math.isfinite(float(value)) else round(float(value), digits)
+
+
+def level_position(
+    phase: str, level: int, planned: list[int], stepped: list[int], knee_level: int | None, before_baseline: bool
+) -> tuple[int, int | None]:
+    """Where a phase stands among the levels a user counts: (number, total), number 0 for the idle
+    reading and the baseline, total None until the estimate chose the levels. `stepped` are the levels of
+    the steps closed so far; a warm-up belongs to the step it leads to, a cooldown to the step before it.
+    The total is what is done plus what the plan still holds (levels above a knee are skipped; refinement
+    adds levels), so it moves only when the plan does."""
+    current = phase in (Phase.STEP, Phase.WARMUP) and not before_baseline and level > 0
+    number = len(stepped) + (1 if current else 0)
+    if not planned:
+        return number, None
+    done = set(stepped) | ({level} if current else set())
+    left = [v for v in planned if v not in done and (knee_level is None or v < knee_level)]
+    return number, max(number + len(left), number)
+
+
+def level_label(phase: str, level: int, number: int, total: int | None) -> str:
+    """"level 3 of 5, step (8 users)", "baseline (1 user)", "idle (0 users)": how the console and the panel
+    name a phase (a cooldown keeps the number of the step before it)."""
+    users = f"{level} user{'s' if level != 1 else ''}"
+    if number == 0:
+        return f"{phase} ({users})"
+    of = f" of {total}" if total else ""
+    return f"level {number}{of}, {phase} ({users})"

@@ -182,6 +182,7 @@ def _on_rows_message(environment: Environment, msg: Any, **_kwargs: Any) -> None
 def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
     if not isinstance(environment.runner, MasterRunner | LocalRunner):
         return
+    stopped_by = webui.take_user_stop(environment)  # "" when the plan ended, or Locust stopped by itself
     ctl = _controllers.get(id(environment))
     if ctl is not None:
         runner = environment.runner
@@ -192,7 +193,9 @@ def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
         ctl.on_rows(STATE.take_rows())
         if inbox is not None:
             _report_rows_only_on_workers(ctl, inbox)
-        if isinstance(runner, MasterRunner) and runner.worker_count == 0:
+        if stopped_by:  # Locust's workers leave its count while they stop: a user's stop is no lost worker
+            ctl.stop_by_user(stopped_by)
+        elif isinstance(runner, MasterRunner) and runner.worker_count == 0:
             ctl.stop_early("every worker was lost: run ended before its plan; check the workers' logs")
         else:
             ctl.stop_early("the run was stopped before its plan ended")
@@ -200,7 +203,7 @@ def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
         ctl.close()
         if environment.web_ui is not None:  # headless runs are rendered by `python -m loadtest run`
             vars(environment.parsed_options)["ocr_run_dir"] = ""  # the next start from the page is a new run
-            gevent.spawn_later(1.0, webui.render_after_run, ctl)
+            gevent.spawn_later(1.0, webui.render_after_run, ctl, environment)
 
 
 def _report_rows_only_on_workers(ctl: Controller, inbox: rowlink.Inbox) -> None:
@@ -219,14 +222,15 @@ def _probe(runner: MasterRunner, client_id: str) -> None:
 
 
 def _probe_loop(runner: MasterRunner) -> None:
-    """Probe every connected worker once per PROBE_INTERVAL_S for the master's whole life. Not at
-    `worker_connect`: the worker registers its answer only in its `init`, after it connected."""
+    """Probe every accepted worker once per PROBE_INTERVAL_S for the master's whole life. Not a worker
+    that only connected: Locust's worker connects before its `init` registers the answer, and logged
+    "Unknown message type received: ocr_clock_probe" for a probe that came first."""
     while True:
-        for node in runner.clients.ready + runner.clients.spawning + runner.clients.running:
+        for node_id in link.live_clients(runner):  # only after its hello: its init registered the probe
             try:
-                _probe(runner, node.id)
+                _probe(runner, node_id)
             except Exception as exc:  # a broken connection: Locust's heartbeat deals with the worker
-                log.debug("clock probe to %s failed: %s", node.id, exc)
+                log.debug("clock probe to %s failed: %s", node_id, exc)
         gevent.sleep(clock.PROBE_INTERVAL_S)
 
 

@@ -171,7 +171,7 @@ def test_a_worker_stopped_with_sigterm_hands_in_every_row_before_it_goes(simulat
     procs = [master, _worker(port, tmp_path / "w1"), _worker(port, tmp_path / "w2")]
     lines: list[str] = []
     try:
-        _lines_until(master, "step 5/", lines, 90)  # the first load step has begun
+        _lines_until(master, "step 5 ", lines, 90)  # the first load step has begun
         time.sleep(2.0)
         procs[1].send_signal(signal.SIGTERM)
         out, _ = procs[1].communicate(timeout=30)

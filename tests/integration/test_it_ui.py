@@ -1,24 +1,37 @@
-"""Live run from Locust's web UI: start the plan from the step and GPU panel, watch it, stop, open the report.
+"""Live runs from the web UI, in a real headless Chromium (Playwright) against `python -m loadtest ui` and
+the simulator: the panel tells each run's story (estimate, plan, knee, recommendation, config to paste),
+a second run starts clean, a stop from the panel, from Locust's own STOP or by SIGTERM is recorded as the
+user's, and SIGTERM ends `ui` with every process it started.
 
-Drives Debian's chromium (the `chromium` fixture of tests/conftest.py) through Playwright against
-`python -m loadtest ui` and the simulator.
+Short steps and a short request timeout (Locust's stop timeout follows it: the workers rejoin its count
+seconds after a stop, not 55 s).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 from it_procs import REPO, spawn_cli
 
 ARTIFACTS = REPO / "test-artifacts"
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
 
 def _free_port() -> int:
@@ -27,117 +40,229 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith(prefix):
-            return line
-    raise AssertionError(f"no line starting with {prefix!r}")
+@dataclass
+class Ui:
+    proc: subprocess.Popen[str]
+    url: str = ""
+    pids: list[int] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    def log(self) -> str:
+        return "".join(self.lines[-60:])
+
+    def wait_line(self, prefix: str, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if line.startswith(prefix):
+                    return line
+            time.sleep(0.2)
+        raise AssertionError(f"no line starting with {prefix!r}:\n{self.log()}")
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "ocr/state", timeout=5) as answer:
+            return dict(json.load(answer))
 
 
-def test_plan_started_and_watched_from_the_page(simulator_factory, tmp_path, chromium):
-    from playwright.sync_api import sync_playwright
-
-    sim = simulator_factory("--profile", "pytorch-24g")
+def _start_ui(sim: Any, out: Path, levels: str, env: dict[str, str] | None = None) -> Ui:
     web_port = _free_port()
-    ui = spawn_cli(
-        [
-            "ui",
-            "--host",
-            sim.url,
-            "--gpu",
-            f"dcgm:{sim.dcgm_url}",
-            "--server-metrics",
-            sim.url + "/metrics",
-            "--levels",
-            "2,4",
-            "--idle-s",
-            "1",
-            "--warmup-s",
-            "1",
-            "--step-s",
-            "3",
-            "--cooldown-s",
-            "2",
-            "--baseline-rounds",
-            "1",
-            "--refine",
-            "false",
-            "--workers",
-            "1",
-            "--web-port",
-            str(web_port),
-            "--out",
-            str(tmp_path),
-        ],
-        merge_stderr=True,
-    )
+    proc = spawn_cli(["ui", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics",
+                      sim.url + "/metrics", "--levels", levels, "--idle-s", "1", "--warmup-s", "1", "--step-s", "3",
+                      "--cooldown-s", "2", "--baseline-rounds", "1", "--refine", "false", "--workers", "1",
+                      "--request-timeout-s", "4", "--web-port", str(web_port), "--out", str(out)],
+                     env=env, merge_stderr=True)  # fmt: skip
+    ui = Ui(proc)
+
+    def pump() -> None:  # the master's and the workers' output come through the same pipe
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, ""):
+            ui.lines.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     try:
-        line = _wait_for_line(ui, "ui: ", 60)
-        url = line.split()[1]
+        ui.url = ui.wait_line("ui: http", 90).split()[1].removesuffix("ocr")
+        words = ui.wait_line("ui: processes", 5).split()[2:]
+        ui.pids = [int(w.rstrip(";")) for w in words if w.rstrip(";").isdigit()]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the web server comes up just after the line
             try:
-                urllib.request.urlopen(url, timeout=2).read()
+                ui.state()
                 break
             except OSError:
                 time.sleep(0.3)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=str(chromium),
-                args=[
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--no-first-run",
-                ],
-            )
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.goto(url)
-            page.wait_for_function(
-                "document.getElementById('phase').textContent === 'not started'", timeout=10_000
-            )
-            page.click("#start")
-            # the step panel advances past the baseline into the measured steps
-            page.wait_for_function(
-                "document.getElementById('phase').textContent === 'baseline'", timeout=30_000
-            )
-            page.wait_for_function(
-                "/MiB/.test(document.getElementById('gpu-mem').textContent)", timeout=15_000
-            )
-            page.wait_for_function("document.querySelectorAll('#steps tr').length >= 1", timeout=60_000)
-            page.wait_for_function(
-                "document.getElementById('levels').textContent.includes('2, 4')", timeout=30_000
-            )
-            step_text = page.text_content("#stepline") or ""
-            assert re.search(r"step \d+", step_text), step_text
-            assert re.search(r"\d+ / 24576 MiB", page.text_content("#gpu-mem") or "")
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "ui-panel.png"))
-            page.click("#stop")
-            page.wait_for_selector("#report-link", timeout=60_000)
-            with page.expect_popup() as popup_info:
-                page.click("#report-link")
-            report = popup_info.value
-            report.wait_for_load_state()
-            assert "max_concurrency" in report.content()  # the config block of the rendered report
-            browser.close()
+    except BaseException:
+        _end(ui)
+        raise
+    return ui
+
+
+def _end(ui: Ui) -> None:
+    """Teardown: whatever is left of `ui` and its children, by PID."""
+    for pid in [ui.proc.pid, *ui.pids]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    ui.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def browser(chromium: Path) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _panel(browser: Any, url: str) -> tuple[Any, list[str]]:
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url + "ocr")
+    return page, errors
+
+
+def _js(expr: str) -> str:
+    return f"(() => {{ const $ = (id) => document.getElementById(id); return {expr}; }})()"
+
+
+def _events(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines() if x]
+
+
+def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
+    simulator_factory, tmp_path, browser
+):
+    sim = simulator_factory("--profile", "pytorch-24g")
+    ui = _start_ui(sim, tmp_path, "4,8,12")
+    try:
+        # Locust's own page links to the panel and has the plan's tab; its form shows a few parameters
+        locust = browser.new_page(viewport={"width": 1280, "height": 900})
+        locust.goto(ui.url)
+        locust.wait_for_selector("#ocr-panel-link", timeout=15_000)
+        form = locust.content()
+        assert "OCR plan" in form
+        assert "ocr_levels" in form and "ocr_preflight_timeout_s" not in form  # the rest keep ui's values
+        locust.click("#ocr-panel-link")
+        locust.wait_for_url("**/ocr", timeout=10_000)
+
+        page, errors = _panel(browser, ui.url)
+        page.wait_for_function(_js("$('phase').textContent === 'not started' && !$('start').disabled"), timeout=15_000)
+        assert page.is_disabled("#stop")
+        page.click("#start")
+        page.wait_for_function(_js("!$('stop').disabled && $('start').disabled"), timeout=20_000)
+        # the estimate with its formula, then the plan and the level named as a user counts it
+        page.wait_for_function(_js("/MiB per request/.test($('estimate-inputs').textContent)"), timeout=60_000)
+        page.wait_for_function(_js("/level 1 of 3/.test($('level-name').textContent)"), timeout=30_000)
+        assert page.locator("#plan .chip").count() == 3
+        page.wait_for_function(_js("/Recommended so far/.test($('answer').textContent)"), timeout=60_000)
+        # the end: the report's answer, the knee's row marked, the config to paste beside the report link
+        page.wait_for_function(_js("!$('config-box').hidden"), timeout=120_000)
+        state = ui.state()
+        assert state["knee"]["found"], state["knee"]
+        assert page.locator("tr.knee").count() == 1
+        assert page.locator(".chip.knee").count() == 1
+        assert "max_concurrency" in (page.text_content("#config") or "")
+        assert (page.text_content("#answer") or "").startswith("Recommended: ")
+        assert page.is_hidden("#stopped")
+        first_run = state["run_id"]
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ui-panel-answer.png"), full_page=True)
+        with page.expect_popup() as popup:
+            page.click("#report-link")
+        assert "max_concurrency" in popup.value.content()
+
+        # a second run: nothing of the first stays on the panel; the first report stays under its run id
+        page.wait_for_function(_js("!$('start').disabled"), timeout=30_000)  # the workers rejoined Locust's count
+        page.click("#start")
+        page.wait_for_function(_js("$('report').textContent === '' && $('estimate').textContent === '-'"
+                                   " && $('config-box').hidden && $('steps').children.length === 0"), timeout=10_000)
+        page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
+        second_run = ui.state()["run_id"]
+        assert second_run != first_run
+        with urllib.request.urlopen(ui.url + f"ocr/report/{first_run}", timeout=10) as old:
+            assert old.status == 200
+
+        # stopped from Locust's own page, which has the plan's tab: a stop by the user, never lost workers
+        locust.goto(ui.url)
+        locust.get_by_role("tab", name=re.compile("OCR plan")).click()
+        locust.wait_for_selector("th:has-text('p95 ms')", timeout=10_000)
+        locust.screenshot(path=str(ARTIFACTS / "ui-locust-tab.png"))
+        locust.get_by_role("button", name="Stop").click()
+        page.wait_for_function(_js("!$('stopped').hidden"), timeout=60_000)
+        assert "Locust's STOP" in (page.text_content("#stopped") or "")
+        page.wait_for_selector("#report-link", timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / "ui-panel-stopped.png"), full_page=True)
         assert not errors, errors
-        reports = list(tmp_path.glob("*/report.html"))
-        assert len(reports) == 1
+        with urllib.request.urlopen(ui.url + "logs", timeout=10) as logs:  # no "!" on Locust's LOGS tab
+            assert json.load(logs)["master"] == []
     finally:
-        if ui.poll() is None:
-            os.killpg(ui.pid, signal.SIGTERM)
-            try:
-                ui.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(ui.pid, signal.SIGKILL)
-                ui.wait()
+        _end(ui)
+    run_dir = tmp_path / second_run
+    kinds = [e["kind"] for e in _events(run_dir)]
+    assert "user_stop" in kinds and "abort" not in kinds, kinds
+    assert "every worker was lost" not in ui.log()
+    assert "stopped by the user" in (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "Unknown message type" not in "".join(ui.lines), ui.log()
+
+
+def test_a_stop_from_the_panel_and_sigterm_end_runs_as_the_users_and_leave_no_process(
+    simulator_factory, tmp_path, browser
+):
+    sim = simulator_factory("--profile", "pytorch-24g")
+    ui = _start_ui(sim, tmp_path, "2,4", env={"OCRCAP_HEADERS": "Authorization: Bearer s3cret-token"})
+    try:
+        children = psutil.Process(ui.proc.pid).children(recursive=True)
+        assert {p.pid for p in children} >= set(ui.pids) and len(ui.pids) == 2  # the master and its worker
+        page, errors = _panel(browser, ui.url)
+        page.wait_for_function(_js("!$('start').disabled"), timeout=15_000)
+        page.click("#settings-box summary")  # the settings in effect, secrets left out
+        settings = page.text_content("#settings") or ""
+        assert "LEVELS2,4" in settings and "WORKERS1" in settings, settings
+        page.click("#start")
+        page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
+        assert "s3cret" not in page.content() and "s3cret" not in json.dumps(ui.state())
+        page.click("#stop")
+        page.wait_for_function(_js("!$('stopped').hidden"), timeout=60_000)
+        assert "the panel's Stop" in (page.text_content("#stopped") or "")
+        assert "baseline" in (page.text_content("#stopped") or "")
+        page.wait_for_function(_js("/stopped reading at/.test($('gpu-read').textContent)"), timeout=10_000)
+        page.wait_for_function(_js("!$('start').disabled && $('stop').disabled"), timeout=30_000)
+        first_run = ui.state()["run_id"]
+        # a run in progress when `ui` gets SIGTERM (docker stop): it stops, is recorded and rendered
+        page.click("#start")
+        page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
+        second_run = ui.state()["run_id"]
+        assert not errors, errors
+        children = psutil.Process(ui.proc.pid).children(recursive=True)  # the master may have started some
+        os.kill(ui.proc.pid, signal.SIGTERM)
+        assert ui.proc.wait(timeout=60) == 0, ui.log()
+        gone, alive = psutil.wait_procs(children, timeout=5)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        _end(ui)
+    assert second_run != first_run
+    stops = {run: [e["message"] for e in _events(tmp_path / run) if e["kind"] == "user_stop"]
+             for run in (first_run, second_run)}  # fmt: skip
+    assert "the panel's Stop" in stops[first_run][0], stops
+    assert "Ctrl-C or SIGTERM" in stops[second_run][0], stops
+    assert (tmp_path / second_run / "report.html").is_file(), ui.log()
+    assert "Unknown message type" not in "".join(ui.lines), ui.log()
+
+
+def test_ui_killed_outright_takes_its_master_and_workers_with_it(simulator_factory, tmp_path):
+    """SIGKILL leaves `ui` no chance to stop anything: its children get SIGTERM from the kernel (Linux's
+    parent-death signal) and end, none left bound to its ports."""
+    sim = simulator_factory("--profile", "pytorch-24g")
+    ui = _start_ui(sim, tmp_path, "2")
+    try:
+        children = [psutil.Process(pid) for pid in ui.pids]
+        os.kill(ui.proc.pid, signal.SIGKILL)
+        ui.proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        _end(ui)

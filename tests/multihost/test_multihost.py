@@ -86,8 +86,8 @@ def seen(hosts: Hosts) -> Observed:
 
 
 def _current_step(run: Run) -> int:
-    """The step the master runs now, from its progress lines ("step 8/9: step users=4 ...")."""
-    return max(int(x.split()[1].split("/")[0]) for x in run.log.splitlines() if x.startswith("step "))
+    """The step the master runs now, from its progress lines ("step 8 · level 2 of 3: step users=4 ...")."""
+    return max(int(x.split()[1].rstrip(":")) for x in run.log.splitlines() if x.startswith("step "))
 
 
 @pytest.mark.timeout(300)  # the lab and the run are made here (module fixtures)
