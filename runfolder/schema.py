@@ -71,6 +71,10 @@ class RequestRow(NamedTuple):
     # "" when the answer is fine or there is none; else bad_answer | empty_answer | wrong_answer
     # (loadtest.failures): the answer's quality, measured apart from `ok`, which says the server failed.
     answer_kind: str = ""
+    # verify: runaway answers. The server's finish reason ("length": the answer hit max_tokens; "" when the
+    # answer carries none) and whether the text ends in one phrase repeated (scenarios.runaway).
+    finish_reason: str = ""
+    repeated_tail: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,29 @@ def _extract_usage(body: bytes) -> tuple[int | None, int | None]:
     return _int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))
 
 
+def extract_finish_reason(body: bytes) -> str:
+    """Why the server stopped writing: `choices[0].finish_reason` of an OpenAI answer, or the last one a
+    stream gave ("stop", "length": it hit max_tokens); "" when the answer carries none."""
+    return _extract_finish_reason(bytes(body))
+
+
+@functools.lru_cache(maxsize=256)
+def _extract_finish_reason(body: bytes) -> str:
+    # cached like _extract_text: the same answer bytes come back for the same image
+    try:
+        events = list(_sse_events(body)) if _looks_like_sse(body) else [json.loads(body)]
+    except (AnswerError, ValueError, UnicodeDecodeError):
+        return ""
+    reason = ""
+    for event in events:
+        choices = event.get("choices") if isinstance(event, dict) else None
+        first = choices[0] if isinstance(choices, list) and choices else None
+        told = first.get("finish_reason") if isinstance(first, dict) else None
+        if isinstance(told, str) and told:
+            reason = told
+    return reason
+
+
 def guess_style(body: bytes, content_type: str) -> str | None:
     """ "openai" for chat completions (or their errors/streams), "json" for another JSON answer with
     text in it (the shape both multipart and json styles get), None when it is neither (HTML, empty)."""
