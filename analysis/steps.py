@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.goodput import GOODPUT_COLUMNS, RUNAWAY_COLUMNS, runaway_columns
 from analysis.loader import RunData, empty_frame
 from analysis.server_card import run_card
 from analysis.stats import FloatArray, latency_cv, percentile, quantile_ci
@@ -55,6 +56,7 @@ STEP_COLUMNS = [
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
     "server_waiting_max", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
     "rejected", "retried", "completed_requests", "gpu_mem_climb_mib", "other_mem_mib",
+    *GOODPUT_COLUMNS, *RUNAWAY_COLUMNS,  # analysis/goodput.py (goodput filled by analysis.summary: with_goodput)
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
@@ -81,6 +83,7 @@ _EMPTY_REQUEST_COLUMNS: dict[str, Any] = {
     "latency_cv": math.nan, "p95_all_ms": math.nan, "p95_ci_low_ms": math.nan, "p95_ci_high_ms": math.nan, "errors": {},
     "status_codes": {}, "cer_mean": math.nan, "cer_median": math.nan, "bad_answers": 0,
     "bad_answer_share": math.nan, "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan, "rejected": 0, "retried": 0,
+    "runaway": 0, "runaway_share": math.nan, "runaway_p95_ms": math.nan, "p95_no_runaway_ms": math.nan,
 }  # fmt: skip
 
 
@@ -155,6 +158,7 @@ def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
         "ttft_p95_ms": percentile(ttft, 95),
         "rejected": int((failed & (kinds == REJECTED_KIND)).sum()),
         "retried": int(retried.sum()),
+        **runaway_columns(part),
     }
 
 
