@@ -20,12 +20,14 @@ from analysis.estimate import (
     gpus_named,
     parse_levels,
 )
+from analysis.goodput import cer_limits, goodput_peak, runaway_summary, with_goodput
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.memory_slope import restate_estimate
 from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manifest_card, run_card
 from analysis.soak import slo_level, soak_trend
 from analysis.steps import baseline_summary, bucket_table, step_table
+from analysis.verify import verify_summary
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -156,6 +158,34 @@ def answer_text(knee: Knee) -> str | None:
     return str(level)
 
 
+def goodput_and_verify(
+    run: RunData, table: pd.DataFrame, config: dict[str, Any], slo_p95_s: float | None
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The table with its goodput columns, and the summary's `goodput`, `runaway` and `verify` (null when
+    the run has no verify phase: VERIFY=0, or it stopped before). Goodput's latency limit is the SLO,
+    else the recommended request_timeout_s: both are known only once the config is."""
+    timeout = config.get("server", {}).get("request_timeout_s")
+    limit_s, where = (
+        (slo_p95_s, "SLO_P95_S") if slo_p95_s else (float(timeout), "the recommended request_timeout_s")
+    )
+    base = (
+        run.steps.loc[run.steps["phase"] == "baseline", "step_index"].tolist() if not run.steps.empty else []
+    )
+    table = with_goodput(table, run.requests, limit_s * 1000.0, cer_limits(run.requests, base))
+    baseline = baseline_summary(run)
+    steps = table[table["phase"] == "step"] if not table.empty else table
+    plateau = float(steps["throughput_rps"].max()) if not steps.empty else None
+    verify = verify_summary(
+        run.requests, run.steps, config, baseline["latency_p95_ms"] if baseline else None,
+        plateau if plateau is not None and not math.isnan(plateau) else None,
+    )  # fmt: skip
+    return table, {
+        "goodput": goodput_peak(table, limit_s, where),
+        "runaway": runaway_summary(table),
+        "verify": verify,
+    }
+
+
 @dataclass(frozen=True)
 class Analysis:
     """Everything one analysis computed: the summary plus the objects the writers need."""
@@ -238,6 +268,7 @@ def analyze_run(
     diagnosis = diagnose(table, estimate, knee)
     missing = missing_parts(run, knee)
     config, comments = build_config(table, knee, estimate, kind)
+    table, proven = goodput_and_verify(run, table, config, slo_p95_s)
     if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"
         ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
         generated_unix_s = float(ends.max()) if not ends.empty else 0.0
@@ -273,6 +304,7 @@ def analyze_run(
         "config": config,
         "soak": soak_trend(run.gpu, run.steps, run.manifest),
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
+        **proven,  # goodput, runaway, verify (analysis/goodput.py, analysis/verify.py)
         "events": events,
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),

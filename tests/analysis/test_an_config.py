@@ -20,7 +20,7 @@ def test_values_follow_the_recommended_level() -> None:
     config = recommend_config(TABLE, KNEE, EST, "pytorch")
     server = config["server"]
     assert server["max_concurrency"] == 4
-    assert server["request_timeout_s"] == 7  # ceil(3 x 2.3 s)
+    assert server["request_timeout_s"] == 8  # ceil(5 s wait + 2.3 s): above ceil(3 x 2.3 s), the admitted must fit
     assert server["queue"]["wait_timeout_s"] == 5  # ceil(2 x 2.3 s)
     assert server["queue"]["max_size"] == 10  # ceil(1.9 rps x 5 s)
     assert server["reject_status"] == 503 and server["retry_after_s"] == 3  # ceil(2.3 s)
@@ -42,7 +42,7 @@ def test_yaml_text_parses_back_to_the_content_and_comments_every_value() -> None
         line for line in lines if ":" in line and not line.rstrip().endswith(":") and not line.startswith("#")
     ]
     assert len(valued) == 7 and all("#" in line for line in valued)
-    assert "the step before the knee at level 8" in text and "3 x P95 2300 ms at level 4" in text
+    assert "the step before the knee at level 8" in text and "wait 5 s + P95 2300 ms at level 4" in text
 
 
 def test_no_knee_and_no_safe_level() -> None:
