@@ -58,6 +58,11 @@ def _server(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(server) if isinstance(server, Mapping) else {}
 
 
+def _queue(server: Mapping[str, Any]) -> Mapping[str, Any]:
+    queue = server.get("queue")
+    return queue if isinstance(queue, Mapping) else {}
+
+
 def _float(value: Any) -> float:
     try:
         return float(value) if value is not None else math.nan
@@ -204,7 +209,7 @@ def check_drained(
 def advice(config: Mapping[str, Any]) -> str:
     """What the recommended config would change in front of a server that queues everything."""
     s = _server(config)
-    queue = s.get("queue") if isinstance(s.get("queue"), Mapping) else {}
+    queue = _queue(s)
     seqs = config.get("vllm_args")
     vllm = f" (vLLM: {seqs[0]} {seqs[1]})" if isinstance(seqs, list | tuple) and len(seqs) == 2 else ""
     return (
@@ -231,7 +236,7 @@ def verify_summary(
     if w.rows.empty:
         return None
     server = _server(config)
-    queue = server.get("queue") if isinstance(server.get("queue"), Mapping) else {}
+    queue = _queue(server)
     timeout_s = _float(server.get("request_timeout_s"))
     checks = [
         check_admitted_p95(w, timeout_s),
