@@ -163,11 +163,12 @@ def goodput_and_verify(
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The table with its goodput columns, and the summary's `goodput`, `runaway` and `verify` (null when
     the run has no verify phase: VERIFY=0, or it stopped before). Goodput's latency limit is the SLO,
-    else the recommended request_timeout_s: both are known only once the config is."""
+    else the recommended request_timeout_s: both are known only once the config is. The verify checks
+    hold the server to the manifest's `verify_config` (a recommended-config.yaml's content, for a server
+    already set up: `python -m loadtest verify`) when there is one, else to this run's config."""
     timeout = config.get("server", {}).get("request_timeout_s")
-    limit_s, where = (
-        (slo_p95_s, "SLO_P95_S") if slo_p95_s else (float(timeout), "the recommended request_timeout_s")
-    )
+    timeout_s = float(timeout) if isinstance(timeout, int | float) else math.nan
+    limit_s, where = (slo_p95_s, "SLO_P95_S") if slo_p95_s else (timeout_s, "the recommended request_timeout_s")
     base = (
         run.steps.loc[run.steps["phase"] == "baseline", "step_index"].tolist() if not run.steps.empty else []
     )
@@ -175,10 +176,14 @@ def goodput_and_verify(
     baseline = baseline_summary(run)
     steps = table[table["phase"] == "step"] if not table.empty else table
     plateau = float(steps["throughput_rps"].max()) if not steps.empty else None
+    given = manifest_setting(run.manifest, "verify_config")  # the config a server already set up runs
+    checked = given if isinstance(given, Mapping) and isinstance(given.get("server"), Mapping) else config
     verify = verify_summary(
-        run.requests, run.steps, config, baseline["latency_p95_ms"] if baseline else None,
+        run.requests, run.steps, checked, baseline["latency_p95_ms"] if baseline else None,
         plateau if plateau is not None and not math.isnan(plateau) else None,
     )  # fmt: skip
+    if verify is not None:
+        verify["config_from"] = "the manifest's verify_config" if checked is given else "this run's recommended config"
     return table, {
         "goodput": goodput_peak(table, limit_s, where),
         "runaway": runaway_summary(table),

@@ -4,6 +4,7 @@ fails with the reasons a person needs, and each check fails on its own when only
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -133,6 +134,7 @@ def test_the_summary_carries_the_verdict_goodput_and_no_verify_key_value_without
     _add_verify(held, gateway=True)
     verdict = analyze(load_run(held))["verify"]
     assert verdict["passed"] is True, verdict
+    assert verdict["config_from"] == "this run's recommended config"
     assert 1.3 < verdict["rate_rps"] / verdict["plateau_rps"] < 1.7
 
     queued = make_run("queued", true_knee=6, base_ms=200.0)
@@ -140,3 +142,16 @@ def test_the_summary_carries_the_verdict_goodput_and_no_verify_key_value_without
     verdict = analyze(load_run(queued))["verify"]
     assert verdict["passed"] is False and verdict["admission_control"] is False
     assert "no admission control" in verdict["why"] and verdict["advice"]
+
+
+def test_a_server_already_set_up_is_held_to_the_config_the_manifest_names(make_run):
+    run_dir = make_run("given", true_knee=6, base_ms=200.0)
+    _add_verify(run_dir, gateway=True)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    strict = {"server": {"max_concurrency": 6, "request_timeout_s": 0.5, "queue": {"max_size": 30, "wait_timeout_s": 0.2},
+                         "reject_status": 503, "retry_after_s": 1}}  # fmt: skip
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "verify_config": strict}))
+    verdict = analyze(load_run(run_dir))["verify"]
+    assert verdict["config_from"] == "the manifest's verify_config"
+    admitted = next(c for c in verdict["checks"] if c["name"] == "admitted_p95_within_timeout")
+    assert admitted["limit"] == 500.0 and not admitted["passed"] and not verdict["passed"]

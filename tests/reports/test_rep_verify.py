@@ -19,6 +19,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PASSED = {
     "passed": True, "rate_rps": 10.35, "served_rps": 6.8, "plateau_rps": 6.9, "window_s": 30.0, "requests": 310,
     "answered_ok": 204, "rejected": 106, "timed_out": 0, "admission_control": True, "advice": "",
+    "config_from": "this run's recommended config",
     "why": "The recommended config held at 10.35 rps for 30 s (1.5x the plateau 6.90 rps): every check passed",
     "checks": [
         {"name": "admitted_p95_within_timeout", "passed": True, "value": 2140.0, "limit": 4000.0, "unit": "ms",
@@ -63,6 +64,7 @@ def test_a_passed_verdict_shows_every_check_with_its_numbers_and_why() -> None:
     html = render_report(*_summary(PASSED))
     assert re.search(r'id="verify-verdict" class="ok">passed<', html)
     assert "10.35 rps open loop for 30 s (1.5x the plateau 6.90 rps)" in html
+    assert "limits from this run&#39;s recommended config" in html
     assert "2,140 ms" in _row(html, "admitted_p95_within_timeout") and "4,000 ms" in html
     assert "100%" in _row(html, "excess_rejected_fast") and "95%" in _row(html, "excess_rejected_fast")
     assert "2.6 s" in _row(html, "queue_drained") and "6.0 s" in _row(html, "queue_drained")
