@@ -11,8 +11,9 @@ Checks (over the verify phase's logical requests: final attempts):
   recommended request_timeout_s.
 - excess_rejected_fast: of the requests not admitted, the share turned away with 503/429 within
   REJECT_FAST_MS, at least EXCESS_FAST_MIN_SHARE (a timeout, a cut or a slow 503 is not fast). With no
-  request turned away the check passes only when the server answered what was offered (served at least
-  SERVED_MIN_FRAC of the offered rate inside the window): else the excess queued.
+  request turned away the check passes only when the server kept up: the median latency of the answers
+  sent in the last third of the window within LATENCY_GROWTH_MAX x that of the first third (a queue
+  without bound grows all along; counting answers inside a short window reads its edges as a shortfall).
 - no_oom: no request of verify or drain failed with an out-of-memory answer.
 - queue_drained: after the load stops, answers are back to the baseline's latency (a drain probe within
   DRAIN_SLACK x the baseline P95, and every probe after it), counted from the end of the verify window to
@@ -37,11 +38,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import percentile
+from analysis.steps import WindowShares
 
 VERIFY_PHASE, DRAIN_PHASE = "verify", "drain"
 REJECT_FAST_MS = 1000.0  # a 503/429 answered within a second: the caller can back off at once
 EXCESS_FAST_MIN_SHARE = 0.95  # of the requests not admitted, at least this share turned away fast
-SERVED_MIN_FRAC = 0.95  # nothing turned away is fine only when the server kept up with the offered rate
+LATENCY_GROWTH_MAX = 2.0  # nothing turned away is fine only while latency holds: late median within 2x early
 NO_ANSWER_MS = 1e12  # a timeout's latency in the P95: longer than any limit (inf would warn in numpy)
 DRAIN_SLACK = 1.5  # "back to baseline": a probe within 1.5x the baseline P95
 REJECTED, TIMEOUT, OOM, CUT, CONNECTION = "rejected", "timeout", "oom", "cut", "connection"
@@ -88,14 +90,23 @@ class Window:
             float(told.mean()) if told is not None and not told.empty
             else len(self.rows) / self.duration_s if self.duration_s > 0 else math.nan
         )  # fmt: skip
-        end_s = self.rows["t_start_unix_s"].to_numpy(dtype=np.float64) + self.latency_ms / 1000.0
-        inside = self.ok & (end_s >= self.t0) & (end_s <= self.t1)
-        self.served_rps = float(inside.sum()) / self.duration_s if self.duration_s > 0 else math.nan
+        self.sent_rps = len(self.rows) / self.duration_s if self.duration_s > 0 else math.nan
+        self.start_s = self.rows["t_start_unix_s"].to_numpy(dtype=np.float64)
+        end_s = self.start_s + self.latency_ms / 1000.0
+        # answers per second inside the window, each by the share of its time there (as the step table counts)
+        self.served_rps = WindowShares(part).throughput_rps(self.t0, self.t1)
         answered = self.rows["status_code"].to_numpy(dtype=np.float64) > 0  # a timeout's end is not the server's
         self.last_answer_s = float(end_s[answered].max()) if answered.any() else math.nan
 
     def count(self, kind: str) -> int:
         return int((~self.ok & (self.kind == kind)).sum())
+
+    def latency_early_late_ms(self) -> tuple[float, float]:
+        """Median latency of the answers sent in the first and in the last third of the window."""
+        third = self.duration_s / 3.0
+        early = self.ok & (self.start_s < self.t0 + third)
+        late = self.ok & (self.start_s >= self.t1 - third)
+        return percentile(self.latency_ms[early], 50), percentile(self.latency_ms[late], 50)
 
 
 def check_admitted_p95(w: Window, timeout_s: float) -> dict[str, Any]:
@@ -125,13 +136,14 @@ def check_excess_rejected(w: Window) -> dict[str, Any]:
     fast = rejected & (w.latency_ms <= REJECT_FAST_MS)
     name = "excess_rejected_fast"
     if not turned.any():
-        kept_up = w.served_rps >= SERVED_MIN_FRAC * w.offered_rps
+        early_ms, late_ms = w.latency_early_late_ms()
+        kept_up = not late_ms > LATENCY_GROWTH_MAX * early_ms  # NaN (too few answers): nothing says it grew
+        held = f"median latency {early_ms:,.0f} ms early in the window, {late_ms:,.0f} ms late"
         why = (
-            f"no excess: the server answered all {len(w.rows)} requests ({w.served_rps:.2f} of {w.offered_rps:.2f} rps"
-            " inside the window); admission control was not exercised"
+            f"no excess: the server answered all {len(w.rows)} requests and its latency held ({held}); the load"
+            " did not exceed what it serves, so admission control was not exercised"
             if kept_up else
-            f"nothing was turned away, yet the server answered only {w.served_rps:.2f} of the {w.offered_rps:.2f} rps"
-            " offered inside the window: the excess queued instead of getting 503"
+            f"nothing was turned away while latency grew ({held}): the excess queued instead of getting 503"
         )  # fmt: skip
         return _check(name, kept_up, 1.0 if kept_up else 0.0, EXCESS_FAST_MIN_SHARE, "share", why)
     share = float(fast.sum()) / float(turned.sum())
@@ -250,7 +262,8 @@ def verify_summary(
     rejected = w.count(REJECTED)
     no_admission = rejected == 0 and not (checks[0]["passed"] and checks[1]["passed"])
     return {
-        "passed": passed, "rate_rps": w.offered_rps, "served_rps": w.served_rps, "plateau_rps": plateau_rps,
+        "passed": passed, "rate_rps": w.offered_rps, "sent_rps": w.sent_rps, "served_rps": w.served_rps,
+        "plateau_rps": plateau_rps,
         "window_s": w.duration_s, "requests": int(len(w.rows)), "answered_ok": int(w.ok.sum()), "rejected": rejected,
         "timed_out": w.count(TIMEOUT), "admission_control": True if rejected else False if no_admission else None,
         "why": _verdict_text(w, checks, no_admission, plateau_rps),
@@ -270,6 +283,11 @@ def _verdict_text(
             f" everything ({checks[0]['why']}): under overload its latency grows without bound"
         )
     failed = [c["name"] for c in checks if not c["passed"]]
+    if not failed and w.count(REJECTED) == 0 and not (~w.ok).any():
+        return (
+            f"Every check passed at {load}, but the server kept up with that load: it was never overloaded, so"
+            " admission control was not exercised; verify at a higher rate to prove it"
+        )
     if not failed:
         return f"The recommended config held at {load}: every check passed"
     return f"The recommended config did not hold at {load}: {', '.join(failed)} failed"

@@ -55,6 +55,16 @@ def test_no_admission_control_queues_times_out_and_fails_with_the_right_why():
         assert value in verdict["advice"]
 
 
+def test_a_queue_without_bound_and_a_patient_caller_fails_on_latency_that_grows():
+    verdict = _verify(*serve(gateway=False, client_timeout_s=120.0))  # nothing times out: all is answered
+    checks = _checks(verdict)
+    assert verdict["timed_out"] == 0 and verdict["rejected"] == 0 and verdict["admission_control"] is False
+    excess = checks["excess_rejected_fast"]
+    assert not excess["passed"] and "latency grew" in excess["why"]
+    assert not checks["admitted_p95_within_timeout"]["passed"] and checks["admitted_p95_within_timeout"]["value"] > 6000
+    assert "no admission control" in verdict["why"]
+
+
 def test_slow_503s_after_a_long_wait_are_not_fast():
     requests, steps = serve(gateway=True)
     slow = requests.copy()
@@ -76,7 +86,9 @@ def test_a_load_the_server_keeps_up_with_passes_and_says_admission_control_was_n
     verdict = _verify(*serve(gateway=True, rate_rps=6.0))
     excess = _checks(verdict)["excess_rejected_fast"]
     assert verdict["passed"] is True and verdict["admission_control"] is None
-    assert excess["passed"] and "not exercised" in excess["why"]
+    assert excess["passed"] and "not exercised" in excess["why"] and "latency held" in excess["why"]
+    assert 5.0 < verdict["served_rps"] <= 6.1 and verdict["sent_rps"] == 6.0
+    assert "never overloaded" in verdict["why"]
 
 
 def test_answers_that_never_come_back_to_the_baseline_fail_the_drain():
