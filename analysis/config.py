@@ -29,7 +29,8 @@ WAIT_MULTIPLE = 2.0
 def _row_at(table: pd.DataFrame, level: int) -> dict[str, Any] | None:
     if table.empty:
         return None
-    rows = table[table["level"] == level].sort_values("step_index")
+    # a measured step, else the baseline: never a verify or drain row (an overload's latency, not a level's)
+    rows = table[(table["level"] == level) & table["phase"].isin(("step", "baseline"))].sort_values("step_index")
     steps = rows[rows["phase"] == "step"]
     chosen = steps if not steps.empty else rows
     return None if chosen.empty else chosen.to_dict("records")[-1]

@@ -181,6 +181,10 @@ def check_drained(
     limit_text = f"the queue's wait timeout {wait_s:g} s + the request timeout {timeout_s:g} s"
     name = "queue_drained"
     answered = probes[probes["ok"]]
+    unanswered_probes = int(probes["failure_kind"].astype(str).isin((TIMEOUT, CUT)).sum())
+    if answered.empty and unanswered_probes:
+        why = f"no drain probe came back before the drain ended ({unanswered_probes} timed out or cut): the queue"
+        return _check(name, False, None, limit_s, "s", why + " had not drained")
     if answered.empty:
         if math.isnan(w.last_answer_s):
             return _check(

@@ -59,3 +59,14 @@ def test_no_knee_and_no_safe_level() -> None:
 def test_empty_table_still_gives_a_config() -> None:
     config = recommend_config(pd.DataFrame(), Knee(False, None, None, None, "no steps"), EST, "unknown")
     assert config["server"]["max_concurrency"] == 1 and config["server"]["request_timeout_s"] == 30
+
+
+def test_verify_and_drain_rows_never_set_the_timeouts() -> None:
+    # a verify-only run (python -m loadtest verify): its drain probe runs at level 1 like the baseline, but its
+    # latency is the overload's; the config must come from the baseline's
+    drain = pd.DataFrame([{"step_index": 21, "phase": "drain", "level": 1, "p95_ms": 12_000.0, "throughput_rps": 0.1},
+                          {"step_index": 20, "phase": "verify", "level": 1, "p95_ms": 9_000.0, "throughput_rps": 30.0}])  # fmt: skip
+    table = pd.concat([TABLE, drain], ignore_index=True)
+    broken = Knee(True, 5, 4, None, "knee at level 4; saturated at one user")
+    config, _ = build_config(table, broken, EST, "pytorch")
+    assert config["server"]["request_timeout_s"] == 3  # from the baseline's 900 ms, as without the rows

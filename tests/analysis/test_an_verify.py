@@ -108,6 +108,14 @@ def test_without_drain_probes_the_last_verify_answer_stands_in_unless_some_got_n
     assert not drained["passed"] and "got no answer" in drained["why"]
 
 
+def test_drain_probes_that_never_came_back_fail_the_drain():
+    requests, steps = serve(gateway=False, client_timeout_s=120.0)
+    probes = requests["phase"] == "drain"
+    requests.loc[probes, ["ok", "failure_kind", "status_code"]] = [False, "cut", 0]  # in flight at the drain's end
+    drained = _checks(_verify(requests, steps))["queue_drained"]
+    assert not drained["passed"] and "no drain probe came back" in drained["why"]
+
+
 def test_a_run_without_verify_rows_has_no_verdict():
     requests, steps = serve(gateway=True)
     assert verify_summary(requests, steps[steps["phase"] == "step"], CONFIG) is None
