@@ -122,7 +122,7 @@ def missing_parts(run: RunData, knee: Knee | None = None) -> list[str]:
     if "steps.jsonl" not in run.missing_files:
         if steps.empty or not (steps["phase"] == "baseline").any():
             missing.append("baseline (run stopped before it)")
-        elif measured.empty:
+        elif measured.empty and not (steps["phase"] == "verify").any():  # a verify-only run has none by design
             missing.append("measured steps (run stopped before the stepped load)")
     for row in measured.itertuples(index=False):
         if row.status == "aborted":

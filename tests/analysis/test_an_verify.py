@@ -175,3 +175,11 @@ def test_a_server_already_set_up_is_held_to_the_config_the_manifest_names(make_r
     assert verdict["config_from"] == "the manifest's verify_config"
     admitted = next(c for c in verdict["checks"] if c["name"] == "admitted_p95_within_timeout")
     assert admitted["limit"] == 500.0 and not admitted["passed"] and not verdict["passed"]
+
+
+def test_a_verify_only_run_is_complete_without_measured_steps(make_run):
+    run_dir = make_run("verify-only", levels=(), base_ms=200.0)  # python -m loadtest verify: baseline, verify, drain
+    _add_verify(run_dir, gateway=True)
+    summary = analyze(load_run(run_dir))
+    assert summary["missing"] == [] and summary["complete"]
+    assert summary["verify"] is not None and summary["verify"]["plateau_rps"] is None
