@@ -105,6 +105,7 @@ def test_goodput_and_runaways_per_level_and_the_runaway_warning() -> None:
     assert re.search(r'id="goodput">.*?still grows <b>6</b>, 6.21 req/s \(90% of its requests\)', html, re.S)
     assert "level 10: 7 (3.1%), P95 28.0 s against 900 ms" in html
     assert re.search(r'id="runaway-warning"><b>Runaway answers:</b> runaway answers stretch the P95', html)
+    assert 'id="diagnosis-runaway"' in html  # in the diagnosis too
 
 
 @pytest.mark.browser
