@@ -25,6 +25,8 @@ def test_the_finish_reason_comes_from_the_answer_or_the_last_event_of_a_stream()
     ) + b"data: [DONE]\n\n"  # fmt: skip
     assert extract_finish_reason(stream) == "length"
     assert extract_finish_reason(b'{"text": "multipart answer"}') == ""
+    quoted = _answer('the page says "finish_reason": "stop"', "length")  # the answer's text cannot fool it
+    assert extract_finish_reason(quoted) == "length"
     assert extract_finish_reason(b"<html>not json</html>") == ""
 
 
