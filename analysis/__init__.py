@@ -15,6 +15,7 @@ from analysis.estimate import (
     parse_levels,
     plan_levels,
 )
+from analysis.goodput import goodput_peak, runaway_summary, with_goodput
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
 from analysis.memory_slope import MemorySlope, memory_slope, restate_estimate
@@ -24,6 +25,7 @@ from analysis.server_card import CardChoice, choose_server_card, gpu_of, manifes
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
 from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_row, step_table
 from analysis.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
+from analysis.verify import verify_summary
 
 __all__ = [
     "BUCKET_COLUMNS",
@@ -56,6 +58,7 @@ __all__ = [
     "fit_memory_slope",
     "flat_steps",
     "gpu_of",
+    "goodput_peak",
     "gpus_named",
     "load_run",
     "manifest_card",
@@ -68,11 +71,14 @@ __all__ = [
     "recommend_config",
     "restate_estimate",
     "run_card",
+    "runaway_summary",
     "remeasure_level",
     "server_kind",
     "slo_level",
     "soak_trend",
     "step_row",
     "step_table",
+    "verify_summary",
+    "with_goodput",
     "write_outputs",
 ]

@@ -1,7 +1,8 @@
 """The serving config to paste (seed 000's shape), each value with where it came from.
 
 server.max_concurrency   = the recommended level (the step before the knee)
-server.request_timeout_s = ceil(timeout_multiple (3) x P95 at that level, in s): P95, never the mean
+server.request_timeout_s = ceil(timeout_multiple (3) x P95 at that level, in s): P95, never the mean; at
+                           least ceil(wait_timeout_s + P95) (a request the queue admitted must not time out)
 server.queue.wait_timeout_s = ceil(wait_multiple (2) x P95 at that level): a queued request waits about
                            two service times before a 503, so callers back off early instead of timing out
 server.queue.max_size    = ceil(throughput at that level x wait_timeout_s), at least max_concurrency:
@@ -35,7 +36,8 @@ def row_at(table: pd.DataFrame, level: int) -> dict[str, Any] | None:
     """The step row measured at `level` (its last "step" phase row, else its last row); None if none."""
     if table.empty:
         return None
-    rows = table[table["level"] == level].sort_values("step_index")
+    # a measured step, else the baseline: never a verify or drain row (an overload's latency, not a level's)
+    rows = table[(table["level"] == level) & table["phase"].isin(("step", "baseline"))].sort_values("step_index")
     steps = rows[rows["phase"] == "step"]
     chosen = steps if not steps.empty else rows
     return None if chosen.empty else chosen.to_dict("records")[-1]
@@ -89,12 +91,18 @@ def build_config(
         where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
     else:
         where = f"P95 {p95_s * 1000:.0f} ms at level {row['level'] if row else '?'}"
-    timeout = _ceil(timeout_multiple * p95_s)
     wait = _ceil(wait_multiple * p95_s)
+    # the last request a full queue admits waits wait_timeout_s, then runs about one P95: a shorter timeout
+    # would drop work the gateway admitted (with wait = ceil(2 x P95), 3 x P95 falls below that sum: 2.3 s -> 7 < 7.3)
+    timeout = max(_ceil(timeout_multiple * p95_s), _ceil(wait + p95_s))
     drained = thr * wait if not math.isnan(thr) else 4.0 * concurrency
     queue = max(concurrency, _ceil(drained))
     retry = _ceil(p95_s)
-    comments["server.request_timeout_s"] = f"{timeout_multiple:g} x {where}, rounded up"
+    comments["server.request_timeout_s"] = (
+        f"{timeout_multiple:g} x {where}, rounded up"
+        if timeout == _ceil(timeout_multiple * p95_s)
+        else f"the queue's wait {wait} s + {where}, rounded up: what a request the queue admitted may take"
+    )
     comments["server.queue.max_size"] = (
         f"{thr:.2f} rps x {wait} s wait, rounded up: what drains within the wait timeout"
         if not math.isnan(thr)

@@ -66,6 +66,8 @@ _DTYPES: dict[type, dict[str, str]] = {
         "error_text": _TEXT,
         "answer_kind": _CATEGORY,
         "server_time_ms": "float64",
+        "finish_reason": _CATEGORY,
+        "repeated_tail": _TEXT,
     },
     GpuSample: {
         "t_unix_s": "float64",
@@ -109,7 +111,7 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 # Columns added to a record after run folders were written without them: an old file reads with this value.
 # A text value reads as a category, a number (NaN: unknown) as float64.
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
-    RequestRow: {"answer_kind": "", "server_time_ms": math.nan},
+    RequestRow: {"answer_kind": "", "server_time_ms": math.nan, "finish_reason": "", "repeated_tail": ""},
     ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": ""},
     GpuSample: {"other_mem_mib": math.nan, "sm_clock_mhz": math.nan, "throttle_reasons": math.nan},
 }
@@ -162,7 +164,8 @@ def read_csv_records(path: Path, record_type: type) -> pd.DataFrame:
     if record_type is RequestRow:
         frame["ok"] = _bool_column(frame["ok"])
         frame["final_attempt"] = _bool_column(frame["final_attempt"])
-        for col in ("failure_kind", "answer_kind"):  # an empty cell is "" (none), not NaN
+        frame["repeated_tail"] = _bool_column(frame["repeated_tail"].astype(str))
+        for col in ("failure_kind", "answer_kind", "finish_reason"):  # an empty cell is "" (none), not NaN
             missing = [c for c in [""] if c not in frame[col].cat.categories]
             frame[col] = frame[col].cat.add_categories(missing)
             frame[col] = frame[col].fillna("")
@@ -279,8 +282,9 @@ def _typed_empty_requests() -> pd.DataFrame:
     frame = empty_frame(RequestRow)
     frame["ok"] = frame["ok"].astype(bool)
     frame["final_attempt"] = frame["final_attempt"].astype(bool)
+    frame["repeated_tail"] = frame["repeated_tail"].astype(bool)
     text_cols = ("request_id", "phase", "scenario", "bucket", "failure_kind", "worker_id", "error_text")
-    for col in (*text_cols, "answer_kind"):
+    for col in (*text_cols, "answer_kind", "finish_reason"):
         frame[col] = frame[col].astype("object")
     for col in _INTS[RequestRow]:
         frame[col] = frame[col].astype("int64")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.goodput import GOODPUT_COLUMNS, RUNAWAY_COLUMNS, runaway_columns
 from analysis.heat import heat_columns
 from analysis.loader import RunData, empty_frame
 from analysis.server_card import run_card
@@ -60,6 +61,7 @@ STEP_COLUMNS = [
     # marks: heat and clocks (analysis.heat), the server's own time (analysis.server_time)
     "gpu_temp_c_peak", "gpu_temp_c_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "throttled",
     "server_p50_ms", "server_p95_ms", "throttle_kind", "server_time_source", "vllm_e2e_p95_ms",
+    *GOODPUT_COLUMNS, *RUNAWAY_COLUMNS,  # analysis/goodput.py (goodput filled by analysis.summary: with_goodput)
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
@@ -86,6 +88,7 @@ _EMPTY_REQUEST_COLUMNS: dict[str, Any] = {
     "latency_cv": math.nan, "p95_all_ms": math.nan, "p95_ci_low_ms": math.nan, "p95_ci_high_ms": math.nan, "errors": {},
     "status_codes": {}, "cer_mean": math.nan, "cer_median": math.nan, "bad_answers": 0,
     "bad_answer_share": math.nan, "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan, "rejected": 0, "retried": 0,
+    "runaway": 0, "runaway_share": math.nan, "runaway_p95_ms": math.nan, "p95_no_runaway_ms": math.nan,
 }  # fmt: skip
 
 
@@ -161,6 +164,7 @@ def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
         **server_time_columns(part, ok),
         "rejected": int((failed & (kinds == REJECTED_KIND)).sum()),
         "retried": int(retried.sum()),
+        **runaway_columns(part),
     }
 
 

@@ -20,6 +20,7 @@ from analysis.estimate import (
     gpus_named,
     parse_levels,
 )
+from analysis.goodput import cer_limits, goodput_peak, runaway_summary, with_goodput
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.memory_slope import restate_estimate
@@ -27,6 +28,7 @@ from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manif
 from analysis.server_time import time_split
 from analysis.soak import slo_level, soak_trend
 from analysis.steps import baseline_summary, bucket_table, step_table
+from analysis.verify import verify_summary
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -121,7 +123,7 @@ def missing_parts(run: RunData, knee: Knee | None = None) -> list[str]:
     if "steps.jsonl" not in run.missing_files:
         if steps.empty or not (steps["phase"] == "baseline").any():
             missing.append("baseline (run stopped before it)")
-        elif measured.empty:
+        elif measured.empty and not (steps["phase"] == "verify").any():  # a verify-only run has none by design
             missing.append("measured steps (run stopped before the stepped load)")
     for row in measured.itertuples(index=False):
         if row.status == "aborted":
@@ -155,6 +157,39 @@ def answer_text(knee: Knee) -> str | None:
     if knee.confidence and knee.confidence[0] != knee.confidence[1]:
         return f"{level}; {knee.confidence[0]}-{knee.confidence[1]} at 95%"
     return str(level)
+
+
+def goodput_and_verify(
+    run: RunData, table: pd.DataFrame, config: dict[str, Any], slo_p95_s: float | None
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The table with its goodput columns, and the summary's `goodput`, `runaway` and `verify` (null when
+    the run has no verify phase: VERIFY=0, or it stopped before). Goodput's latency limit is the SLO,
+    else the recommended request_timeout_s: both are known only once the config is. The verify checks
+    hold the server to the manifest's `verify_config` (a recommended-config.yaml's content, for a server
+    already set up: `python -m loadtest verify`) when there is one, else to this run's config."""
+    timeout = config.get("server", {}).get("request_timeout_s")
+    timeout_s = float(timeout) if isinstance(timeout, int | float) else math.nan
+    limit_s, where = (slo_p95_s, "SLO_P95_S") if slo_p95_s else (timeout_s, "the recommended request_timeout_s")
+    base = (
+        run.steps.loc[run.steps["phase"] == "baseline", "step_index"].tolist() if not run.steps.empty else []
+    )
+    table = with_goodput(table, run.requests, limit_s * 1000.0, cer_limits(run.requests, base))
+    baseline = baseline_summary(run)
+    steps = table[table["phase"] == "step"] if not table.empty else table
+    plateau = float(steps["throughput_rps"].max()) if not steps.empty else None
+    given = manifest_setting(run.manifest, "verify_config")  # the config a server already set up runs
+    checked = given if isinstance(given, Mapping) and isinstance(given.get("server"), Mapping) else config
+    verify = verify_summary(
+        run.requests, run.steps, checked, baseline["latency_p95_ms"] if baseline else None,
+        plateau if plateau is not None and not math.isnan(plateau) else None,
+    )  # fmt: skip
+    if verify is not None:
+        verify["config_from"] = "the manifest's verify_config" if checked is given else "this run's recommended config"
+    return table, {
+        "goodput": goodput_peak(table, limit_s, where),
+        "runaway": runaway_summary(table),
+        "verify": verify,
+    }
 
 
 @dataclass(frozen=True)
@@ -239,6 +274,7 @@ def analyze_run(
     diagnosis = diagnose(table, estimate, knee)
     missing = missing_parts(run, knee)
     config, comments = build_config(table, knee, estimate, kind)
+    table, proven = goodput_and_verify(run, table, config, slo_p95_s)
     if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"
         ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
         generated_unix_s = float(ends.max()) if not ends.empty else 0.0
@@ -275,6 +311,7 @@ def analyze_run(
         "config": config,
         "soak": soak_trend(run.gpu, run.steps, run.manifest),
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
+        **proven,  # goodput, runaway, verify (analysis/goodput.py, analysis/verify.py)
         "events": events,
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),

@@ -34,8 +34,10 @@ from scenarios import (
     EncodedRequest,
     ImageItem,
     character_error_rate,
+    extract_finish_reason,
     extract_text,
     extract_usage,
+    repeated_tail,
 )
 
 log = logging.getLogger(__name__)
@@ -183,7 +185,7 @@ class OcrUser(FastHttpUser):
                 f"cut: its user was stopped at a step-down {latency_ms / 1000:.1f} s into the request"
             )
             self._report(enc, url, latency_ms, 0, None, t_start, CatchResponseError(error_text))
-            cut = _Verdict(failures.CUT, "", error_text, None, None, None)
+            cut = _Verdict(failures.CUT, "", error_text, None, None, None, "", False)
             STATE.add_row(self._row(cfg, item, enc, tag, t_start, latency_ms, None, 0, 0, cut, attempt, True))
             raise
         latency_ms = (time.perf_counter() - t0) * 1000.0
@@ -283,6 +285,8 @@ class OcrUser(FastHttpUser):
             verdict.error_text,
             verdict.answer_kind,
             server_ms,  # server_time_ms: the server's own time, where it reports one
+            verdict.finish_reason,
+            verdict.repeated_tail,
         )
 
 
@@ -302,6 +306,8 @@ class _Verdict(NamedTuple):
     cer: float | None
     prompt_tokens: int | None
     completion_tokens: int | None
+    finish_reason: str  # the server's ("length": hit max_tokens), "" when the answer has none
+    repeated_tail: bool  # the text ends in one phrase repeated (scenarios.runaway)
 
 
 def judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
@@ -321,8 +327,9 @@ def _judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
     A 2xx answer is ok whatever its text, unless CER_FAIL_ABOVE makes a far one a failure."""
     body, error = reply.body, reply.error
     kind = failures.classify_http(reply.status, body, error)
-    answer_kind = ""
+    answer_kind = finish_reason = ""
     cer = prompt_tokens = completion_tokens = None
+    runaway = False
     if kind == failures.OK:
         text = None
         try:
@@ -332,9 +339,12 @@ def _judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
         if text is not None and item.expected_text is not None:
             cer = character_error_rate(item.expected_text, text)  # an empty answer: 1.0
         prompt_tokens, completion_tokens = extract_usage(body)
+        finish_reason, runaway = extract_finish_reason(body), repeated_tail(text or "")
         answer_kind = failures.classify_answer(text, cer)
         kind = failures.answer_failure(answer_kind, cer, cfg.cer_fail_above)
     error_text = ""
     if kind or answer_kind:  # the evidence: the error, or the start of the answer the server gave
         error_text = (error or body[:ERROR_TEXT_CHARS].decode("utf-8", "replace"))[:ERROR_TEXT_CHARS]
-    return _Verdict(kind, answer_kind, error_text, cer, prompt_tokens, completion_tokens)
+    return _Verdict(
+        kind, answer_kind, error_text, cer, prompt_tokens, completion_tokens, finish_reason, runaway
+    )

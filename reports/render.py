@@ -99,6 +99,31 @@ def fmt_sentence(value: Any) -> str:
     return text if not text or text[-1] in ".!?" else text + "."
 
 
+def fmt_check(value: Any, unit: Any) -> str:
+    """A verify check's value or limit in its unit (summary.json `verify.checks[].unit`)."""
+    unit = defined(unit)
+    if unit == "ms":
+        return fmt_ms(value)
+    if unit == "share":
+        return fmt_pct(value, 0)
+    if unit == "s":
+        return fmt_num(value, 1, "s")
+    return fmt_num(value, 0, str(unit or ""))
+
+
+def verify_note(summary: Mapping[str, Any]) -> str:
+    """Why a run has no verify verdict: VERIFY=0, or no verify phase (stopped before it, an older run)."""
+    told = manifest_setting_of(mapping(summary.get("manifest")), "verify")
+    if told is False or told in (0, "0", "false"):
+        return "Not verified under overload: the verify phase was off (VERIFY=0)."
+    return "Not verified under overload: this run has no verify phase (it stopped before it, or predates it)."
+
+
+def manifest_setting_of(manifest: Mapping[str, Any], key: str) -> Any:
+    """A setting from the manifest's top level or its config section."""
+    return manifest.get(key, mapping(manifest.get("config")).get(key))
+
+
 def is_rows(value: Any) -> bool:
     """A non-empty list of mappings: drawn as a table rather than as JSON text."""
     return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, Mapping) for v in value)
@@ -113,7 +138,7 @@ def make_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.tests["rows"] = is_rows
-    env.filters.update(num=fmt_num, ms=fmt_ms, pct=fmt_pct, value=fmt_value, sentence=fmt_sentence)
+    env.filters.update(num=fmt_num, ms=fmt_ms, pct=fmt_pct, value=fmt_value, sentence=fmt_sentence, check=fmt_check)
     return env
 
 
@@ -146,8 +171,9 @@ OPTIONAL_COLUMNS = (
     "kv_cache_peak_frac",
     "cer_median",
     "driver_cpu_mean_pct",
+    "goodput_rps",
 )
-COUNT_COLUMNS = ("retried", "rejected")  # shown when any step has one
+COUNT_COLUMNS = ("retried", "rejected", "runaway")  # shown when any step has one
 
 
 def shown_columns(steps: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -259,6 +285,10 @@ def build_context(
         "driver_busy_pct": DRIVER_BUSY_PCT,
         "baseline": summary.get("baseline"),
         "slo": summary.get("slo"),
+        "verify": mapping(summary.get("verify")) or None,
+        "verify_note": verify_note(summary),
+        "goodput": mapping(summary.get("goodput")) or None,
+        "runaway": mapping(summary.get("runaway")) or None,
         "soak": summary.get("soak"),
         "events": list(summary.get("events") or [])[:MAX_EVENTS],
         "events_total": len(summary.get("events") or []),

@@ -73,6 +73,10 @@ class RequestRow(NamedTuple):
     answer_kind: str = ""
     # marks: the server's own processing time (Server-Timing, SERVER_TIME_HEADER or SERVER_TIME_PATH), ms
     server_time_ms: float | None = None
+    # verify: runaway answers. The server's finish reason ("length": the answer hit max_tokens; "" when the
+    # answer carries none) and whether the text ends in one phrase repeated (scenarios.runaway).
+    finish_reason: str = ""
+    repeated_tail: bool = False
 
 
 @dataclass(frozen=True, slots=True)

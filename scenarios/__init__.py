@@ -1,6 +1,13 @@
 """Image sets, request encoders and answer parsing for the load test (stdlib + Pillow only)."""
 
-from scenarios.answers import character_error_rate, extract_text, extract_usage, guess_style, levenshtein
+from scenarios.answers import (
+    character_error_rate,
+    extract_finish_reason,
+    extract_text,
+    extract_usage,
+    guess_style,
+    levenshtein,
+)
 from scenarios.errors import AnswerError, ScenarioError
 from scenarios.images import (
     DEFAULT_BUCKETS,
@@ -13,6 +20,7 @@ from scenarios.images import (
     parse_buckets,
 )
 from scenarios.pages import TEXT_KEY, read_ground_truth
+from scenarios.runaway import repeated_tail
 from scenarios.styles import (
     DEFAULT_ENDPOINTS,
     DEFAULT_FIELDS,
@@ -43,6 +51,7 @@ __all__ = [
     "decode_image_set",
     "encode_image_set",
     "encode_request",
+    "extract_finish_reason",
     "extract_text",
     "extract_usage",
     "guess_style",
@@ -51,4 +60,5 @@ __all__ = [
     "make_document_image",
     "parse_buckets",
     "read_ground_truth",
+    "repeated_tail",
 ]

@@ -51,6 +51,7 @@ _SKIP_IF_STRING = frozenset(("message", "msg"))  # {"message": "success"}, but w
 _TEXT_KEYS = ("text", "fulltext", "ocrtext", "transcription", "content", "markdown", "plaintext")
 _BASE64_RE = re.compile(r"^[A-Za-z0-9+/=_-]{256,}$")
 _WS_RE = re.compile(r"\s+")
+_FINISH_RE = re.compile(rb'"finish_reason"\s*:\s*"([^"\\]*)"')
 _WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")  # "logId" -> log, Id; "rec_boxes" -> rec, boxes
 
 
@@ -102,6 +103,23 @@ def _extract_usage(body: bytes) -> tuple[int | None, int | None]:
     if not isinstance(usage, dict):
         return None, None
     return _int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))
+
+
+def extract_finish_reason(body: bytes) -> str:
+    """Why the server stopped writing: `choices[0].finish_reason` of an OpenAI answer, or the last one a
+    stream gave ("stop", "length": it hit max_tokens); "" when the answer carries none."""
+    return _extract_finish_reason(bytes(body))
+
+
+@functools.lru_cache(maxsize=256)
+def _extract_finish_reason(body: bytes) -> str:
+    # a byte search, not a parse: a quote inside the answer's text is escaped, so the key with a string value
+    # is the answer's own; choices[0]'s comes first in a whole answer, the stream's final one last (earlier
+    # events carry null). json.loads of a 1 KB answer cost 22 us a request, this 1-2.
+    found = _FINISH_RE.findall(body)
+    if not found:
+        return ""
+    return (found[-1] if _looks_like_sse(body) else found[0]).decode("utf-8", "replace")
 
 
 def guess_style(body: bytes, content_type: str) -> str | None:

@@ -20,7 +20,7 @@ def test_values_follow_the_recommended_level() -> None:
     config = recommend_config(TABLE, KNEE, EST, "pytorch")
     server = config["server"]
     assert server["max_concurrency"] == 4
-    assert server["request_timeout_s"] == 7  # ceil(3 x 2.3 s)
+    assert server["request_timeout_s"] == 8  # ceil(5 s wait + 2.3 s): above ceil(3 x 2.3 s), the admitted must fit
     assert server["queue"]["wait_timeout_s"] == 5  # ceil(2 x 2.3 s)
     assert server["queue"]["max_size"] == 10  # ceil(1.9 rps x 5 s)
     assert server["reject_status"] == 503 and server["retry_after_s"] == 3  # ceil(2.3 s)
@@ -42,7 +42,7 @@ def test_yaml_text_parses_back_to_the_content_and_comments_every_value() -> None
         line for line in lines if ":" in line and not line.rstrip().endswith(":") and not line.startswith("#")
     ]
     assert len(valued) == 11 and all("#" in line for line in valued)  # 7 server values, 4 of the breaker
-    assert "the step before the knee at level 8" in text and "3 x P95 2300 ms at level 4" in text
+    assert "the step before the knee at level 8" in text and "wait 5 s + P95 2300 ms at level 4" in text
 
 
 def test_no_knee_and_no_safe_level() -> None:
@@ -71,3 +71,12 @@ def test_circuit_breaker_trips_past_the_measured_p95_and_temperature() -> None:
     config, comments = build_config(hot, KNEE, EST, "pytorch")
     assert config["circuit_breaker"]["gpu_temp_c"] == round(at_4 + 5)
     assert yaml.safe_load(config_yaml(config, comments))["circuit_breaker"] == config["circuit_breaker"]
+def test_verify_and_drain_rows_never_set_the_timeouts() -> None:
+    # a verify-only run (python -m loadtest verify): its drain probe runs at level 1 like the baseline, but its
+    # latency is the overload's; the config must come from the baseline's
+    drain = pd.DataFrame([{"step_index": 21, "phase": "drain", "level": 1, "p95_ms": 12_000.0, "throughput_rps": 0.1},
+                          {"step_index": 20, "phase": "verify", "level": 1, "p95_ms": 9_000.0, "throughput_rps": 30.0}])  # fmt: skip
+    table = pd.concat([TABLE, drain], ignore_index=True)
+    broken = Knee(True, 5, 4, None, "knee at level 4; saturated at one user")
+    config, _ = build_config(table, broken, EST, "pytorch")
+    assert config["server"]["request_timeout_s"] == 3  # from the baseline's 900 ms, as without the rows

@@ -21,7 +21,7 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
     payloads = _payloads()
     item = payloads.image_set.items[0]
     enc = payloads.encoded[item.name]
-    verdict = users._Verdict("http_5xx", "wrong_answer", "boom", 0.25, 11, 22)
+    verdict = users._Verdict("http_5xx", "wrong_answer", "boom", 0.25, 11, 22, "length", True)
     user = users.OcrUser.__new__(users.OcrUser)  # _row uses no instance state
     monkeypatch.setattr(STATE, "worker_id", "wtest")
     row = user._row(
@@ -50,6 +50,8 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
         "error_text": "boom",
         "answer_kind": "wrong_answer",
         "server_time_ms": 41.5,
+        "finish_reason": "length",
+        "repeated_tail": True,
     }
     got = row._asdict()
     assert got.pop("request_id").startswith("wtest-")
@@ -92,3 +94,21 @@ def test_the_remembered_verdicts_stay_bounded_and_keep_no_answer(monkeypatch):
         users.judge(payloads.config, item, _reply(f"answer {i}"))
     assert len(users._VERDICTS) <= users.VERDICTS_MAX
     assert not any(isinstance(part, bytes) for key in users._VERDICTS for part in key), "answers are not kept"
+
+
+def _openai(text: str, finish_reason: str) -> users._Reply:
+    answer = {"choices": [{"index": 0, "message": {"content": text}, "finish_reason": finish_reason}]}
+    return users._Reply(200, json.dumps(answer).encode(), None, None, None, "")
+
+
+def test_the_verdict_keeps_the_finish_reason_and_a_repeated_tail(monkeypatch):
+    monkeypatch.setattr(users, "_PAYLOADS", None)
+    payloads = _payloads(style="openai")
+    users.set_payloads(payloads)
+    item = payloads.image_set.items[0]
+    runaway = users.judge(payloads.config, item, _openai("Total due 12.00 " + "the the the " * 40, "length"))
+    assert (runaway.failure_kind, runaway.finish_reason, runaway.repeated_tail) == ("", "length", True)
+    normal = users.judge(payloads.config, item, _openai(item.expected_text or "text", "stop"))
+    assert (normal.finish_reason, normal.repeated_tail) == ("stop", False)
+    refused = users.judge(payloads.config, item, users._Reply(503, b"busy", None, "1", None, ""))
+    assert (refused.finish_reason, refused.repeated_tail) == ("", False)

@@ -112,8 +112,11 @@ def test_merge_adds_only_the_rows_the_master_never_got_once_and_counts_them_merg
     assert merged["ok"] == "1" and float(merged["latency_ms"]) == _row(7).latency_ms
 
 
-def test_answer_kind_and_server_time_are_the_last_columns_and_read_back_with_the_analysis(tmp_path):
-    assert columns_of(RequestRow)[-2:] == ["answer_kind", "server_time_ms"]  # added later: at the end
+ANSWER_AT = columns_of(RequestRow).index("answer_kind")  # the first column added later; all after it too
+
+
+def test_answer_kind_and_the_columns_after_it_have_defaults_and_read_back_with_the_analysis(tmp_path):
+    assert all(c in RequestRow._field_defaults for c in columns_of(RequestRow)[ANSWER_AT:])  # old rows still build
     sink = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
     sink.append([_row(1, answer_kind="wrong_answer"), _row(2), _row(3, ok=False)])
     sink.close()
@@ -123,18 +126,28 @@ def test_answer_kind_and_server_time_are_the_last_columns_and_read_back_with_the
 
 
 def test_a_requests_csv_from_before_answer_kind_loads_with_an_empty_answer_kind(tmp_path):
-    old = columns_of(RequestRow)[:-1]
+    old = columns_of(RequestRow)[:ANSWER_AT]
     with open(tmp_path / REQUESTS_FILE, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(old)
         for row in (_row(1), _row(2, ok=False)):
-            writer.writerow(["" if v is None else int(v) if isinstance(v, bool) else v for v in row[:-1]])
+            writer.writerow(["" if v is None else int(v) if isinstance(v, bool) else v for v in row[:ANSWER_AT]])
     frame = load_run(tmp_path).requests
     assert len(frame) == 2 and list(frame["answer_kind"]) == ["", ""]
+    assert list(frame["finish_reason"]) == ["", ""] and list(frame["repeated_tail"]) == [False, False]
     assert list(frame["failure_kind"]) == ["", "rejected"]
 
 
 def test_rows_packed_by_a_worker_from_before_answer_kind_unpack_with_it_empty():
-    old_blob = msgpack.packb([tuple(_row(1))[:-1]], use_bin_type=True)
+    old_blob = msgpack.packb([tuple(_row(1))[:ANSWER_AT]], use_bin_type=True)
     (back,) = unpack_rows(old_blob)
     assert back.answer_kind == "" and back.request_id == "wa-1"
+    assert back.finish_reason == "" and back.repeated_tail is False
+
+
+def test_finish_reason_and_repeated_tail_round_trip_through_requests_csv(tmp_path):
+    sink = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
+    sink.append([_row(1)._replace(finish_reason="length", repeated_tail=True), _row(2)._replace(finish_reason="stop")])
+    sink.close()
+    frame = load_run(tmp_path).requests
+    assert list(frame["finish_reason"]) == ["length", "stop"] and list(frame["repeated_tail"]) == [True, False]

@@ -1,0 +1,185 @@
+"""The verify verdict (analysis/verify.py) on verify phases played by a small queueing model
+(verify_runs.serve): a gateway that turns the excess away fast passes, a server that queues everything
+fails with the reasons a person needs, and each check fails on its own when only its part goes wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from verify_runs import BASELINE_P95_MS, CONFIG, PLATEAU_RPS, T0, frame, request, serve, steps_frame
+
+from analysis import analyze, load_run
+from analysis.verify import verify_summary
+from runfolder import REQUESTS_FILE, STEPS_FILE, CsvAppender, JsonlAppender, RequestRow
+
+
+def _checks(verdict: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in verdict["checks"]}
+
+
+def _verify(requests: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    verdict = verify_summary(requests, steps, CONFIG, BASELINE_P95_MS, PLATEAU_RPS)
+    assert verdict is not None
+    return verdict
+
+
+def test_admission_control_fast_503s_and_a_bounded_p95_pass():
+    verdict = _verify(*serve(gateway=True))
+    checks = _checks(verdict)
+    assert verdict["passed"] is True and verdict["admission_control"] is True
+    assert verdict["rate_rps"] == 12.0 and verdict["rejected"] > 0
+    assert set(checks) >= {"admitted_p95_within_timeout", "excess_rejected_fast", "no_oom", "queue_drained"}
+    assert all(c["passed"] for c in checks.values())
+    assert checks["admitted_p95_within_timeout"]["value"] <= 3000.0 == checks["admitted_p95_within_timeout"]["limit"]
+    assert checks["excess_rejected_fast"]["value"] == 1.0  # every one turned away was a 5 ms 503
+    assert checks["queue_drained"]["value"] <= 2.0  # back to baseline within the 2 s wait timeout
+    assert verdict["advice"] == "" and "held" in verdict["why"]
+
+
+def test_no_admission_control_queues_times_out_and_fails_with_the_right_why():
+    verdict = _verify(*serve(gateway=False))
+    checks = _checks(verdict)
+    assert verdict["passed"] is False and verdict["admission_control"] is False
+    assert verdict["rejected"] == 0 and verdict["timed_out"] > 0
+    assert not checks["admitted_p95_within_timeout"]["passed"]
+    assert "timed out" in checks["admitted_p95_within_timeout"]["why"]
+    excess = checks["excess_rejected_fast"]
+    assert not excess["passed"] and excess["value"] == 0.0
+    assert "0 turned away" in excess["why"] and f"{verdict['timed_out']} timed out" in excess["why"]
+    assert not checks["queue_drained"]["passed"] and checks["queue_drained"]["value"] > 10.0
+    assert checks["no_oom"]["passed"]  # queueing is not a memory failure
+    assert "no admission control" in verdict["why"] and "503/429" in verdict["why"]
+    for value in ("max_concurrency 4", "a queue of 8", "wait_timeout_s 2", "Retry-After 1 s"):
+        assert value in verdict["advice"]
+
+
+def test_a_queue_without_bound_and_a_patient_caller_fails_on_latency_that_grows():
+    verdict = _verify(*serve(gateway=False, client_timeout_s=120.0))  # nothing times out: all is answered
+    checks = _checks(verdict)
+    assert verdict["timed_out"] == 0 and verdict["rejected"] == 0 and verdict["admission_control"] is False
+    excess = checks["excess_rejected_fast"]
+    assert not excess["passed"] and "latency grew" in excess["why"]
+    assert not checks["admitted_p95_within_timeout"]["passed"] and checks["admitted_p95_within_timeout"]["value"] > 6000
+    assert "no admission control" in verdict["why"]
+
+
+def test_slow_503s_after_a_long_wait_are_not_fast():
+    requests, steps = serve(gateway=True)
+    slow = requests.copy()
+    slow.loc[slow["failure_kind"] == "rejected", "latency_ms"] = 2500.0  # a gateway that 503s after a wait
+    checks = _checks(_verify(slow, steps))
+    assert not checks["excess_rejected_fast"]["passed"]
+    assert "slow 503/429" in checks["excess_rejected_fast"]["why"]
+    assert checks["admitted_p95_within_timeout"]["passed"]
+
+
+def test_an_oom_fails_no_oom_alone():
+    verdict = _verify(*serve(gateway=True, oom_every=25))
+    checks = _checks(verdict)
+    assert not checks["no_oom"]["passed"] and checks["no_oom"]["value"] > 0
+    assert verdict["passed"] is False and "no_oom" in verdict["why"]
+
+
+def test_a_load_the_server_keeps_up_with_passes_and_says_admission_control_was_not_exercised():
+    verdict = _verify(*serve(gateway=True, rate_rps=6.0))
+    excess = _checks(verdict)["excess_rejected_fast"]
+    assert verdict["passed"] is True and verdict["admission_control"] is None
+    assert excess["passed"] and "not exercised" in excess["why"] and "latency held" in excess["why"]
+    assert 5.0 < verdict["served_rps"] <= 6.1 and verdict["sent_rps"] == 6.0
+    assert "never overloaded" in verdict["why"]
+
+
+def test_answers_that_never_come_back_to_the_baseline_fail_the_drain():
+    requests, steps = serve(gateway=True)
+    probes = requests["phase"] == "drain"
+    requests.loc[probes, "latency_ms"] = 5 * BASELINE_P95_MS
+    drained = _checks(_verify(requests, steps))["queue_drained"]
+    assert not drained["passed"] and drained["value"] is None and "never came back" in drained["why"]
+
+
+def test_without_drain_probes_the_last_verify_answer_stands_in_unless_some_got_none():
+    requests, steps = serve(gateway=True)
+    drained = _checks(_verify(requests[requests["phase"] == "verify"], steps))["queue_drained"]
+    assert drained["passed"] and "last verify answer" in drained["why"] and drained["value"] <= 2.0
+    requests, steps = serve(gateway=False)
+    drained = _checks(_verify(requests[requests["phase"] == "verify"], steps))["queue_drained"]
+    assert not drained["passed"] and "got no answer" in drained["why"]
+
+
+def test_drain_probes_that_never_came_back_fail_the_drain():
+    requests, steps = serve(gateway=False, client_timeout_s=120.0)
+    probes = requests["phase"] == "drain"
+    requests.loc[probes, ["ok", "failure_kind", "status_code"]] = [False, "cut", 0]  # in flight at the drain's end
+    drained = _checks(_verify(requests, steps))["queue_drained"]
+    assert not drained["passed"] and "no drain probe came back" in drained["why"]
+
+
+def test_a_run_without_verify_rows_has_no_verdict():
+    requests, steps = serve(gateway=True)
+    assert verify_summary(requests, steps[steps["phase"] == "step"], CONFIG) is None
+    assert verify_summary(frame([]), steps, CONFIG) is None
+    only = frame([request(1, T0, 400.0, 20, "verify")])
+    assert verify_summary(only, steps_frame(10.0, 5.0, 1.0), CONFIG) is not None
+
+
+def _add_verify(run_dir: Path, gateway: bool) -> dict:
+    """Append a verify phase and its drain, played against the run's own recommended config, to a run
+    folder; the config it was played against."""
+    run = load_run(run_dir)
+    config = analyze(run)["config"]
+    server = config["server"]
+    first, t0 = int(run.steps["step_index"].max()) + 1, float(run.steps["t_end_unix_s"].max())
+    requests, steps = serve(
+        gateway, rate_rps=45.0, window_s=10.0, drain_s=10.0, slots=6, service_ms=200.0,
+        queue=server["queue"]["max_size"], client_timeout_s=float(server["request_timeout_s"]),
+        probe_every_s=0.25, t0=t0, first=first,
+    )  # fmt: skip
+    plan, rows = JsonlAppender(run_dir / STEPS_FILE), CsvAppender(run_dir / REQUESTS_FILE, RequestRow)
+    plan.append(steps.to_dict("records"))
+    rows.append(requests.to_dict("records"))
+    plan.close()
+    rows.close()
+    return config
+
+
+def test_the_summary_carries_the_verdict_goodput_and_no_verify_key_value_without_the_phase(make_run):
+    plain = analyze(load_run(make_run("plain", true_knee=6, base_ms=200.0)))
+    assert plain["verify"] is None and plain["runaway"] is None  # VERIFY=0 or stopped before: null
+    assert plain["goodput"] is not None and plain["goodput"]["limit_from"] == "the recommended request_timeout_s"
+    assert all(s["goodput_rps"] is not None for s in plain["steps"])
+
+    held = make_run("held", true_knee=6, base_ms=200.0)
+    _add_verify(held, gateway=True)
+    verdict = analyze(load_run(held))["verify"]
+    assert verdict["passed"] is True, verdict
+    assert verdict["config_from"] == "this run's recommended config"
+    assert 1.3 < verdict["rate_rps"] / verdict["plateau_rps"] < 1.7
+
+    queued = make_run("queued", true_knee=6, base_ms=200.0)
+    _add_verify(queued, gateway=False)
+    verdict = analyze(load_run(queued))["verify"]
+    assert verdict["passed"] is False and verdict["admission_control"] is False
+    assert "no admission control" in verdict["why"] and verdict["advice"]
+
+
+def test_a_server_already_set_up_is_held_to_the_config_the_manifest_names(make_run):
+    run_dir = make_run("given", true_knee=6, base_ms=200.0)
+    _add_verify(run_dir, gateway=True)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    strict = {"server": {"max_concurrency": 6, "request_timeout_s": 0.5, "queue": {"max_size": 30, "wait_timeout_s": 0.2},
+                         "reject_status": 503, "retry_after_s": 1}}  # fmt: skip
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "verify_config": strict}))
+    verdict = analyze(load_run(run_dir))["verify"]
+    assert verdict["config_from"] == "the manifest's verify_config"
+    admitted = next(c for c in verdict["checks"] if c["name"] == "admitted_p95_within_timeout")
+    assert admitted["limit"] == 500.0 and not admitted["passed"] and not verdict["passed"]
+
+
+def test_a_verify_only_run_is_complete_without_measured_steps(make_run):
+    run_dir = make_run("verify-only", levels=(), base_ms=200.0)  # python -m loadtest verify: baseline, verify, drain
+    _add_verify(run_dir, gateway=True)
+    summary = analyze(load_run(run_dir))
+    assert summary["missing"] == [] and summary["complete"]
+    assert summary["verify"] is not None and summary["verify"]["plateau_rps"] is None
