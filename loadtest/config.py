@@ -17,6 +17,7 @@ from typing import Any
 
 from analysis import parse_levels
 from gpu_sampler.tls import CaBundleError, TlsSettings, read_ca_bundle
+from scenarios.resize import MIN_SIDE_PX
 
 SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
 STYLES = ("multipart", "json", "openai")
@@ -84,6 +85,8 @@ class RunConfig:
     slo_p95_s: float = 0.0
     out: str = "results"
     run_dir: str = ""  # set by the runner; workers keep their local copy there
+    # --- sweep (issue 22): the driver resizes every image before encoding (scenarios/resize.py) -----
+    max_side: int = 0  # px; every image's longest side at most this, aspect kept; 0 = off
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -188,6 +191,9 @@ class RunConfig:
             raise ConfigError(
                 f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
             )
+        if self.max_side < 0 or 0 < self.max_side < MIN_SIDE_PX:
+            raise ConfigError(f"bad MAX_SIDE={self.max_side}: give the longest side in px (>= {MIN_SIDE_PX},"
+                              " e.g. 1024), or 0 to send images as they are")  # fmt: skip
         from loadtest.timing import limits_of  # it reads this module's ConfigError
 
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
@@ -269,6 +275,10 @@ FIELD_HELP = {
     "slo_p95_s": "also report the highest level whose P95 meets this many seconds; 0: off",
     "out": "folder where run folders go",
     "run_dir": "set by the runner: this run's folder",
+    "max_side": (
+        "resize every image on the driver, aspect kept, before encoding, so its longest side is at most this"
+        " many px (as seed 001's gateway does at 1024); sizes before and after go in the manifest; 0: off"
+    ),
 }
 
 

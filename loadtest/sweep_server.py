@@ -1,0 +1,165 @@
+"""Who restarts the server between a sweep's settings: the sidecar on the GPU machine, or this process.
+
+- `SidecarServer`: `GPU=sidecar:URL` whose sidecar was started with `--server-cmd TEMPLATE --server-health
+  URL`: the driver sends only values for the template's placeholders (`POST /server/restart`).
+- `LocalServer`: `--server-cmd TEMPLATE --server-health URL` given to the sweep itself, when driver and
+  server share a machine (gpu_sampler.server_control.ServerControl: the same logic the sidecar runs).
+Both answer `Restarted` (ok, why, the server's last output lines, seconds taken) and never raise for a
+server that fails to start: the sweep marks that setting failed and goes on. A sidecar or template that
+cannot control a server at all is one `SweepError` line, before any load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpu_sampler import SamplerError
+from gpu_sampler.client import SidecarClient
+from gpu_sampler.selection import split_source
+from gpu_sampler.tls import TlsSettings
+from loadtest.sweep_grid import SweepError
+
+CALL_MARGIN_S = 60.0  # beyond the sidecar's own start timeout and grace, for its answer to come back
+
+
+@dataclass(frozen=True)
+class Restarted:
+    ok: bool
+    why: str = ""
+    output_tail: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def restarted(result: Any) -> Restarted:
+    """A RestartResult (a dataclass, or its JSON as the sidecar sends it) as ours."""
+    get = result.get if isinstance(result, dict) else lambda name, default=None: getattr(result, name, default)
+    return Restarted(
+        ok=bool(get("ok", False)),
+        why=str(get("why", "") or ""),
+        output_tail=[str(line) for line in (get("output_tail", None) or [])],
+        elapsed_s=float(get("elapsed_s", 0.0) or 0.0),
+    )
+
+
+class ServerRestarter(Protocol):
+    where: str  # "the sidecar at URL" / "SERVER_CMD": named in the sweep's lines
+
+    @property
+    def placeholders(self) -> tuple[str, ...]: ...
+
+    def restart(self, values: dict[str, str]) -> Restarted: ...
+
+    def output_tail(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalServer:
+    """The server run from this process, by `ServerControl` (its process group stopped at close())."""
+
+    def __init__(self, template: str, health_url: str, start_timeout_s: float) -> None:
+        try:
+            from gpu_sampler.server_control import ServerControl, ServerControlError
+        except ImportError:
+            raise SweepError("this build has no server control (gpu_sampler.server_control): use TARGETS") from None
+        self._error = ServerControlError
+        if not health_url.startswith(("http://", "https://")):
+            raise SweepError(f"bad SERVER_HEALTH={health_url!r}: give the URL that answers 200 once the server is up")
+        try:
+            self._control = ServerControl(template, health_url, start_timeout_s=start_timeout_s)
+        except ServerControlError as exc:
+            raise SweepError(f"bad SERVER_CMD: {exc}") from None
+        self.where = "SERVER_CMD"
+        self._tail: list[str] = []
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        return tuple(self._control.placeholders)
+
+    def restart(self, values: dict[str, str]) -> Restarted:
+        try:
+            result = restarted(self._control.restart(values))
+        except self._error as exc:
+            result = Restarted(ok=False, why=str(exc))
+        self._tail = result.output_tail
+        return result
+
+    def output_tail(self) -> list[str]:
+        """The server's last lines: ServerControl's own where it keeps them, else those of the last restart."""
+        live = getattr(self._control, "output_tail", None)
+        if callable(live):
+            live = live()
+        return [str(line) for line in live] if isinstance(live, list | tuple) else list(self._tail)
+
+    def close(self) -> None:
+        self._control.stop()
+
+
+class SidecarServer:
+    """The server the sidecar at GPU=sidecar:URL controls (its template fixed when it started)."""
+
+    def __init__(self, gpu_spec: str, token: str, tls: TlsSettings, start_timeout_s: float) -> None:
+        url, _selection = split_source(gpu_spec.removeprefix("sidecar:"))
+        self.where = f"the sidecar at {url}"
+        self._client = SidecarClient(url, token or None, timeout_s=start_timeout_s + CALL_MARGIN_S, tls=tls)
+        self._quick = SidecarClient(url, token or None, timeout_s=10.0, tls=tls)
+        try:
+            info = self._quick.server_info()  # type: ignore[attr-defined]  # helper ctl's
+        except AttributeError:
+            raise SweepError("this build's sidecar client has no server control: use TARGETS") from None
+        except SamplerError as exc:
+            if "409" in str(exc):
+                raise SweepError(self._no_control_line()) from None
+            raise SweepError(f"{exc} (a sweep of server settings needs a sidecar with server control)") from None
+        self._placeholders = tuple(str(p) for p in info.get("placeholders") or ())
+        if info.get("server_cmd") in ("", False):  # a sidecar that says it has no template
+            raise SweepError(self._no_control_line())
+
+    def _no_control_line(self) -> str:
+        return (
+            f"{self.where} was started without --server-cmd, so it cannot restart the server: restart it with"
+            " python -m gpu_sampler serve --server-cmd 'vllm serve MODEL --max-num-seqs {max_num_seqs}'"
+            " --server-health http://127.0.0.1:8000/health"
+        )
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        return self._placeholders
+
+    def restart(self, values: dict[str, str]) -> Restarted:
+        try:
+            return restarted(self._client.restart_server(values))  # type: ignore[attr-defined]  # helper ctl's
+        except SamplerError as exc:
+            return Restarted(ok=False, why=str(exc), output_tail=self.output_tail())
+
+    def output_tail(self) -> list[str]:
+        try:
+            return [str(line) for line in self._quick.server_info().get("output_tail") or []]  # type: ignore[attr-defined]  # helper ctl's
+        except SamplerError:
+            return []
+
+    def close(self) -> None:
+        """The sidecar's server stays up (the GPU machine's own); its next restart replaces it."""
+
+
+def restarter_for(
+    server_cmd: str,
+    server_health: str,
+    gpu_spec: str,
+    token: str,
+    tls: TlsSettings,
+    start_timeout_s: float,
+    server_keys: bool,
+) -> ServerRestarter | None:
+    """SERVER_CMD here wins (the sweep starts the server per setting, swept keys or not); else, for a sweep
+    of server keys, the sidecar of GPU=sidecar:URL; else None (nothing restarts the server)."""
+    if server_cmd:
+        if not server_health:
+            raise SweepError("SERVER_CMD needs SERVER_HEALTH: the URL that answers 200 once the server is up")
+        return LocalServer(server_cmd, server_health, start_timeout_s)
+    if server_health:
+        raise SweepError("SERVER_HEALTH is for SERVER_CMD (a server this sweep starts): give both, or neither")
+    if server_keys and gpu_spec.startswith("sidecar:"):
+        return SidecarServer(gpu_spec, token, tls, start_timeout_s)
+    return None
