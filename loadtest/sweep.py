@@ -265,7 +265,8 @@ def finish(sweep_dir: Path, statuses: list[str], total: int, report: Path | None
         return STOPPED_EXIT
     if not ok:
         fail(f"every setting failed: see why in each {SETTING_FILE} under {sweep_dir}")
-    print(f"report: {report}" if report else f"sweep folder: {sweep_dir}", flush=True)
+    print(f"report: {report}" if report else f"sweep: {sweep_dir} (its report: python -m reports sweep {sweep_dir})",
+          flush=True)  # fmt: skip
     return 0 if ok else 1
 
 
