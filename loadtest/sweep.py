@@ -97,7 +97,6 @@ class SweepPlan:
     settings: list[Setting]
     configs: list[RunConfig]  # one per setting
     restarter: ServerRestarter | None
-    server_cmd: str
     slo_p95_s: float
     out: Path
 
@@ -141,7 +140,7 @@ def prepare(ns: argparse.Namespace) -> SweepPlan:
             restarter.close()
         raise
     return SweepPlan(axes=axes, targets=targets, settings=settings, configs=configs, restarter=restarter,
-                     server_cmd=ns.server_cmd, slo_p95_s=base.slo_p95_s, out=Path(base.out))  # fmt: skip
+                     slo_p95_s=base.slo_p95_s, out=Path(base.out))  # fmt: skip
 
 
 def setting_config(base: RunConfig, setting: Setting, targets: dict[str, str]) -> RunConfig:
@@ -203,7 +202,7 @@ def sweep_record(plan: SweepPlan) -> dict[str, Any]:
     return {
         "schema_version": SWEEP_SCHEMA_VERSION,
         "keys": keys,
-        "server_cmd": plan.server_cmd,
+        "server_cmd": plan.restarter.template if plan.restarter is not None else "",
         "server_control": where,  # "SERVER_CMD", "the sidecar at URL", or "" (no restarts)
         "targets": plan.targets,
         "slo_p95_s": plan.slo_p95_s,

@@ -20,8 +20,6 @@ from gpu_sampler.selection import split_source
 from gpu_sampler.tls import TlsSettings
 from loadtest.sweep_grid import SweepError
 
-CALL_MARGIN_S = 60.0  # beyond the sidecar's own start timeout and grace, for its answer to come back
-
 
 @dataclass(frozen=True)
 class Restarted:
@@ -44,6 +42,7 @@ def restarted(result: Any) -> Restarted:
 
 class ServerRestarter(Protocol):
     where: str  # "the sidecar at URL" / "SERVER_CMD": named in the sweep's lines
+    template: str  # the server's command template ("" when the sidecar does not say)
 
     @property
     def placeholders(self) -> tuple[str, ...]: ...
@@ -63,15 +62,13 @@ class LocalServer:
             from gpu_sampler.server_control import ServerControl, ServerControlError
         except ImportError:
             raise SweepError("this build has no server control (gpu_sampler.server_control): use TARGETS") from None
-        self._error = ServerControlError
-        if not health_url.startswith(("http://", "https://")):
-            raise SweepError(f"bad SERVER_HEALTH={health_url!r}: give the URL that answers 200 once the server is up")
+        self._error: type[Exception] = ServerControlError
         try:
             self._control = ServerControl(template, health_url, start_timeout_s=start_timeout_s)
         except ServerControlError as exc:
-            raise SweepError(f"bad SERVER_CMD: {exc}") from None
+            raise SweepError(f"bad SERVER_CMD/SERVER_HEALTH: {exc}") from None
         self.where = "SERVER_CMD"
-        self._tail: list[str] = []
+        self.template = template
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -79,65 +76,51 @@ class LocalServer:
 
     def restart(self, values: dict[str, str]) -> Restarted:
         try:
-            result = restarted(self._control.restart(values))
-        except self._error as exc:
-            result = Restarted(ok=False, why=str(exc))
-        self._tail = result.output_tail
-        return result
+            return restarted(self._control.restart(values))
+        except (self._error, RuntimeError) as exc:  # bad values; a restart already running
+            return Restarted(ok=False, why=str(exc), output_tail=self.output_tail())
 
     def output_tail(self) -> list[str]:
-        """The server's last lines: ServerControl's own where it keeps them, else those of the last restart."""
-        live = getattr(self._control, "output_tail", None)
-        if callable(live):
-            live = live()
-        return [str(line) for line in live] if isinstance(live, list | tuple) else list(self._tail)
+        return [str(line) for line in self._control.output_tail()]
 
     def close(self) -> None:
-        self._control.stop()
+        self._control.close()
 
 
 class SidecarServer:
     """The server the sidecar at GPU=sidecar:URL controls (its template fixed when it started)."""
 
-    def __init__(self, gpu_spec: str, token: str, tls: TlsSettings, start_timeout_s: float) -> None:
+    def __init__(self, gpu_spec: str, token: str, tls: TlsSettings) -> None:
         url, _selection = split_source(gpu_spec.removeprefix("sidecar:"))
         self.where = f"the sidecar at {url}"
-        self._client = SidecarClient(url, token or None, timeout_s=start_timeout_s + CALL_MARGIN_S, tls=tls)
-        self._quick = SidecarClient(url, token or None, timeout_s=10.0, tls=tls)
+        self._client = SidecarClient(url, token or None, timeout_s=10.0, tls=tls)
         try:
-            info = self._quick.server_info()  # type: ignore[attr-defined]  # helper ctl's
+            info = self._client.server_info()  # type: ignore[attr-defined]  # helper ctl's
         except AttributeError:
             raise SweepError("this build's sidecar client has no server control: use TARGETS") from None
-        except SamplerError as exc:
-            if "409" in str(exc):
-                raise SweepError(self._no_control_line()) from None
-            raise SweepError(f"{exc} (a sweep of server settings needs a sidecar with server control)") from None
+        except SamplerError as exc:  # unreachable, the token, no --server-cmd, an older sidecar: its line
+            raise SweepError(str(exc)) from None
         self._placeholders = tuple(str(p) for p in info.get("placeholders") or ())
-        if info.get("server_cmd") in ("", False):  # a sidecar that says it has no template
-            raise SweepError(self._no_control_line())
-
-    def _no_control_line(self) -> str:
-        return (
-            f"{self.where} was started without --server-cmd, so it cannot restart the server: restart it with"
-            " python -m gpu_sampler serve --server-cmd 'vllm serve MODEL --max-num-seqs {max_num_seqs}'"
-            " --server-health http://127.0.0.1:8000/health"
-        )
+        self.template = str(info.get("template") or "")
 
     @property
     def placeholders(self) -> tuple[str, ...]:
         return self._placeholders
 
     def restart(self, values: dict[str, str]) -> Restarted:
+        """The sidecar's answer; its refusal of the values (400) or a restart it is already running (409)
+        is a failed restart too, with its line."""
         try:
             return restarted(self._client.restart_server(values))  # type: ignore[attr-defined]  # helper ctl's
-        except SamplerError as exc:
+        except (SamplerError, ValueError) as exc:
             return Restarted(ok=False, why=str(exc), output_tail=self.output_tail())
 
     def output_tail(self) -> list[str]:
         try:
-            return [str(line) for line in self._quick.server_info().get("output_tail") or []]  # type: ignore[attr-defined]  # helper ctl's
+            info = self._client.server_info()  # type: ignore[attr-defined]  # helper ctl's
         except SamplerError:
             return []
+        return [str(line) for line in info.get("output_tail") or []]
 
     def close(self) -> None:
         """The sidecar's server stays up (the GPU machine's own); its next restart replaces it."""
@@ -161,5 +144,5 @@ def restarter_for(
     if server_health:
         raise SweepError("SERVER_HEALTH is for SERVER_CMD (a server this sweep starts): give both, or neither")
     if server_keys and gpu_spec.startswith("sidecar:"):
-        return SidecarServer(gpu_spec, token, tls, start_timeout_s)
+        return SidecarServer(gpu_spec, token, tls)
     return None
