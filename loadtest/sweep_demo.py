@@ -29,6 +29,7 @@ from loadtest.procs import fail, free_port
 DEMO_PROFILE = "vllm-24g"
 DEMO_SWEEP = "max_num_seqs=8,16,32,64"
 ENGINE_FLAG = "--max-num-seqs"  # the simulator's engine slots (vLLM's --max-num-seqs)
+STAND_IN_FLAG = "--gateway-slots"  # a simulator without ENGINE_FLAG: its gateway's semaphore plays the limit
 SIDECAR_START_S = 30.0
 
 
@@ -41,11 +42,21 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
                    ocr_baseline_rounds=3, ocr_baseline_round_requests=10, ocr_refine_budget=4)  # fmt: skip
 
 
-def simulator_template(profile: str, port: int, dcgm_port: int, time_scale: float, extra: str) -> str:
+def engine_flag() -> str:
+    """ENGINE_FLAG where this simulator has it, else STAND_IN_FLAG (said in one line)."""
+    help_text = subprocess.run([sys.executable, "-m", "simulator", "--help"], cwd=REPO_ROOT, capture_output=True,
+                               text=True, timeout=60, check=False).stdout  # fmt: skip
+    if ENGINE_FLAG in help_text:
+        return ENGINE_FLAG
+    print(f"note: this simulator has no {ENGINE_FLAG}: its {STAND_IN_FLAG} stand in for the engine's limit", flush=True)
+    return STAND_IN_FLAG
+
+
+def simulator_template(profile: str, port: int, dcgm_port: int, time_scale: float, extra: str, flag: str) -> str:
     """The server command the sidecar runs per setting: fixed ports, {max_num_seqs} left to the sweep."""
     args = [sys.executable, "-m", "simulator", "--profile", profile, "--host", "127.0.0.1", "--port", str(port),
             "--dcgm-port", str(dcgm_port), "--time-scale", f"{time_scale:g}", *shlex.split(extra)]  # fmt: skip
-    return shlex.join(args) + f" {ENGINE_FLAG} {{max_num_seqs}}"
+    return shlex.join(args) + f" {flag} {{max_num_seqs}}"
 
 
 def start_sidecar(template: str, health_url: str, dcgm_url: str, metrics_url: str) -> tuple[subprocess.Popen[str], str]:
@@ -96,7 +107,7 @@ def cmd_demo_sweep(ns: argparse.Namespace) -> int:
     port, dcgm_port = free_port(), free_port()
     base = f"http://127.0.0.1:{port}"
     dcgm = f"http://127.0.0.1:{dcgm_port}/metrics"
-    template = simulator_template(ns.profile, port, dcgm_port, ns.time_scale, ns.simulator_args)
+    template = simulator_template(ns.profile, port, dcgm_port, ns.time_scale, ns.simulator_args, engine_flag())
     try:
         sidecar, url = start_sidecar(template, base + "/health", dcgm, base + "/metrics")
     except SamplerError as exc:
