@@ -6,10 +6,12 @@ on, sweep.json and setting.json say what ran."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -55,6 +57,7 @@ def test_targets_over_two_running_simulators(simulator_factory, tmp_path):
         assert manifest["images_sent"]["sizes"][0]["after_px"] == [512, 358]
         assert (sweep_dir / name / "report.html").stat().st_size > 1000
     assert f"run folder: {sweep_dir / 'target-a'}" in res.stdout
+    assert_sweep_report(sweep_dir, res.stdout, ["target=a", "target=b"])
 
 
 def test_a_stopped_sweep_keeps_what_finished_and_renders_the_running_setting(simulator_factory, tmp_path):
@@ -98,6 +101,7 @@ def start_sidecar(*args: str) -> tuple[subprocess.Popen[str], str]:
     return proc, first.split(" ", 1)[1].strip()
 
 
+@pytest.mark.timeout(300)
 def test_server_settings_through_the_sidecars_server_control(tmp_path):
     pytest.importorskip("gpu_sampler.server_control", reason="helper ctl's server control is not merged yet")
     port, dcgm_port = free_port(), free_port()
@@ -112,7 +116,7 @@ def test_server_settings_through_the_sidecars_server_control(tmp_path):
         refused = run_cli([*common, "--sweep", "slot=1,2"], timeout_s=30)  # not the template's placeholder
         assert refused.returncode == 2 and "unknown SWEEP key slot" in refused.stderr
         assert "{slots}" in refused.stderr and "\n" not in refused.stderr.strip()
-        res = run_cli([*common, "--sweep", "slots=1,-1,2"], timeout_s=170)
+        res = run_cli([*common, "--sweep", "slots=1,-1,2"], timeout_s=240)
     finally:
         stop(sidecar)  # its server goes with it
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -132,3 +136,36 @@ def test_server_settings_through_the_sidecars_server_control(tmp_path):
         steps = (sweep_dir / name / "steps.csv").read_text()
         assert steps.count("\n") >= 3  # both levels measured
     assert "setting slots=-1: failed: the server did not become healthy" in res.stdout
+    assert_sweep_report(sweep_dir, res.stdout, ["slots=1", "slots=-1", "slots=2"])
+
+
+def assert_sweep_report(sweep_dir: Path, stdout: str, settings: list[str]) -> None:
+    """Where this build has the sweep's report (reports.sweep), it is written and named last."""
+    if importlib.util.find_spec("reports.sweep") is None:
+        assert stdout.splitlines()[-1].startswith(f"sweep: {sweep_dir}")
+        return
+    assert stdout.splitlines()[-1] == f"report: {sweep_dir / 'sweep.html'}"
+    rows = (sweep_dir / "sweep.csv").read_text().splitlines()[1:]
+    assert [row.split(",", 1)[0] for row in rows] == settings
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_sweep_runs_the_server_itself_with_server_cmd_and_stops_it(tmp_path):
+    pytest.importorskip("gpu_sampler.server_control", reason="helper ctl's server control is not merged yet")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    template = (f"{shlex.quote(sys.executable)} -m simulator --profile vllm-24g --port {port} --dcgm-port -1"
+                " --time-scale 0.1 --gateway-slots {max_num_seqs}")  # fmt: skip
+    args = ["sweep", "--host", base, "--server-cmd", template, "--server-health", f"{base}/health",
+            "--sweep", "max_num_seqs=2,4", "--out", str(tmp_path), *QUICK]  # fmt: skip
+    res = run_cli(args, timeout_s=240)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    sweep_dir = sweep_dir_of(res.stdout)
+    assert json.loads((sweep_dir / "sweep.json").read_text())["server_cmd"] == template
+    for value in ("2", "4"):
+        assert setting_of(sweep_dir, f"max_num_seqs-{value}")["status"] == "ok"
+        manifest = json.loads((sweep_dir / f"max_num_seqs-{value}" / "manifest.json").read_text())
+        assert manifest["config"]["max_num_seqs"] == int(value)  # the plan's engine limit follows the key
+    with pytest.raises(OSError):  # the server it started is gone with it
+        socket.create_connection(("127.0.0.1", port), timeout=2.0).close()
