@@ -26,7 +26,7 @@ from gpu_sampler.client import SidecarClient
 from loadtest.manifest import REPO_ROOT
 from loadtest.procs import fail, free_port
 
-DEMO_PROFILE = "vllm-24g"
+DEMO_PROFILES = ("hunyuan-vllm-24g", "vllm-24g")  # seed 001's HunyuanOCR on vLLM where this simulator has it
 DEMO_SWEEP = "max_num_seqs=8,16,32,64"
 ENGINE_FLAG = "--max-num-seqs"  # the simulator's engine slots (vLLM's --max-num-seqs)
 STAND_IN_FLAG = "--gateway-slots"  # a simulator without ENGINE_FLAG: its gateway's semaphore plays the limit
@@ -34,7 +34,8 @@ SIDECAR_START_S = 30.0
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=DEMO_PROFILE, help="the simulator's profile (a vLLM one)")
+    p.add_argument("--profile", default="",
+                   help=f"the simulator's profile, a vLLM one; default: the first it has of {', '.join(DEMO_PROFILES)}")
     p.add_argument("--time-scale", type=float, default=0.25,
                    help="the simulator's time scale: its latencies times this (short demo)")  # fmt: skip
     p.add_argument("--simulator-args", default="", help="extra simulator flags, e.g. '--gateway-slots 6'")
@@ -42,14 +43,17 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
                    ocr_baseline_rounds=3, ocr_baseline_round_requests=10, ocr_refine_budget=4)  # fmt: skip
 
 
-def engine_flag() -> str:
-    """ENGINE_FLAG where this simulator has it, else STAND_IN_FLAG (said in one line)."""
+def simulator_choices(profile: str) -> tuple[str, str]:
+    """(profile, engine flag): the given profile or the first of DEMO_PROFILES this simulator has, and
+    ENGINE_FLAG where it has it, else STAND_IN_FLAG (said in one line)."""
     help_text = subprocess.run([sys.executable, "-m", "simulator", "--help"], cwd=REPO_ROOT, capture_output=True,
                                text=True, timeout=60, check=False).stdout  # fmt: skip
+    help_text = "".join(help_text.split())  # argparse wraps its help, at hyphens too
+    profile = profile or next((p for p in DEMO_PROFILES if p in help_text), DEMO_PROFILES[-1])
     if ENGINE_FLAG in help_text:
-        return ENGINE_FLAG
+        return profile, ENGINE_FLAG
     print(f"note: this simulator has no {ENGINE_FLAG}: its {STAND_IN_FLAG} stand in for the engine's limit", flush=True)
-    return STAND_IN_FLAG
+    return profile, STAND_IN_FLAG
 
 
 def simulator_template(profile: str, port: int, dcgm_port: int, time_scale: float, extra: str, flag: str) -> str:
@@ -107,7 +111,8 @@ def cmd_demo_sweep(ns: argparse.Namespace) -> int:
     port, dcgm_port = free_port(), free_port()
     base = f"http://127.0.0.1:{port}"
     dcgm = f"http://127.0.0.1:{dcgm_port}/metrics"
-    template = simulator_template(ns.profile, port, dcgm_port, ns.time_scale, ns.simulator_args, engine_flag())
+    profile, flag = simulator_choices(ns.profile)
+    template = simulator_template(profile, port, dcgm_port, ns.time_scale, ns.simulator_args, flag)
     try:
         sidecar, url = start_sidecar(template, base + "/health", dcgm, base + "/metrics")
     except SamplerError as exc:
