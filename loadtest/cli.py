@@ -182,6 +182,7 @@ def run_method(
         return RunOutcome(fail(str(exc)), str(exc), None)
     if run_dir is None:
         run_dir = new_run_folder(Path(cfg.out))
+    run_dir = run_dir.resolve()  # the Locust master runs in the repository's folder, not necessarily this one
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     idle_before = record_idle(run_dir, idle)

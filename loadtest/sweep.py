@@ -133,17 +133,18 @@ def prepare(ns: argparse.Namespace) -> SweepPlan:
     try:
         check_grid(axes, targets, None if restarter is None else restarter.placeholders)
         settings = build_grid(axes, targets)
-        configs = [setting_config(base, s, targets) for s in settings]
+        configs = [setting_config(base, s) for s in settings]
         check_images(configs)
     except BaseException:
         if restarter is not None:
             restarter.close()
         raise
     return SweepPlan(axes=axes, targets=targets, settings=settings, configs=configs, restarter=restarter,
-                     slo_p95_s=base.slo_p95_s, out=Path(base.out))  # fmt: skip
+                     slo_p95_s=base.slo_p95_s, out=Path(base.out).resolve())  # fmt: skip
+    # resolved: the Locust master runs in the repository's folder, and each run folder is named to it
 
 
-def setting_config(base: RunConfig, setting: Setting, targets: dict[str, str]) -> RunConfig:
+def setting_config(base: RunConfig, setting: Setting) -> RunConfig:
     """The run config of one setting: its overrides on the sweep's, SERVER_METRICS following a target."""
     overrides = run_overrides(setting)
     if setting.target_url and base.server_metrics:
