@@ -32,6 +32,10 @@ METRICS_HEADERS ?=
 HEADERS_FROM_WORKERS ?=
 MAX_NUM_SEQS ?=
 PREFLIGHT_TIMEOUT_S ?=
+METRICS_PORT ?=
+METRICS_HOST ?=
+SERVER_TIME_HEADER ?=
+SERVER_TIME_PATH ?=
 MAX_SIDE ?=
 SWEEP ?=
 TARGETS ?=
@@ -56,6 +60,8 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE)) $(call opt,--ca-bundle,$(CA_BUNDLE)) \
   $(call opt,--max-num-seqs,$(MAX_NUM_SEQS)) $(call opt,--preflight-timeout-s,$(PREFLIGHT_TIMEOUT_S)) \
+  $(call opt,--metrics-port,$(METRICS_PORT)) $(call opt,--metrics-host,$(METRICS_HOST)) \
+  $(call opt,--server-time-header,$(SERVER_TIME_HEADER)) $(call opt,--server-time-path,$(SERVER_TIME_PATH)) \
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
   $(call opt,--max-side,$(MAX_SIDE))
 SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
@@ -102,9 +108,23 @@ command -v chromium >/dev/null 2>&1 || { \
   fi; }
 endef
 
+# promtool and prometheus (Debian's prometheus package) for the alert rules, /metrics and dashboard tests.
+# Installed where we may (root, apt-get); elsewhere one line, and those tests skip saying so.
+define ENSURE_PROMETHEUS
+command -v promtool >/dev/null 2>&1 || { \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+    echo "installing Debian's prometheus for the alert rule tests (apt-get, once)"; \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; } >/dev/null 2>&1 \
+      || echo "warning: installing prometheus failed: the promtool tests will skip (apt-get install prometheus)" >&2; \
+  else \
+    echo "warning: no promtool: the alert rule and Prometheus tests will skip (sudo apt-get install prometheus)" >&2; \
+  fi; }
+endef
+
 # Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
 test:
 	@$(ENSURE_BROWSER)
+	@$(ENSURE_PROMETHEUS)
 	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q -m 'not slow'
 

@@ -8,6 +8,9 @@ server.queue.max_size    = ceil(throughput at that level x wait_timeout_s), at l
                            what the server drains within the wait timeout (Little's law); more only waits
 server.reject_status     = 503, retry_after_s = ceil(P95 at that level), at least 1: about when a slot frees
 vllm_args                = ["--max-num-seqs", max_concurrency] for a vLLM server
+circuit_breaker          = seed 001's degrade limits: p95_ms = BREAKER_P95_MULTIPLE (1.5) x P95 at that level,
+                           gpu_temp_c = the peak temperature at that level + BREAKER_TEMP_MARGIN_C (5), null
+                           where the run read no temperature; past either, degrade (503 + Retry-After)
 The YAML text is written here by hand so that every value keeps its comment.
 """
 
@@ -23,9 +26,13 @@ from analysis.knee import Knee
 
 TIMEOUT_MULTIPLE = 3.0
 WAIT_MULTIPLE = 2.0
+BREAKER_P95_MULTIPLE = 1.5  # also alerts.yaml's P95 margin: the breaker trips where the alert fires
+BREAKER_TEMP_MARGIN_C = 5.0
+BREAKER_WINDOW_S = 60
 
 
-def _row_at(table: pd.DataFrame, level: int) -> dict[str, Any] | None:
+def row_at(table: pd.DataFrame, level: int) -> dict[str, Any] | None:
+    """The step row measured at `level` (its last "step" phase row, else its last row); None if none."""
     if table.empty:
         return None
     rows = table[table["level"] == level].sort_values("step_index")
@@ -73,11 +80,11 @@ def build_config(
             f"at least {level}: the highest level measured, no knee yet (estimate {estimate.estimate});"
             f" test above {level}"
         )
-    row = _row_at(table, level if level is not None else 1)
+    row = row_at(table, level if level is not None else 1)
     p95_s = _num(row, "p95_ms") / 1000.0
     thr = _num(row, "throughput_rps")
     if math.isnan(p95_s):
-        fallback = _num(_row_at(table, 1), "p95_ms") / 1000.0
+        fallback = _num(row_at(table, 1), "p95_ms") / 1000.0
         p95_s = fallback if not math.isnan(fallback) else 10.0
         where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
     else:
@@ -105,10 +112,31 @@ def build_config(
             "retry_after_s": int(retry),
         }
     }
+    config["circuit_breaker"] = _breaker(row, p95_s, where, comments)
     if server_kind == "vllm":
         config["vllm_args"] = ["--max-num-seqs", int(concurrency)]
         comments["vllm_args"] = "vLLM's own cap on running sequences, equal to max_concurrency"
     return config, comments
+
+
+def _breaker(row: dict[str, Any] | None, p95_s: float, where: str, comments: dict[str, str]) -> dict[str, Any]:
+    """Seed 001's circuit breaker: degrade when latency or the GPU's temperature passes its limit."""
+    p95_ms = int(math.ceil(BREAKER_P95_MULTIPLE * p95_s * 1000.0))
+    temp = _num(row, "gpu_temp_c_peak")
+    comments["circuit_breaker.p95_ms"] = f"{BREAKER_P95_MULTIPLE:g} x {where}, the client's (alerts.yaml: the same margin)"
+    comments["circuit_breaker.gpu_temp_c"] = (
+        f"{temp:.0f} C peak at that level + {BREAKER_TEMP_MARGIN_C:g} C"
+        if not math.isnan(temp)
+        else "no temperature read in the run: set it below your card's slowdown temperature (nvidia-smi -q -d TEMPERATURE)"
+    )
+    comments["circuit_breaker.window_s"] = "judge P95 and temperature over this window"
+    comments["circuit_breaker.action"] = "past either limit: turn new requests away until both are back below"
+    return {
+        "p95_ms": p95_ms,
+        "gpu_temp_c": None if math.isnan(temp) else int(round(temp + BREAKER_TEMP_MARGIN_C)),
+        "window_s": BREAKER_WINDOW_S,
+        "action": "reject_503",
+    }
 
 
 def _num(row: dict[str, Any] | None, name: str) -> float:
@@ -143,6 +171,16 @@ def config_yaml(config: dict[str, Any], comments: dict[str, str], header: str = 
         line(2, "reject_status", server["reject_status"], "server.reject_status"),
         line(2, "retry_after_s", server["retry_after_s"], "server.retry_after_s"),
     ]
+    breaker = config.get("circuit_breaker")
+    if breaker:
+        temp = "null" if breaker["gpu_temp_c"] is None else breaker["gpu_temp_c"]
+        lines += [
+            "circuit_breaker:",
+            line(2, "p95_ms", breaker["p95_ms"], "circuit_breaker.p95_ms"),
+            line(2, "gpu_temp_c", temp, "circuit_breaker.gpu_temp_c"),
+            line(2, "window_s", breaker["window_s"], "circuit_breaker.window_s"),
+            line(2, "action", breaker["action"], "circuit_breaker.action"),
+        ]
     if "vllm_args" in config:
         flag, value = config["vllm_args"]
         lines.append(line(0, "vllm_args", f'["{flag}", {value}]', "vllm_args"))

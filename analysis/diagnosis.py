@@ -20,6 +20,9 @@ Then, in seed 000's order of suspects:
   before memory does; the knee, not the estimate, sets the limit.
 - "estimate_holds": memory follows the prediction and latency stays flat.
 - "unknown": no estimate or no memory data to compare with.
+Last, heat (analysis.heat): where a step's P95 rose while the card's SM clock fell or its power/thermal
+throttle reasons were set, the case is "throttling" and the text names thermal or power throttling first,
+followed by the verdict above (evidence "verdict"); an OOM stays the case, the card ran out first.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import pandas as pd
 
 from analysis.driver import DRIVER_BUSY_PCT
 from analysis.estimate import Estimate
+from analysis.heat import throttle_finding
 from analysis.knee import Knee, fmt
 from analysis.memory_cases import HighWater, high_water_mark, out_of_memory
 
@@ -90,10 +94,14 @@ def diagnose(table: pd.DataFrame, estimate: Estimate, knee: Knee) -> Diagnosis:
         return Diagnosis("out_of_memory", *oom)
     held = None if table.empty else high_water_mark(table, estimate)
     verdict = _against_estimate(table, estimate, knee, held)
-    if held is None:
+    if held is not None:
+        evidence = {**verdict.evidence, **held.evidence, "verdict": verdict.case}
+        verdict = Diagnosis("high_water_mark", f"{held.text} {verdict.text}", evidence)
+    heat = None if table.empty or "sm_clock_mhz_mean" not in table.columns else throttle_finding(table)
+    if heat is None:
         return verdict
-    evidence = {**verdict.evidence, **held.evidence, "verdict": verdict.case}
-    return Diagnosis("high_water_mark", f"{held.text} {verdict.text}", evidence)
+    evidence = {**verdict.evidence, "verdict": verdict.case, "throttle": heat}
+    return Diagnosis("throttling", f"{heat['text'][0].upper()}{heat['text'][1:]}. {verdict.text}", evidence)
 
 
 def _against_estimate(table: pd.DataFrame, estimate: Estimate, knee: Knee, held: HighWater | None) -> Diagnosis:

@@ -65,6 +65,7 @@ _DTYPES: dict[type, dict[str, str]] = {
         "worker_id": _CATEGORY,
         "error_text": _TEXT,
         "answer_kind": _CATEGORY,
+        "server_time_ms": "float64",
     },
     GpuSample: {
         "t_unix_s": "float64",
@@ -79,8 +80,10 @@ _DTYPES: dict[type, dict[str, str]] = {
         "temp_c": "float64",
         "power_w": "float64",
         "other_mem_mib": "float64",
+        "sm_clock_mhz": "float64",
+        "throttle_reasons": "float64",
     },
-    ServerSample: {c: "float64" for c in columns_of(ServerSample)},
+    ServerSample: {c: "float64" if c != "e2e_buckets_s" else _TEXT for c in columns_of(ServerSample)},
     HostSample: {
         "t_unix_s": "float64",
         "step_index": "float64",
@@ -106,9 +109,9 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 # Columns added to a record after run folders were written without them: an old file reads with this value.
 # A text value reads as a category, a number (NaN: unknown) as float64.
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
-    RequestRow: {"answer_kind": ""},
-    ServerSample: {"framework_peak_mib": math.nan},
-    GpuSample: {"other_mem_mib": math.nan},
+    RequestRow: {"answer_kind": "", "server_time_ms": math.nan},
+    ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": ""},
+    GpuSample: {"other_mem_mib": math.nan, "sm_clock_mhz": math.nan, "throttle_reasons": math.nan},
 }
 
 

@@ -1,4 +1,5 @@
-"""The edge that writes: summary.json, steps.csv, capacity.md, recommended-config.yaml in the run folder."""
+"""The edge that writes: summary.json, steps.csv, capacity.md, recommended-config.yaml and alerts.yaml in the run
+folder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.alerts import alert_rules, alerts_yaml, runbook
 from analysis.config import config_yaml
 from analysis.diagnosis import comparison_rows
 from analysis.estimate import Estimate
@@ -24,6 +26,7 @@ SUMMARY_FILE = "summary.json"
 STEPS_CSV = "steps.csv"
 CAPACITY_FILE = "capacity.md"
 CONFIG_FILE = "recommended-config.yaml"
+ALERTS_FILE = "alerts.yaml"
 
 
 def flat_steps(table: pd.DataFrame) -> pd.DataFrame:
@@ -171,7 +174,7 @@ def write_outputs(
     slo_p95_s: float | None = None,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    """Load the run, analyse it, write the four outputs beside it; return the summary."""
+    """Load the run, analyse it, write the five outputs beside it; return the summary."""
     run = load_run(run_dir)
     result = analyze_run(run, headroom, slo_p95_s, generated_unix_s=clock())
     out = run.run_dir
@@ -181,4 +184,16 @@ def write_outputs(
     header = (f"recommended-config.yaml for run {result.summary['run_id']}, written by python -m analysis.\n"
               f"Knee: {result.knee.reason}")  # fmt: skip
     _write(out / CONFIG_FILE, config_yaml(result.summary["config"], result.config_comments, header))
+    write_alerts(out, result.summary)
     return result.summary
+
+
+def write_alerts(folder: Path, summary: dict[str, Any]) -> Path:
+    """alerts.yaml in `folder` (beside its recommended-config.yaml) from `summary`'s water marks; its path.
+    A sweep calls it with the picked setting's summary."""
+    header = (f"alerts.yaml for run {summary.get('run_id', '?')}, written by python -m analysis: Prometheus alert"
+              " rules from the marks measured at the recommended level.\nCheck: promtool check rules alerts.yaml;"
+              " load it with rule_files in prometheus.yml.")  # fmt: skip
+    path = folder / ALERTS_FILE
+    _write(path, alerts_yaml(alert_rules(summary), runbook(summary), header))
+    return path

@@ -198,10 +198,18 @@ def _summed(gpu: pd.DataFrame, cards: int) -> pd.DataFrame:
         if known in gpu.columns:
             out[known] = grouped[known].sum(min_count=1)
     out[["util_pct", "temp_c"]] = grouped[["util_pct", "temp_c"]].max()
+    if "sm_clock_mhz" in gpu.columns:  # the slowest card, and every card's throttle reasons
+        out["sm_clock_mhz"] = grouped["sm_clock_mhz"].min()
+        out["throttle_reasons"] = grouped["throttle_reasons"].agg(_bits_or)
     out["source"] = grouped["source"].first()
     out = out.reset_index()
     out["gpu_index"] = ALL_CARDS
     return out[list(gpu.columns)]
+
+
+def _bits_or(values: pd.Series) -> float:
+    known = values.dropna()
+    return float(np.bitwise_or.reduce(known.astype("int64").to_numpy())) if not known.empty else math.nan
 
 
 def _own_memory(card: pd.DataFrame) -> pd.DataFrame:

@@ -36,8 +36,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.heat import heat_columns
 from analysis.loader import RunData, empty_frame
 from analysis.server_card import run_card
+from analysis.server_time import histogram_columns, server_time_columns
 from analysis.stats import FloatArray, latency_cv, percentile, quantile_ci
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
@@ -55,6 +57,9 @@ STEP_COLUMNS = [
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
     "server_waiting_max", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
     "rejected", "retried", "completed_requests", "gpu_mem_climb_mib", "other_mem_mib",
+    # marks: heat and clocks (analysis.heat), the server's own time (analysis.server_time)
+    "gpu_temp_c_peak", "gpu_temp_c_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "throttled",
+    "server_p50_ms", "server_p95_ms", "throttle_kind", "server_time_source", "vllm_e2e_p95_ms",
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
@@ -153,6 +158,7 @@ def _request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
         **_answer_columns(part, ok),
         "ttft_p50_ms": percentile(ttft, 50),
         "ttft_p95_ms": percentile(ttft, 95),
+        **server_time_columns(part, ok),
         "rejected": int((failed & (kinds == REJECTED_KIND)).sum()),
         "retried": int(retried.sum()),
     }
@@ -327,6 +333,7 @@ def step_table(run: RunData) -> pd.DataFrame:
         row.update(throughput_with_error(intervals, t0, t1, row["latency_cv"], row["ok_requests"]))
         after = gpu_idx.get(index + 1) if cooldowns.get(index + 1) else None  # the cooldown after the step
         row.update(_memory_columns(card, gpu_idx.get(index), after, idle_mib))
+        row.update(heat_columns(card, gpu_idx.get(index)))
         util = _column(card, gpu_idx.get(index), "util_pct")
         row["gpu_util_mean_pct"] = _stat(util, "mean")
         row["gpu_util_peak_pct"] = _stat(util, "max")
@@ -340,6 +347,12 @@ def step_table(run: RunData) -> pd.DataFrame:
         row["kv_cache_peak_frac"] = _stat(_column(server, srv, "kv_cache_usage_frac"), "max")
         row["preemptions"] = _positive_increase(_column(server, srv, "num_preemptions_total"))
         row["framework_peak_mib"] = _stat(_column(server, srv, "framework_peak_mib"), "max")
+        if srv is not None and srv.size and "e2e_buckets_s" in server.columns:
+            scrapes = server["e2e_buckets_s"].to_numpy()[srv]  # in time order (sorted above)
+            hist = histogram_columns(str(scrapes[0]), str(scrapes[-1]))
+            row["vllm_e2e_p95_ms"] = hist["server_p95_ms"]  # what histogram_quantile shows: alerts.yaml's mark
+            if not row.get("server_time_source"):
+                row.update(hist)
         row["completed_requests"] = answers.between(t0, t1)
         rows.append(row)
     if not rows:

@@ -24,6 +24,7 @@ from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.memory_slope import restate_estimate
 from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manifest_card, run_card
+from analysis.server_time import time_split
 from analysis.soak import slo_level, soak_trend
 from analysis.steps import baseline_summary, bucket_table, step_table
 
@@ -270,6 +271,7 @@ def analyze_run(
         "diagnosis": diagnosis.to_dict(),
         "driver_saturated_levels": driver["levels"],  # steps whose driver CPU was >= 85% (analysis/driver.py)
         "driver": driver,
+        "latency_split": time_split(table),  # the client's round trip beside the server's own time, per step
         "config": config,
         "soak": soak_trend(run.gpu, run.steps, run.manifest),
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,

@@ -17,6 +17,7 @@ from types import FrameType
 
 from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import NO_DRIVER, HostReader, NvmlReader, ServerMetricsReader
+from gpu_sampler.server_control import ServerControl, ServerControlError
 from gpu_sampler.sidecar import Sidecar, build_gpu_reader, make_server, serve_until
 from gpu_sampler.tls import CaBundleError, TlsSettings, read_ca_bundle, server_context
 
@@ -52,6 +53,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     serve.add_argument("--insecure", action="store_true", help="do not verify the certificates of --source dcgm:https://... and --server-metrics https://...")
     serve.add_argument("--ca-bundle", default="", help="PEM file of the CAs to trust for those URLs (default: the system's)")
     serve.add_argument("--metrics-headers", default=os.environ.get(METRICS_HEADERS_ENV, ""), help=f"headers sent with those scrapes, 'Authorization: Bearer abc' (secret: prefer ${METRICS_HEADERS_ENV})")
+    serve.add_argument("--server-cmd", default="", help="control the server: its command with {placeholders}, run without a shell, e.g. 'vllm serve MODEL --max-num-seqs {max_num_seqs}'; POST /server/restart starts it with values for them")
+    serve.add_argument("--server-health", default="", help="with --server-cmd: the URL that answers 200 once the server is ready (e.g. http://127.0.0.1:8000/health)")
+    serve.add_argument("--server-start-timeout-s", type=float, default=600.0, help="with --server-cmd: longest wait for that 200 (default 600)")
+    serve.add_argument("--server-grace-s", type=float, default=10.0, help="with --server-cmd: SIGTERM, then SIGKILL after this (default 10)")
     serve.add_argument("--log-level", default="WARNING")
     return parser.parse_args(argv)
 
@@ -89,6 +94,25 @@ def parse_header_text(text: str) -> dict[str, str]:
     return out
 
 
+def server_control(args: argparse.Namespace, tls: TlsSettings) -> ServerControl | None:
+    if not args.server_cmd:
+        if args.server_health:
+            raise SamplerError("--server-health goes with --server-cmd: give the server's command too")
+        return None
+    if not args.server_health:
+        raise SamplerError("--server-cmd needs --server-health URL: the URL that answers 200 once the server is ready")
+    try:
+        return ServerControl(
+            args.server_cmd,
+            args.server_health,
+            start_timeout_s=args.server_start_timeout_s,
+            grace_s=args.server_grace_s,
+            tls=tls,
+        )
+    except ServerControlError as err:
+        raise SamplerError(str(err)) from None
+
+
 def build(args: argparse.Namespace) -> Sidecar:
     if not is_loopback(args.host) and not args.token:
         raise SamplerError(
@@ -101,6 +125,7 @@ def build(args: argparse.Namespace) -> Sidecar:
         raise SamplerError(f"bad --server-metrics {args.server_metrics!r}: use http://HOST:PORT/metrics")
     holder: list[Sidecar] = []
     tls, headers = client_tls(args), parse_header_text(args.metrics_headers)
+    control = server_control(args, tls)
     step_of = lambda: holder[0].step_index if holder else -1  # noqa: E731
     reader = build_gpu_reader(args.source, step_of, args.pid, headers=headers, tls=tls)
     if isinstance(reader, NvmlReader):
@@ -124,6 +149,8 @@ def build(args: argparse.Namespace) -> Sidecar:
         host_reader=HostReader("gpu"),
         scrape_interval_s=args.scrape_interval_s,
         ring_size=args.ring_size,
+        server_control=control,
+        follow_server_pid=args.pid is None,
     )
     holder.append(sidecar)
     return sidecar
@@ -153,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)  # a closed terminal too: the controlled server goes with us
     host, port = str(server.server_address[0]), server.server_address[1]
     shown = f"[{host}]" if ":" in host else host
     scheme = "https" if args.tls_cert else "http"

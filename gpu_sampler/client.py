@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_sampler.errors import SamplerError
+from gpu_sampler.server_control import RestartResult, ServerControlError
 from gpu_sampler.tls import TlsSettings, is_tls_error, refused_line
 from runfolder import GpuSample, HostSample, ServerSample, columns_of
+
+RESTART_MARGIN_S = 30.0  # beyond the sidecar's own stop and start limits: probes, a slow network
 
 KINDS: dict[str, type] = {"gpu": GpuSample, "host": HostSample, "server": ServerSample}
 KIND_OF: dict[type, str] = {t: k for k, t in KINDS.items()}
@@ -57,7 +60,8 @@ class SamplesPage:
 
 
 class SidecarClient:
-    """Talks to one sidecar: `health()`, `info()`, `mark_step(i)`, `samples_since(cursor)`, `step_stats(i)`."""
+    """Talks to one sidecar: `health()`, `info()`, `mark_step(i)`, `samples_since(cursor)`, `step_stats(i)`,
+    and for a sidecar started with `--server-cmd`, `server_info()` and `restart_server(values)`."""
 
     def __init__(
         self, url: str, token: str | None = None, timeout_s: float = 2.0, tls: TlsSettings | None = None
@@ -95,7 +99,31 @@ class SidecarClient:
         except _NotFound:
             return None
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def server_info(self) -> dict[str, Any]:
+        """The controlled server: placeholders, running, pid, output_tail, template, values, start_timeout_s..."""
+        return self._call("GET", "/server")
+
+    def restart_server(self, values: dict[str, str], timeout_s: float | None = None) -> RestartResult:
+        """Restart the sidecar's server with these values and wait (minutes) for it to be healthy.
+
+        A failed start is a result with `ok` False; bad values raise ServerControlError (the sidecar's
+        line), a sidecar without `--server-cmd` NoServerControl, one already restarting (or unreachable)
+        a SamplerError: every one a SamplerError. `timeout_s`
+        defaults to the sidecar's own stop and start limits (GET /server) plus a margin."""
+        if timeout_s is None:
+            info = self.server_info()
+            timeout_s = float(info["grace_s"]) + 5.0 + float(info["start_timeout_s"]) + RESTART_MARGIN_S
+        data = self._call("POST", "/server/restart", {"values": values}, timeout_s=timeout_s)
+        return RestartResult(
+            ok=bool(data["ok"]),
+            why=str(data.get("why", "")),
+            output_tail=[str(line) for line in data.get("output_tail", [])],
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+        )
+
+    def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -105,7 +133,9 @@ class SidecarClient:
             headers["Content-Type"] = "application/json"
         request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.tls.context()) as response:
+            with urllib.request.urlopen(
+                request, timeout=timeout_s or self.timeout_s, context=self.tls.context()
+            ) as response:
                 answer: dict[str, Any] = json.loads(response.read())
                 return answer
         except urllib.error.HTTPError as err:
@@ -115,6 +145,17 @@ class SidecarClient:
                 ) from None
             if err.code == 404 and path.startswith("/steps/"):
                 raise _NotFound from None
+            if err.code == 404 and path.startswith("/server"):
+                err.close()
+                raise NoServerControl(
+                    f"GPU sidecar at {self.url} has no server control (an older version): update it and start it with --server-cmd"
+                ) from None
+            if err.code in (400, 409) and path.startswith("/server"):
+                line, refusal = _error_line(err)
+                if err.code == 400:
+                    raise ServerControlError(line) from None
+                kind = NoServerControl if refusal == "no_server_control" else SamplerError
+                raise kind(f"GPU sidecar at {self.url}: {line}") from None
             raise SamplerError(
                 f"GPU sidecar at {self.url}{path} answered HTTP {err.code}: is it a gpu_sampler sidecar?"
             ) from None
@@ -134,3 +175,18 @@ class SidecarClient:
 
 class _NotFound(Exception):
     pass
+
+
+class NoServerControl(SamplerError):
+    """The sidecar controls no server (started without --server-cmd, or too old to have server control)."""
+
+
+def _error_line(err: urllib.error.HTTPError) -> tuple[str, str]:
+    """The sidecar's one-line `{"error": ..., "reason": ...}` of a refused call."""
+    try:
+        body = json.loads(err.read())
+        return str(body["error"]).splitlines()[0], str(body.get("reason", ""))
+    except (ValueError, KeyError, TypeError, IndexError, OSError, AttributeError):
+        return f"HTTP {err.code}", ""
+    finally:
+        err.close()

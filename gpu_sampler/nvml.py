@@ -272,6 +272,8 @@ class NvmlReader:
         util = self._guard("utilisation", lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
         temp = self._guard("temperature", lambda: float(nvml.nvmlDeviceGetTemperature(handle, 0)))
         power = self._guard("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+        sm_clock = self._guard("SM clock", lambda: float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
+        reasons = self._guard("clock throttle reasons", lambda: int(self._throttle_reasons(handle)))
         proc = other = None
         if self.pid is not None:  # without the server's PID no process is known to be another's
             split = self._guard("process memory", lambda: self._split(target))
@@ -290,7 +292,14 @@ class NvmlReader:
             temp_c=temp,
             power_w=power,
             other_mem_mib=other,
+            sm_clock_mhz=sm_clock,
+            throttle_reasons=reasons,
         )
+
+    def _throttle_reasons(self, handle: Any) -> int:
+        # nvidia-ml-py 12.535+ names them clock event reasons; older versions only throttle reasons
+        read = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        return int((read or self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons)(handle))
 
     def _memory(self, target: _Target) -> tuple[float, float, float | None]:
         nvml = self.nvml

@@ -33,6 +33,9 @@ DCGM_FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "util_pct",
     "DCGM_FI_DEV_GPU_TEMP": "temp_c",
     "DCGM_FI_DEV_POWER_USAGE": "power_w",
+    "DCGM_FI_DEV_SM_CLOCK": "sm_clock_mhz",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "throttle_reasons",  # off in dcgm-exporter's default counters
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "throttle_reasons",  # its newer name
 }
 
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -40,7 +43,8 @@ VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first, then old
 VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
 VLLM_CACHE_INFO = "vllm:cache_config_info"
-SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO)
+VLLM_E2E_BUCKET = "vllm:e2e_request_latency_seconds_bucket"  # the server's own time per request (histogram)
+SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO, VLLM_E2E_BUCKET)
 # The framework's memory view (torch.cuda.max_memory_allocated()): read when a server exports it under this
 # name and FRAMEWORK_METRIC is not set (the simulator's pytorch profiles and the README's FastAPI example).
 FRAMEWORK_AUTO = "ocr_framework_peak_bytes"
@@ -135,6 +139,10 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _bitmask(value: float | None) -> int | None:
+    return int(value) if value is not None and math.isfinite(value) and value >= 0 else None
+
+
 class DcgmReader:
     """Reads a DCGM exporter's /metrics: one `GpuSample` per `gpu` label (MiB, %, °C, W as DCGM gives them).
 
@@ -199,6 +207,8 @@ class DcgmReader:
             proc_mem_mib=None,
             temp_c=_finite(f.get("temp_c")),
             power_w=_finite(f.get("power_w")),
+            sm_clock_mhz=_finite(f.get("sm_clock_mhz")),
+            throttle_reasons=_bitmask(f.get("throttle_reasons")),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -263,6 +273,7 @@ def parse_server_metrics(
     max_seqs: list[float] = []
     framework = framework_metric or FRAMEWORK_AUTO
     framework_values: list[float] = []
+    e2e: dict[str, float] = {}  # cumulative count by `le`, summed over engines
     keep_all = values_out is not None
     page = text if keep_all else select_lines(text, (*SERVER_NAMES, framework), contains="max_num_seqs")
     for name, labels, value in parse_samples(page):
@@ -274,6 +285,8 @@ def parse_server_metrics(
             sums[name] = sums.get(name, 0.0) + value
         elif name in VLLM_KV_USAGE:
             kv_usage.setdefault(name, []).append(value)
+        elif name == VLLM_E2E_BUCKET and "le" in labels:
+            e2e[labels["le"]] = e2e.get(labels["le"], 0.0) + value
         tokens = _kv_tokens(labels)
         if tokens is not None:
             kv_tokens.append(tokens)
@@ -294,6 +307,7 @@ def parse_server_metrics(
         kv_cache_size_tokens=_finite(sum(kv_tokens)) if kv_tokens else None,
         max_num_seqs=_finite(max(max_seqs)) if max_seqs else None,
         framework_peak_mib=_framework_mib(framework, framework_values),
+        e2e_buckets_s=" ".join(f"{le}:{count:g}" for le, count in sorted(e2e.items(), key=lambda kv: float(kv[0]))),
     )
 
 

@@ -19,6 +19,8 @@ samples are grouped by `(t_unix_s, step_index)` and summed, one combined sample 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -153,5 +155,17 @@ def _combine(t_unix_s: float, step_index: int, group: list[GpuSample]) -> GpuSam
         temp_c=_max([s.temp_c for s in group]),
         power_w=_sum([s.power_w for s in group]),
         other_mem_mib=_sum_known([s.other_mem_mib for s in group]),
+        sm_clock_mhz=_min([s.sm_clock_mhz for s in group]),  # the slowest card
+        throttle_reasons=_bits_or([s.throttle_reasons for s in group]),
     )
+
+
+def _min(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
+
+
+def _bits_or(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return functools.reduce(operator.or_, known, 0) if known else None
 

@@ -8,6 +8,11 @@ API (JSON; with a token every call must carry `Authorization: Bearer T`, else 40
 - `POST /step {"step_index": i}`  later samples carry step i: the master marks boundaries here, so the
                               two machines' clocks never need to agree
 - `GET /steps/<i>`            per-step peak, mean and P95 of GPU memory and utilisation (404 if none)
+- `GET /server`               the controlled server (`--server-cmd`): placeholders, running, pid, its
+                              last output lines, template, values, start_timeout_s (409 without one)
+- `POST /server/restart {"values": {...}}`  stop it, start it with those values, wait for its health URL:
+                              the RestartResult (ok, why, output_tail, elapsed_s); 400 on bad values,
+                              409 without `--server-cmd` or while another restart runs (see server_control)
 The cursor counts every sample since the sidecar started; `boot_id` changes on restart.
 stdlib `ThreadingHTTPServer`: a handful of calls a second needs no framework. HTTPS with a server context
 (`--tls-cert/--tls-key`), its handshake in the request's own thread.
@@ -35,6 +40,7 @@ from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import DcgmReader, FakeGpuReader, NvmlReader
 from gpu_sampler.sampler import Ring, Sampler
 from gpu_sampler.selection import parse_selection, split_source
+from gpu_sampler.server_control import RestartInProgress, ServerControl, ServerControlError
 from gpu_sampler.tls import TlsSettings
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,16 @@ def build_gpu_reader(
     raise SamplerError(f"bad --source {source!r}: use {SOURCE_FORMS}")
 
 
+class _NoServerControl(Exception):
+    pass
+
+
+NO_SERVER_CONTROL = (
+    "this sidecar controls no server: start it with --server-cmd TEMPLATE --server-health URL "
+    "(e.g. --server-cmd 'vllm serve MODEL --max-num-seqs {max_num_seqs}')"
+)
+
+
 class Sidecar:
     """The GPU sampler, plus host and optional server-metrics samplers, feeding one ring."""
 
@@ -80,8 +96,12 @@ class Sidecar:
         scrape_interval_s: float = 0.5,
         ring_size: int = 100_000,
         clock: Callable[[], float] = time.time,
+        server_control: ServerControl | None = None,
+        follow_server_pid: bool = False,
     ) -> None:
         self.step_index = -1
+        self.server_control = server_control
+        self.follow_server_pid = follow_server_pid  # no --pid given: the controlled server's PID is the one
         self.ring = Ring(ring_size)
         self.boot_id = secrets.token_hex(8)
         self.started_unix_s = clock()
@@ -108,8 +128,24 @@ class Sidecar:
             sampler.start()
 
     def stop(self) -> None:
+        if self.server_control is not None:
+            self.server_control.close()  # no child outlives the sidecar
         for sampler in (self.gpu, *self.others):
             sampler.stop()
+
+    def server_info(self) -> dict[str, Any]:
+        if self.server_control is None:
+            raise _NoServerControl
+        return self.server_control.info()
+
+    def restart_server(self, values: Any) -> dict[str, Any]:
+        """The RestartResult as JSON; ServerControlError on bad values, RestartInProgress while one runs."""
+        if self.server_control is None:
+            raise _NoServerControl
+        result = self.server_control.restart(values)
+        if result.ok and self.follow_server_pid and hasattr(self.gpu_reader, "pid"):
+            self.gpu_reader.pid = self.server_control.pid  # its memory apart from other processes'
+        return dataclasses.asdict(result)
 
     def mark_step(self, step_index: int) -> dict[str, Any]:
         self.step_index = step_index
@@ -204,6 +240,8 @@ def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHan
                     cursor = int(query.get("cursor", ["0"])[0])
                     limit = int(query.get("limit", [str(MAX_PAGE)])[0])
                     self._send(200, sidecar.samples(cursor, max(1, limit)))
+                elif url.path == "/server":
+                    self._send(200, sidecar.server_info())
                 elif match := _STEP_PATH.match(url.path):
                     stats = sidecar.step_stats(int(match.group(1)))
                     if stats is None:
@@ -212,18 +250,26 @@ def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHan
                         self._send(200, stats)
                 else:
                     self._send(404, {"error": f"no {url.path}: try /health, /info, /samples, /steps/<i>"})
+            except _NoServerControl:
+                self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
             except ValueError:
                 self._send(400, {"error": "cursor and limit must be integers"})
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length", "0"))
+            return json.loads(self.rfile.read(min(length, 65536)) or b"{}")
 
         def do_POST(self) -> None:
             if not self._authorised():
                 return
+            if self.path == "/server/restart":
+                self._restart()
+                return
             if self.path != "/step":
-                self._send(404, {"error": f"no POST {self.path}: try POST /step"})
+                self._send(404, {"error": f"no POST {self.path}: try POST /step or POST /server/restart"})
                 return
             try:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(min(length, 65536)) or b"{}")
+                body = self._body()
                 step_index = body["step_index"]
                 if not isinstance(step_index, int) or isinstance(step_index, bool):
                     raise ValueError
@@ -231,6 +277,22 @@ def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHan
                 self._send(400, {"error": 'send JSON {"step_index": <int>}'})
                 return
             self._send(200, sidecar.mark_step(step_index))
+
+        def _restart(self) -> None:
+            try:
+                body = self._body()
+                values = body["values"]
+            except (ValueError, KeyError, TypeError):
+                self._send(400, {"error": 'send JSON {"values": {"<placeholder>": "<value>", ...}}'})
+                return
+            try:
+                self._send(200, sidecar.restart_server(values))
+            except _NoServerControl:
+                self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
+            except ServerControlError as err:
+                self._send(400, {"error": str(err)})
+            except RestartInProgress as err:
+                self._send(409, {"error": str(err), "reason": "restart_in_progress"})
 
     return Handler
 

@@ -85,6 +85,11 @@ class RunConfig:
     slo_p95_s: float = 0.0
     out: str = "results"
     run_dir: str = ""  # set by the runner; workers keep their local copy there
+    # --- marks (issue 24): the run's live /metrics for Prometheus, the server's own time ---
+    metrics_port: int = 0  # the master's /metrics (loadtest.promexport); 0 = off (`ui` turns it on)
+    metrics_host: str = "127.0.0.1"
+    server_time_header: str = ""  # a response header holding the server's own time in ms
+    server_time_path: str = ""  # a JSON field of the answer holding it ("usage.server_ms")
     # --- sweep (issue 22): the driver resizes every image before encoding (scenarios/resize.py) -----
     max_side: int = 0  # px; every image's longest side at most this, aspect kept; 0 = off
 
@@ -194,7 +199,12 @@ class RunConfig:
         if self.max_side < 0 or 0 < self.max_side < MIN_SIDE_PX:
             raise ConfigError(f"bad MAX_SIDE={self.max_side}: give the longest side in px (>= {MIN_SIDE_PX},"
                               " e.g. 1024), or 0 to send images as they are")  # fmt: skip
-        from loadtest.timing import limits_of  # it reads this module's ConfigError
+        from loadtest.promexport import check_metrics_config  # they read this module's ConfigError
+        from loadtest.server_time import check_server_time_config
+        from loadtest.timing import limits_of
+
+        check_metrics_config(self)
+        check_server_time_config(self.server_time_header, self.server_time_path)
 
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
         return self
@@ -275,6 +285,12 @@ FIELD_HELP = {
     "slo_p95_s": "also report the highest level whose P95 meets this many seconds; 0: off",
     "out": "folder where run folders go",
     "run_dir": "set by the runner: this run's folder",
+    "metrics_port": "serve the run's live metrics for Prometheus at http://METRICS_HOST:PORT/metrics; 0: off",
+    "metrics_host": "address /metrics binds to (0.0.0.0 lets a Prometheus on another machine scrape it)",
+    "server_time_header": (
+        "response header with the server's own processing time in ms (a Server-Timing header is read anyway)"
+    ),
+    "server_time_path": "dotted path of a JSON field in the answer with the server's own time in ms, e.g. usage.server_ms",
     "max_side": (
         "resize every image on the driver, aspect kept, before encoding, so its longest side is at most this"
         " many px (as seed 001's gateway does at 1024); sizes before and after go in the manifest; 0: off"

@@ -79,6 +79,7 @@ class Controller(PlanDecisions):
         self.events = JsonlAppender(run_dir / EVENTS_FILE)
         self.monitor = monitor
         self.rows_per_step: Counter[int] = Counter()
+        self.row_listeners: list[Callable[[list[RequestRow]], None]] = []
         self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
         self.server_limit_said = False
         self.live_latency_ms: list[float] = []
@@ -120,6 +121,8 @@ class Controller(PlanDecisions):
     # --- inputs ------------------------------------------------------------------------
     def on_rows(self, rows: list[RequestRow]) -> None:
         self.requests.append(rows)
+        for listener in self.row_listeners:  # e.g. /metrics' running totals (loadtest.promexport)
+            listener(rows)
         self.live.add_rows(rows)
         for row in rows:
             self.rows_per_step[row.step_index] += 1

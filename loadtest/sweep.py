@@ -325,14 +325,12 @@ def judge(
 
 
 def write_sweep_report(sweep_dir: Path) -> Path | None:
-    """sweep.csv, sweep.html and the pick's recommended-config.yaml (reports.sweep); None when this build
-    has no sweep report yet, or it could not be drawn (one warning line: the sweep goes on)."""
-    try:
-        from reports.sweep import write_sweep
-    except ModuleNotFoundError as exc:
-        if exc.name in ("reports.sweep", "analysis.sweep"):
-            return None
-        raise
+    """sweep.csv, sweep.html and the pick's recommended-config.yaml (reports.sweep); None when they could
+    not be drawn (one warning line: the sweep goes on)."""
+    from reports.sweep import (
+        write_sweep,  # here: the report's pandas and matplotlib only once a setting ended
+    )
+
     try:
         return Path(write_sweep(sweep_dir))
     except Exception as exc:  # noqa: BLE001 - a report that cannot be drawn must not end the sweep

@@ -125,8 +125,8 @@ def cmd_demo_sweep(ns: argparse.Namespace) -> int:
         return cmd_sweep(ns)
     finally:
         server_pid = None
-        with contextlib.suppress(SamplerError, AttributeError):
-            server_pid = SidecarClient(url).server_info().get("pid")  # type: ignore[attr-defined]  # helper ctl's
+        with contextlib.suppress(SamplerError):
+            server_pid = SidecarClient(url).server_info().get("pid")
         stop_pid(sidecar.pid, sidecar)
         if isinstance(server_pid, int) and server_pid > 0:
             stop_pid(server_pid)  # the sidecar stops its server; should it not have, this does

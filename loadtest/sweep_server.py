@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from gpu_sampler import SamplerError
 from gpu_sampler.client import SidecarClient
 from gpu_sampler.selection import split_source
+from gpu_sampler.server_control import RestartInProgress, ServerControl, ServerControlError
 from gpu_sampler.tls import TlsSettings
 from loadtest.sweep_grid import SweepError
 
@@ -59,11 +60,6 @@ class LocalServer:
 
     def __init__(self, template: str, health_url: str, start_timeout_s: float) -> None:
         try:
-            from gpu_sampler.server_control import ServerControl, ServerControlError
-        except ImportError:
-            raise SweepError("this build has no server control (gpu_sampler.server_control): use TARGETS") from None
-        self._error: type[Exception] = ServerControlError
-        try:
             self._control = ServerControl(template, health_url, start_timeout_s=start_timeout_s)
         except ServerControlError as exc:
             raise SweepError(f"bad SERVER_CMD/SERVER_HEALTH: {exc}") from None
@@ -77,7 +73,7 @@ class LocalServer:
     def restart(self, values: dict[str, str]) -> Restarted:
         try:
             return restarted(self._control.restart(values))
-        except (self._error, RuntimeError) as exc:  # bad values; a restart already running
+        except (SamplerError, RestartInProgress) as exc:  # bad values; a restart already running
             return Restarted(ok=False, why=str(exc), output_tail=self.output_tail())
 
     def output_tail(self) -> list[str]:
@@ -95,9 +91,7 @@ class SidecarServer:
         self.where = f"the sidecar at {url}"
         self._client = SidecarClient(url, token or None, timeout_s=10.0, tls=tls)
         try:
-            info = self._client.server_info()  # type: ignore[attr-defined]  # helper ctl's
-        except AttributeError:
-            raise SweepError("this build's sidecar client has no server control: use TARGETS") from None
+            info = self._client.server_info()
         except SamplerError as exc:  # unreachable, the token, no --server-cmd, an older sidecar: its line
             raise SweepError(str(exc)) from None
         self._placeholders = tuple(str(p) for p in info.get("placeholders") or ())
@@ -111,13 +105,13 @@ class SidecarServer:
         """The sidecar's answer; its refusal of the values (400) or a restart it is already running (409)
         is a failed restart too, with its line."""
         try:
-            return restarted(self._client.restart_server(values))  # type: ignore[attr-defined]  # helper ctl's
-        except (SamplerError, ValueError) as exc:
+            return restarted(self._client.restart_server(values))
+        except SamplerError as exc:
             return Restarted(ok=False, why=str(exc), output_tail=self.output_tail())
 
     def output_tail(self) -> list[str]:
         try:
-            info = self._client.server_info()  # type: ignore[attr-defined]  # helper ctl's
+            info = self._client.server_info()
         except SamplerError:
             return []
         return [str(line) for line in info.get("output_tail") or []]

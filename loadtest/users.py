@@ -26,6 +26,7 @@ from gpu_sampler.tls import TlsSettings
 from loadtest import failures
 from loadtest.config import RunConfig
 from loadtest.payloads import Payloads
+from loadtest.server_time import server_time_ms
 from loadtest.state import STATE, StepTag
 from runfolder import RequestRow
 from scenarios import (
@@ -194,9 +195,14 @@ class OcrUser(FastHttpUser):
         )
         self._report(enc, url, latency_ms, len(reply.body), reply.resp, t_start, exc)
         final = attempt == attempts or verdict.failure_kind not in _RETRYABLE
+        server_ms = (
+            server_time_ms(reply.resp.headers, reply.body, cfg.server_time_header, cfg.server_time_path)
+            if reply.resp is not None and reply.status
+            else None
+        )
         row = self._row(
             cfg, item, enc, tag, t_start, latency_ms, reply.ttft_ms, reply.status, len(reply.body), verdict,
-            attempt, final,
+            attempt, final, server_ms,
         )  # fmt: skip
         return row, reply.retry_after
 
@@ -249,7 +255,7 @@ class OcrUser(FastHttpUser):
     def _row(
         self, cfg: RunConfig, item: ImageItem, enc: EncodedRequest, tag: StepTag, t_start: float,
         latency_ms: float, ttft_ms: float | None, status: int, received: int, verdict: _Verdict,
-        attempt: int, final: bool,
+        attempt: int, final: bool, server_ms: float | None = None,
     ) -> RequestRow:  # fmt: skip
         # positional, in RequestRow's field order (tests/loadtest/test_lt_hot_path.py checks it): keywords cost
         # 0.5 us more a row on the hot path
@@ -276,6 +282,7 @@ class OcrUser(FastHttpUser):
             STATE.worker_id,
             verdict.error_text,
             verdict.answer_kind,
+            server_ms,  # server_time_ms: the server's own time, where it reports one
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, Runner, WorkerRunner
 
 from gpu_sampler import GpuMonitor
-from loadtest import clock, link, rowlink, users, webui
+from loadtest import clock, link, promexport, rowlink, users, webui
 from loadtest.config import (
     ConfigError,
     RunConfig,
@@ -111,6 +112,7 @@ def controller_for(environment: Environment) -> Controller:
     _lost_announced.clear()
     _report_offsets(ctl)
     webui.track(environment, ctl)
+    promexport.track(environment, ctl)
     if isinstance(runner, LocalRunner):
         gevent.spawn(_feed_local_rows, ctl)
     if isinstance(runner, MasterRunner):  # before the first spawn: workers need the images
@@ -291,8 +293,27 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         runner.greenlet.spawn(_probe_loop, runner)
     if not isinstance(runner, WorkerRunner):
         webui.attach(environment)
+        _start_metrics(environment)
     environment.events.test_start.add_listener(_on_test_start)
     environment.events.test_stop.add_listener(_on_master_stop)
+
+
+def _start_metrics(environment: Environment) -> None:
+    """/metrics with METRICS_PORT; under the web UI (`ui`) on its default port unless METRICS_PORT says."""
+    cfg = _config_or_none(environment) or RunConfig()
+    under_ui = environment.web_ui is not None and not cfg.metrics_port
+    port = promexport.UI_METRICS_PORT if under_ui else cfg.metrics_port
+    if not port:
+        return
+    try:
+        served = promexport.start_metrics(environment, cfg, port)
+    except ConfigError as exc:
+        if under_ui:  # the UI's default port is taken: the UI runs on without /metrics
+            print(f"warning: no /metrics: {exc} (METRICS_PORT=...)", file=sys.stderr, flush=True)
+            return
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    print(f"metrics: http://{cfg.metrics_host}:{served}/metrics", flush=True)
 
 
 def _config_or_none(environment: Environment) -> RunConfig | None:

@@ -1,4 +1,4 @@
-"""CLI: `python -m reports RUN_DIR` and `python -m reports compare A B [--out PATH]`.
+"""CLI: `python -m reports RUN_DIR`, `python -m reports compare A B [--out PATH]`, `python -m reports sweep DIR`.
 
 Prints `report: <path>` on success. A user error (missing or corrupt folder) prints one line to
 stderr and exits 2; nothing else is caught, so a bug still shows its traceback.
@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from reports.output import ReportError, write_compare, write_report
+from reports.sweep import write_sweep
 
 USER_ERROR_EXIT = 2
 
@@ -34,6 +35,15 @@ def parse_compare_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def parse_sweep_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m reports sweep",
+        description="sweep.csv, sweep.html and recommended-config.yaml for a sweep folder (partial ones too).",
+    )
+    parser.add_argument("sweep_dir", help="a <OUT>/sweep-<time> folder")
+    return parser.parse_args(argv)
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [ReportError]
     try:
@@ -51,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args_in[:1] == ["compare"]:
             args = parse_compare_args(args_in[1:])
             path = write_compare(args.a, args.b, args.out)
+        elif args_in[:1] == ["sweep"]:
+            args = parse_sweep_args(args_in[1:])
+            path = write_sweep(args.sweep_dir)
         else:
             args = parse_report_args(args_in)
             path = write_report(args.run_dir, headroom=args.headroom, slo_p95_s=args.slo_p95_s)

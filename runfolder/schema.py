@@ -71,6 +71,8 @@ class RequestRow(NamedTuple):
     # "" when the answer is fine or there is none; else bad_answer | empty_answer | wrong_answer
     # (loadtest.failures): the answer's quality, measured apart from `ok`, which says the server failed.
     answer_kind: str = ""
+    # marks: the server's own processing time (Server-Timing, SERVER_TIME_HEADER or SERVER_TIME_PATH), ms
+    server_time_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,10 @@ class GpuSample:
     # Memory of the other processes on this GPU (another job sharing the card), known only where the
     # reader sees per-process memory and the server's PID (--pid, locally or on the sidecar).
     other_mem_mib: float | None = None
+    # Heat and clocks (marks): the SM clock, and NVML's clock throttle reasons bitmask (DCGM's
+    # DCGM_FI_DEV_CLOCK_THROTTLE_REASONS); temp_c and power_w above. None where the reader has none.
+    sm_clock_mhz: float | None = None
+    throttle_reasons: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,9 @@ class ServerSample:
     # The framework's view of memory (torch.cuda.max_memory_allocated(), MiB) from a gauge on /metrics
     # (FRAMEWORK_METRIC, or ocr_framework_peak_bytes when present); never mixed with the device's view.
     framework_peak_mib: float | None = None
+    # marks: vLLM's vllm:e2e_request_latency_seconds histogram, cumulative counts by upper bound in seconds,
+    # summed over engines: "0.3:0 0.5:4 ... +Inf:40"; "" where the server does not export it
+    e2e_buckets_s: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ def test_yaml_text_parses_back_to_the_content_and_comments_every_value() -> None
     valued = [
         line for line in lines if ":" in line and not line.rstrip().endswith(":") and not line.startswith("#")
     ]
-    assert len(valued) == 7 and all("#" in line for line in valued)
+    assert len(valued) == 11 and all("#" in line for line in valued)  # 7 server values, 4 of the breaker
     assert "the step before the knee at level 8" in text and "3 x P95 2300 ms at level 4" in text
 
 
@@ -59,3 +59,15 @@ def test_no_knee_and_no_safe_level() -> None:
 def test_empty_table_still_gives_a_config() -> None:
     config = recommend_config(pd.DataFrame(), Knee(False, None, None, None, "no steps"), EST, "unknown")
     assert config["server"]["max_concurrency"] == 1 and config["server"]["request_timeout_s"] == 30
+
+
+def test_circuit_breaker_trips_past_the_measured_p95_and_temperature() -> None:
+    config, comments = build_config(TABLE, KNEE, EST, "pytorch")
+    assert config["circuit_breaker"]["p95_ms"] == 3450  # 1.5 x P95 2300 ms at level 4
+    assert config["circuit_breaker"]["gpu_temp_c"] is None  # no temperature read: none made up
+    assert "no temperature read" in comments["circuit_breaker.gpu_temp_c"]
+    hot = TABLE.assign(gpu_temp_c_peak=[60.0 + i for i in range(len(TABLE))])
+    at_4 = float(hot.loc[(hot["level"] == 4) & (hot["phase"] == "step"), "gpu_temp_c_peak"].iloc[-1])
+    config, comments = build_config(hot, KNEE, EST, "pytorch")
+    assert config["circuit_breaker"]["gpu_temp_c"] == round(at_4 + 5)
+    assert yaml.safe_load(config_yaml(config, comments))["circuit_breaker"] == config["circuit_breaker"]

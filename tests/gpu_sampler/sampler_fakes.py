@@ -34,6 +34,7 @@ class FakeNvml:
     NVML_ERROR_FUNCTION_NOT_FOUND = 13
     NVML_ERROR_GPU_IS_LOST = 15
     NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
     nvmlMemory_v2 = 0x02000028
 
     class NVMLError(Exception):
@@ -70,6 +71,8 @@ class FakeNvml:
         self.processes_on: dict[Any, list[SimpleNamespace]] = {}
         self.mig: dict[int, list[FakeSlice]] = {}
         self.calls: dict[str, int] = {}
+        self.sm_clock_mhz = 1980
+        self.throttle_reasons = 0  # NVML's bitmask: 0x20 SW thermal slowdown, 0x4 SW power cap, ...
 
     def _check(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -166,6 +169,18 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
         self._check("power")
         return 215_500  # milliwatts
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+        self._check("SM clock")
+        if isinstance(handle, tuple) or clock_type != self.NVML_CLOCK_SM:
+            raise self.NVMLError_NotSupported()
+        return self.sm_clock_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        self._check("clock throttle reasons")
+        if isinstance(handle, tuple):
+            raise self.NVMLError_NotSupported()
+        return self.throttle_reasons
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         self._check("processes")

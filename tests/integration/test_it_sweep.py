@@ -6,7 +6,6 @@ on, sweep.json and setting.json say what ran."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
@@ -103,7 +102,6 @@ def start_sidecar(*args: str) -> tuple[subprocess.Popen[str], str]:
 
 @pytest.mark.timeout(300)
 def test_server_settings_through_the_sidecars_server_control(tmp_path):
-    pytest.importorskip("gpu_sampler.server_control", reason="helper ctl's server control is not merged yet")
     port, dcgm_port = free_port(), free_port()
     base = f"http://127.0.0.1:{port}"
     template = (f"{shlex.quote(sys.executable)} -m simulator --profile vllm-24g --port {port} --dcgm-port {dcgm_port}"
@@ -140,10 +138,7 @@ def test_server_settings_through_the_sidecars_server_control(tmp_path):
 
 
 def assert_sweep_report(sweep_dir: Path, stdout: str, settings: list[str]) -> None:
-    """Where this build has the sweep's report (reports.sweep), it is written and named last."""
-    if importlib.util.find_spec("reports.sweep") is None:
-        assert stdout.splitlines()[-1].startswith(f"sweep: {sweep_dir}")
-        return
+    """The sweep's report is written and named last."""
     assert stdout.splitlines()[-1] == f"report: {sweep_dir / 'sweep.html'}"
     rows = (sweep_dir / "sweep.csv").read_text().splitlines()[1:]
     assert [row.split(",", 1)[0] for row in rows] == settings
@@ -152,7 +147,6 @@ def assert_sweep_report(sweep_dir: Path, stdout: str, settings: list[str]) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_sweep_runs_the_server_itself_with_server_cmd_and_stops_it(tmp_path):
-    pytest.importorskip("gpu_sampler.server_control", reason="helper ctl's server control is not merged yet")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     template = (f"{shlex.quote(sys.executable)} -m simulator --profile vllm-24g --port {port} --dcgm-port -1"
@@ -169,3 +163,16 @@ def test_the_sweep_runs_the_server_itself_with_server_cmd_and_stops_it(tmp_path)
         assert manifest["config"]["max_num_seqs"] == int(value)  # the plan's engine limit follows the key
     with pytest.raises(OSError):  # the server it started is gone with it
         socket.create_connection(("127.0.0.1", port), timeout=2.0).close()
+
+
+def test_a_sidecar_without_server_cmd_is_one_line_before_any_load(tmp_path):
+    sidecar, url = start_sidecar("--source", "fake")
+    try:
+        res = run_cli(["sweep", "--host", "http://127.0.0.1:9", "--gpu", f"sidecar:{url}", "--sweep",
+                       "max_num_seqs=8,16", "--out", str(tmp_path)], timeout_s=60)  # fmt: skip
+    finally:
+        stop(sidecar)
+    assert res.returncode == 2, res.stdout + res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert "controls no server: start it with --server-cmd" in line, line
+    assert not any(tmp_path.iterdir())

@@ -112,8 +112,8 @@ def test_merge_adds_only_the_rows_the_master_never_got_once_and_counts_them_merg
     assert merged["ok"] == "1" and float(merged["latency_ms"]) == _row(7).latency_ms
 
 
-def test_answer_kind_is_the_last_column_and_reads_back_with_the_analysis(tmp_path):
-    assert columns_of(RequestRow)[-1] == "answer_kind"
+def test_answer_kind_and_server_time_are_the_last_columns_and_read_back_with_the_analysis(tmp_path):
+    assert columns_of(RequestRow)[-2:] == ["answer_kind", "server_time_ms"]  # added later: at the end
     sink = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
     sink.append([_row(1, answer_kind="wrong_answer"), _row(2), _row(3, ok=False)])
     sink.close()

@@ -63,7 +63,6 @@ def test_targets_take_server_metrics_on_their_own_origin(tmp_path):
 
 
 def test_max_num_seqs_reaches_the_plan_of_each_setting(tmp_path):
-    pytest.importorskip("gpu_sampler.server_control", reason="helper ctl's server control is not merged yet")
     ns = cli.build_parser().parse_args(["sweep", "--host", HOST, "--out", str(tmp_path), "--server-cmd",
                                         "true {max_num_seqs}", "--server-health", HOST + "/health",
                                         "--sweep", "max_num_seqs=8,16"])  # fmt: skip
