@@ -36,6 +36,11 @@ METRICS_PORT ?=
 METRICS_HOST ?=
 SERVER_TIME_HEADER ?=
 SERVER_TIME_PATH ?=
+MAX_SIDE ?=
+SWEEP ?=
+TARGETS ?=
+SERVER_CMD ?=
+SERVER_HEALTH ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
 MASTER ?=
@@ -59,7 +64,10 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--max-num-seqs,$(MAX_NUM_SEQS)) $(call opt,--preflight-timeout-s,$(PREFLIGHT_TIMEOUT_S)) \
   $(call opt,--metrics-port,$(METRICS_PORT)) $(call opt,--metrics-host,$(METRICS_HOST)) \
   $(call opt,--server-time-header,$(SERVER_TIME_HEADER)) $(call opt,--server-time-path,$(SERVER_TIME_PATH)) \
-  $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS))
+  $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
+  $(call opt,--max-side,$(MAX_SIDE))
+SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
+  $(call opt,--server-cmd,$(SERVER_CMD)) $(call opt,--server-health,$(SERVER_HEALTH))
 
 # HEADERS and METRICS_HEADERS are secrets: they reach the run through the environment, never a command
 # line (ps)
@@ -70,7 +78,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint demo loadtest master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -140,6 +148,15 @@ demo: $(STAMP)
 
 loadtest: $(STAMP)
 	@$(PY) -m loadtest run $(RUN_FLAGS)
+
+# The whole method per setting: make sweep HOST=... GPU=sidecar:URL SWEEP='max_num_seqs=8,16,32,64'
+# [TARGETS='a=URL,b=URL'] [SERVER_CMD='...{max_num_seqs}...' SERVER_HEALTH=URL]; ends with report: <sweep.html>
+sweep: $(STAMP)
+	@$(PY) -m loadtest sweep $(RUN_FLAGS) $(SWEEP_FLAGS)
+
+# The simulator's vLLM profile swept through a local sidecar with server control (max_num_seqs=8,16,32,64)
+demo-sweep: $(STAMP)
+	@$(PY) -m loadtest demo-sweep $(RUN_FLAGS) $(call opt,--sweep,$(SWEEP))
 
 master: $(STAMP)
 	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host '$(MASTER_BIND)' --master-port 5557 $(RUN_FLAGS)

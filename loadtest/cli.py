@@ -1,11 +1,10 @@
-"""`python -m loadtest run|demo|worker`: pre-flight checks, Locust master and workers, analysis, report.
+"""`python -m loadtest run|demo|ui|worker|merge-rows|sweep|demo-sweep`: pre-flight checks, Locust master and workers, analysis, report.
 
     run     the real job from a driver machine (each RunConfig field is a flag: --host, --levels, ...)
     demo    the whole method against the built-in simulator, ending with `report: <path>`
     ui      Locust's web UI with the stepped plan and the step and GPU panel at /ocr
-    worker  a Locust worker for a master on another driver machine (`make worker MASTER=host[:port]`):
-            needs nothing but the package; the master sends the images, and refuses another suite version
-    merge-rows  add the rows of a worker's local copy (RUN_DIR COPY...) that the master never received
+    worker, merge-rows  a driver machine that is not the master (loadtest/worker_cli.py)
+    sweep, demo-sweep   the whole method per server or client setting, side by side (loadtest/sweep.py)
 
 Every user error ends in one line on stderr and exit status 2, before any load.
 """
@@ -17,7 +16,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,28 +25,21 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpu_sampler import GpuMonitor, SamplerError
+from loadtest import worker_cli
 from loadtest.config import ConfigError, RunConfig, add_arguments, secret_env, to_argv, with_env_secrets
 from loadtest.idle import read_idle, record_idle
 from loadtest.manifest import REPO_ROOT, build_manifest
-from loadtest.merge import WORKER_COPY_DIR, merge_rows
-from loadtest.payloads import build_payloads
+from loadtest.merge import WORKER_COPY_DIR
+from loadtest.payloads import build_payloads, images_sent
 from loadtest.preflight import PreflightError, check_first_answer
-from loadtest.rowlink import DEFAULT_WORKER_DIR, LOCAL_WORKER_ENV, WORKER_DIR_ENV
+from loadtest.procs import LOCUSTFILE as LOCUSTFILE  # tests and the other commands take it from here
+from loadtest.procs import fail
+from loadtest.procs import free_port as _free_port
+from loadtest.procs import locust_base as _locust_base
+from loadtest.procs import worker_cmd as _worker_cmd
+from loadtest.rowlink import LOCAL_WORKER_ENV
 from runfolder import STEPS_FILE, GpuSample, new_run_folder, write_manifest
 from scenarios import ScenarioError
-
-LOCUSTFILE = REPO_ROOT / "locustfile.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    return 2
 
 
 def config_from_args(ns: argparse.Namespace) -> RunConfig:
@@ -93,16 +84,8 @@ def _warn_without_framework_metric(cfg: RunConfig, monitor: GpuMonitor) -> None:
         )
 
 
-def _locust_base() -> list[str]:
-    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
-
-
 def _locust_env(cfg: RunConfig) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", **secret_env(cfg)}
-
-
-def _worker_cmd(master_host: str, port: int) -> list[str]:
-    return _locust_base() + ["--worker", "--master-host", master_host, "--master-port", str(port)]
 
 
 def run_locust(
@@ -169,25 +152,59 @@ def render(run_dir: Path) -> int:
 def cmd_run(ns: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(ns)
+    except ConfigError as exc:
+        return fail(str(exc))
+    return run_method(cfg, ns.remote_workers, ns.master_bind_host, ns.master_port).code
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """How one run of the whole method ended: `code` is `run`'s exit status; `why` is "" when the run
+    reached its answer, else the line that was printed; `run_dir` is None when the pre-flight refused."""
+
+    code: int
+    why: str
+    run_dir: Path | None
+
+
+def run_method(
+    cfg: RunConfig,
+    remote_workers: int = 0,
+    bind_host: str = "127.0.0.1",
+    master_port: int = 0,
+    run_dir: Path | None = None,
+) -> RunOutcome:
+    """Pre-flight, the Locust run and the report, in `run_dir` (a new folder under OUT when None; a
+    sweep gives each setting's)."""
+    try:
         answer_check, idle = preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
-        return fail(str(exc))
-    run_dir = new_run_folder(Path(cfg.out))
+        return RunOutcome(fail(str(exc)), str(exc), None)
+    if run_dir is None:
+        run_dir = new_run_folder(Path(cfg.out))
+    run_dir = run_dir.resolve()  # the Locust master runs in the repository's folder, not necessarily this one
+    run_dir.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     idle_before = record_idle(run_dir, idle)
     write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check,
-                                           idle_before_preflight=idle_before))  # fmt: skip
+                                           idle_before_preflight=idle_before, **images_sent(cfg)))  # fmt: skip
     print(f"run folder: {run_dir}", flush=True)
-    code = run_locust(cfg, run_dir, ns.remote_workers, ns.master_bind_host, ns.master_port)
+    code = run_locust(cfg, run_dir, remote_workers, bind_host, master_port)
     aborted = aborted_because(run_dir)
+    why = ""
     if code != 0:
-        fail(f"the Locust master exited with status {code}; partial results are in {run_dir}")
+        why = f"the Locust master exited with status {code}; partial results are in {run_dir}"
     elif aborted:
-        fail(f"the run ended early ({aborted}); partial results are in {run_dir}")
+        why = f"the run ended early ({aborted}); partial results are in {run_dir}"
+    if why:
+        fail(why)
     rendered = render(run_dir)  # a partial run is rendered too, with a banner; `report:` stays the last line
     if code != 0:
-        return 2
-    return 1 if aborted else rendered  # an aborted run is not an answer: say so in the exit status
+        return RunOutcome(2, why, run_dir)
+    if not why and rendered != 0:
+        why = f"the report of {run_dir} was not rendered (exit status {rendered}): run python -m reports {run_dir}"
+    # an aborted run is not an answer: say so in the exit status
+    return RunOutcome(1 if aborted else rendered, why, run_dir)
 
 
 def aborted_because(run_dir: Path) -> str:
@@ -258,71 +275,6 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         stop_process(sim)
 
 
-WORKER_QUIT_S = 20.0  # for the Locust worker to stop its users and say goodbye
-
-
-def _wait_for_master(host: str, port: int, wait_s: float) -> str:
-    """"" once something listens at host:port, else why not (one line). Locust's own worker waits in
-    silence, for minutes, on a master that is not there; a worker may start before its master, so
-    wait up to `wait_s`, saying so once."""
-    deadline = time.monotonic() + wait_s
-    said = False
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=2.0):
-                return ""
-        except socket.gaierror as exc:
-            return f"bad --master {host}:{port}: the name does not resolve ({exc.strerror}): give the master's address"
-        except OSError as exc:
-            if time.monotonic() >= deadline:
-                return (
-                    f"no master listens at {host}:{port} after {wait_s:.0f} s ({exc.strerror or exc}): start"
-                    " `make master` there first, check MASTER_BIND and the port, or raise --connect-wait-s"
-                )
-        if not said:
-            print(f"waiting for the master at {host}:{port} (up to {wait_s:.0f} s)", flush=True)
-            said = True
-        time.sleep(1.0)
-
-
-def cmd_worker(ns: argparse.Namespace) -> int:
-    """A Locust worker in this working directory; its safety copy of the rows under --worker-dir."""
-    host, sep, port = ns.master.rpartition(":")
-    if not sep:
-        host, port = ns.master, str(ns.master_port)
-    if not host or not port.isdigit():
-        return fail(f"bad --master {ns.master!r}: give the master's HOST:PORT, e.g. driver1:5557")
-    host = host.strip("[]")
-    unreachable = _wait_for_master(host, int(port), ns.connect_wait_s)
-    if unreachable:
-        return fail(unreachable)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", WORKER_DIR_ENV: str(Path(ns.worker_dir).resolve())}
-    cmd = _worker_cmd(host, int(port)) + ["--loglevel", "WARNING"]
-    worker = subprocess.Popen(cmd, env=env)
-    try:
-        return worker.wait()
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (a pod deleted): Locust's worker quits cleanly on SIGTERM,
-        worker.terminate()  # telling the master, its rows shipped and its copy closed
-        try:
-            worker.wait(timeout=WORKER_QUIT_S)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-        return 130
-
-
-def cmd_merge_rows(ns: argparse.Namespace) -> int:
-    run_dir = Path(ns.run_dir)
-    if not (run_dir / "manifest.json").is_file():
-        return fail(f"{run_dir} is not a run folder (no manifest.json): give results/<run-id>")
-    for copy in map(Path, ns.copies):
-        if not copy.is_file():
-            return fail(f"{copy} is not a file: give a worker's <worker-id>.rows from its --worker-dir")
-        added, present = merge_rows(run_dir, copy)
-        print(f"{copy}: {added} rows added to requests.csv, {present} were there already", flush=True)
-    print(f"re-render the report: python -m reports {run_dir}", flush=True)
-    return 0
-
-
 class _OneLineParser(argparse.ArgumentParser):
     """A flag argparse cannot parse ends in one line that points at --help, not in the whole usage."""
 
@@ -352,16 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     from loadtest.ui_cmd import add_ui_arguments  # ui_cmd builds on this module's helpers
 
     add_ui_arguments(sub.choices["ui"])
-    w = sub.add_parser("worker")
-    w.add_argument("--master", required=True, help="the master's HOST:PORT (port 5557 when left out)")
-    w.add_argument("--master-port", type=int, default=5557, help="the master's port when --master has none")
-    w.add_argument("--connect-wait-s", type=float, default=120.0,
-                   help="how long to wait for the master to listen before giving up")  # fmt: skip
-    w.add_argument("--worker-dir", default=DEFAULT_WORKER_DIR,
-                   help="where this worker keeps its own copy of its rows, one folder per run")  # fmt: skip
-    m = sub.add_parser("merge-rows")
-    m.add_argument("run_dir", help="the master's run folder, results/<run-id>")
-    m.add_argument("copies", nargs="+", help="worker copies (<worker-dir>/<run-id>/<worker-id>.rows)")
+    worker_cli.add_parsers(sub)
+    from loadtest.sweep import add_sweep_parsers  # imported here: loadtest.sweep runs through cmd_run's path
+
+    add_sweep_parsers(sub)
     return parser
 
 
@@ -388,5 +334,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return cmd_ui(ns)
     if ns.command == "merge-rows":
-        return cmd_merge_rows(ns)
-    return cmd_worker(ns)
+        return worker_cli.cmd_merge_rows(ns)
+    if ns.command in ("sweep", "demo-sweep"):
+        from loadtest.sweep import cmd_sweep
+
+        return cmd_sweep(ns)
+    return worker_cli.cmd_worker(ns)

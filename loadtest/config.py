@@ -17,6 +17,7 @@ from typing import Any
 
 from analysis import parse_levels
 from gpu_sampler.tls import CaBundleError, TlsSettings, read_ca_bundle
+from scenarios.resize import MIN_SIDE_PX
 
 SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
 STYLES = ("multipart", "json", "openai")
@@ -89,6 +90,8 @@ class RunConfig:
     metrics_host: str = "127.0.0.1"
     server_time_header: str = ""  # a response header holding the server's own time in ms
     server_time_path: str = ""  # a JSON field of the answer holding it ("usage.server_ms")
+    # --- sweep (issue 22): the driver resizes every image before encoding (scenarios/resize.py) -----
+    max_side: int = 0  # px; every image's longest side at most this, aspect kept; 0 = off
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -193,6 +196,9 @@ class RunConfig:
             raise ConfigError(
                 f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
             )
+        if self.max_side < 0 or 0 < self.max_side < MIN_SIDE_PX:
+            raise ConfigError(f"bad MAX_SIDE={self.max_side}: give the longest side in px (>= {MIN_SIDE_PX},"
+                              " e.g. 1024), or 0 to send images as they are")  # fmt: skip
         from loadtest.promexport import check_metrics_config  # they read this module's ConfigError
         from loadtest.server_time import check_server_time_config
         from loadtest.timing import limits_of
@@ -285,6 +291,10 @@ FIELD_HELP = {
         "response header with the server's own processing time in ms (a Server-Timing header is read anyway)"
     ),
     "server_time_path": "dotted path of a JSON field in the answer with the server's own time in ms, e.g. usage.server_ms",
+    "max_side": (
+        "resize every image on the driver, aspect kept, before encoding, so its longest side is at most this"
+        " many px (as seed 001's gateway does at 1024); sizes before and after go in the manifest; 0: off"
+    ),
 }
 
 

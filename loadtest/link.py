@@ -213,7 +213,7 @@ def setup_master(runner: MasterRunner, cfg: RunConfig | None) -> None:
 
 
 def _offer(cfg: RunConfig) -> tuple[str, bytes, ImageSet]:
-    key = (cfg.scenario, cfg.images, cfg.seed, cfg.buckets)
+    key = (cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side)
     if key not in _Master.offers:
         image_set = image_set_for(cfg)
         blob = encode_image_set(image_set)

@@ -7,11 +7,14 @@ No Locust here, so the CLI's pre-flight checks build exactly what the workers wi
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from loadtest.config import RunConfig
 from scenarios import EncodedRequest, ImageItem, ImageSet, build_image_set, encode_request
+from scenarios.resize import SizeChange, resize_image_set
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,33 @@ class Payloads:
 
 
 def image_set_for(cfg: RunConfig) -> ImageSet:
-    """The images a run sends, read or generated from the config (on the master, or a local run)."""
-    return build_image_set(cfg.scenario, cfg.images or None, seed=cfg.seed, buckets=cfg.buckets or None)
+    """The images a run sends, read or generated from the config (on the master, or a local run), resized
+    to MAX_SIDE when it is set."""
+    return _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side)[0]
+
+
+def images_sent(cfg: RunConfig) -> dict[str, Any]:
+    """The manifest's `images_sent` when MAX_SIDE is set: {"max_side_px", "sizes": [{"bucket", "before_px",
+    "after_px", "bytes", ...}]} of the payloads actually sent; {} when it is off."""
+    if not cfg.max_side:
+        return {}
+    _, changes = _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side)
+    sizes = [
+        {"bucket": c.bucket, "before_px": list(c.before_px), "after_px": list(c.after_px), "bytes": c.bytes_after,
+         "bytes_before": c.bytes_before, "name": c.name}  # fmt: skip
+        for c in changes
+    ]
+    return {"images_sent": {"max_side_px": cfg.max_side, "sizes": sizes}}
+
+
+@functools.lru_cache(maxsize=2)  # the pre-flight, the manifest and a local run read the same set once
+def _sized_set(
+    scenario: str, images: str, seed: int, buckets: str, max_side_px: int
+) -> tuple[ImageSet, tuple[SizeChange, ...]]:
+    image_set = build_image_set(scenario, images or None, seed=seed, buckets=buckets or None)
+    if not max_side_px:
+        return image_set, ()
+    return resize_image_set(image_set, max_side_px)
 
 
 def build_payloads(cfg: RunConfig, image_set: ImageSet | None = None) -> Payloads:

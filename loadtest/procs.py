@@ -1,0 +1,30 @@
+"""What every command of `python -m loadtest` shares: the one-line error, free ports, Locust's command line."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from loadtest.manifest import REPO_ROOT
+
+LOCUSTFILE = REPO_ROOT / "locustfile.py"
+
+
+def fail(message: str) -> int:
+    """One line on stderr naming the fix; exit status 2 (a user error)."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def locust_base() -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+
+
+def worker_cmd(master_host: str, port: int) -> list[str]:
+    return locust_base() + ["--worker", "--master-host", master_host, "--master-port", str(port)]

@@ -1,0 +1,74 @@
+"""`python -m loadtest sweep`: a sweep that cannot run is one line and exit 2, before any load or folder.
+
+The servers named here are closed loopback ports: a check that reached them would fail differently."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest import cli
+from loadtest.sweep import SweepPlan, prepare
+
+HOST = "http://127.0.0.1:9"  # discard port: nothing listens
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        ([], "nothing to sweep: give SWEEP="),
+        (["--sweep", "max_num_seqs=8,16"], "SWEEP key(s) max_num_seqs are not client settings"),
+        (["--sweep", "max_num_seqs=8;rm -rf /"], "bad SWEEP entry 'rm -rf /'"),
+        (["--sweep", "max_num_seqs=8,16|sh"], "bad SWEEP value '16|sh' for max_num_seqs"),
+        (["--sweep", "max_side=0,5"], "setting max_side=5: bad MAX_SIDE=5"),
+        (["--sweep", "max_side=0,big"], "bad SWEEP value 'big' for max_side: give a whole number"),
+        (["--sweep", "scenario=fixed,huge"], "setting scenario=huge: unknown SCENARIO='huge'"),
+        (["--sweep", "style=json,grpc"], "setting style=grpc: unknown STYLE='grpc'"),
+        (["--targets", "a=http://127.0.0.1:9", "--sweep", "max_num_seqs=8"], "TARGETS are servers already running"),
+        (["--sweep", "max_num_seqs=8", "--server-cmd", "srv --n {max_num_seqs}"], "SERVER_CMD needs SERVER_HEALTH"),
+        (["--sweep", "max_side=0,1024", "--server-health", "http://127.0.0.1:9/health"], "SERVER_HEALTH is for SERVER_CMD"),
+        (["--sweep", "max_side=0,1024", "--levels", "4,2,x"], "bad LEVELS='4,2,x'"),
+    ],
+)
+def test_a_sweep_that_cannot_run_is_one_line_before_anything(tmp_path, capsys, args, line):
+    out = tmp_path / "out"
+    assert cli.main(["sweep", "--host", HOST, "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and line in err and "\n" not in err, err
+    assert not out.exists()  # no sweep folder, no run folder
+
+
+def test_without_host_or_targets(tmp_path, capsys):
+    assert cli.main(["sweep", "--out", str(tmp_path), "--sweep", "max_side=0,1024"]) == 2
+    assert "give HOST" in capsys.readouterr().err
+
+
+def test_server_keys_through_a_sidecar_that_does_not_answer(tmp_path, capsys):
+    args = ["sweep", "--host", HOST, "--out", str(tmp_path / "o"), "--gpu", "sidecar:http://127.0.0.1:9",
+            "--sweep", "max_num_seqs=8,16"]  # fmt: skip
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "sidecar" in err and "\n" not in err
+
+
+def test_targets_take_server_metrics_on_their_own_origin(tmp_path):
+    ns = cli.build_parser().parse_args(
+        ["sweep", "--targets", "a=http://127.0.0.1:9,b=http://127.0.0.2:9", "--server-metrics",
+         "http://127.0.0.1:9/metrics", "--sweep", "max_side=0,1024", "--out", str(tmp_path), "--levels", "1,2"]
+    )  # fmt: skip
+    plan: SweepPlan = prepare(ns)
+    assert [c.host for c in plan.configs] == ["http://127.0.0.1:9"] * 2 + ["http://127.0.0.2:9"] * 2
+    assert plan.configs[3].server_metrics == "http://127.0.0.2:9/metrics"
+    assert [c.max_side for c in plan.configs] == [0, 1024, 0, 1024]
+    assert plan.restarter is None
+
+
+def test_max_num_seqs_reaches_the_plan_of_each_setting(tmp_path):
+    ns = cli.build_parser().parse_args(["sweep", "--host", HOST, "--out", str(tmp_path), "--server-cmd",
+                                        "true {max_num_seqs}", "--server-health", HOST + "/health",
+                                        "--sweep", "max_num_seqs=8,16"])  # fmt: skip
+    plan = prepare(ns)
+    try:
+        assert [c.max_num_seqs for c in plan.configs] == [8, 16]
+        assert plan.restarter is not None and plan.restarter.placeholders == ("max_num_seqs",)
+    finally:
+        plan.restarter.close()
