@@ -18,19 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from gpu_sampler import SamplerError
-from loadtest.cli import (
-    _free_port,
-    _locust_base,
-    _locust_env,
-    _worker_cmd,
-    config_from_args,
-    fail,
-    preflight,
-    render,
-)
+from loadtest.cli import _locust_env, config_from_args, preflight, render
 from loadtest.config import ConfigError, RunConfig, to_argv
 from loadtest.manifest import REPO_ROOT
 from loadtest.preflight import PreflightError
+from loadtest.procs import fail, free_port, locust_base, worker_cmd
 from loadtest.rowlink import LOCAL_WORKER_ENV
 from scenarios import ScenarioError
 
@@ -56,15 +48,15 @@ class UiProcesses:
     def __init__(self, cfg: RunConfig, ns: argparse.Namespace, web_port: int) -> None:
         self.cfg = cfg
         env = _locust_env(cfg)
-        port = ns.master_port or _free_port()
-        master_cmd = _locust_base() + [
+        port = ns.master_port or free_port()
+        master_cmd = locust_base() + [
             "--master", "--master-bind-host", ns.master_bind_host, "--master-bind-port", str(port),
             "--web-host", ns.web_host, "--web-port", str(web_port), "--host", cfg.host,
             "--loglevel", "WARNING", "--stop-timeout", str(cfg.stop_timeout_s),
         ] + to_argv(cfg)  # fmt: skip
         spawn: dict[str, Any] = {"cwd": REPO_ROOT, "start_new_session": True, "preexec_fn": _die_with_parent}
         self.master = subprocess.Popen(master_cmd, env=env, **spawn)
-        worker_cmd = _worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
+        worker_cmd = worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
         local = {**env, LOCAL_WORKER_ENV: "1"}  # their copies in each run's workers/
         self.workers = [subprocess.Popen(worker_cmd, env=local, **spawn) for _ in range(cfg.workers)]
 
@@ -116,7 +108,7 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         return 130
     out = Path(cfg.out)
     before = {p.name for p in out.iterdir()} if out.is_dir() else set()
-    web_port = ns.web_port or _free_port()
+    web_port = ns.web_port or free_port()
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends `ui` as Ctrl-C does
     procs = UiProcesses(cfg, ns, web_port)
     asked = False
