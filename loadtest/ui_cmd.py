@@ -56,9 +56,9 @@ class UiProcesses:
         ] + to_argv(cfg)  # fmt: skip
         spawn: dict[str, Any] = {"cwd": REPO_ROOT, "start_new_session": True, "preexec_fn": _die_with_parent}
         self.master = subprocess.Popen(master_cmd, env=env, **spawn)
-        worker_cmd = worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
+        worker_argv = worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
         local = {**env, LOCAL_WORKER_ENV: "1"}  # their copies in each run's workers/
-        self.workers = [subprocess.Popen(worker_cmd, env=local, **spawn) for _ in range(cfg.workers)]
+        self.workers = [subprocess.Popen(worker_argv, env=local, **spawn) for _ in range(cfg.workers)]
 
     def pids(self) -> list[int]:
         return [self.master.pid] + [w.pid for w in self.workers]
