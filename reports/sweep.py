@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.outputs import ALERTS_FILE
 from analysis.sweep import FAILED, OK, PENDING, SWEEP_COLUMNS, Pick, pick, run_counts, sweep_table, with_pick
 from reports.output import REPORT_FILE, ReportError, write_atomic
 from reports.sweep_page import render_sweep
@@ -158,6 +159,19 @@ def csv_text(table: pd.DataFrame) -> str:
     return str(out.to_csv(index=False, float_format="%.6g"))
 
 
+def _text_of(file: Path) -> str | None:
+    return file.read_text(encoding="utf-8") if file.is_file() else None
+
+
+def _write_alerts(path: Path, alerts: str | None) -> None:
+    """The pick's alerts.yaml beside the sweep's recommended-config.yaml: the water marks of the setting to
+    deploy. Without a pick, none (an older one from a partial sweep is removed: it was another setting's)."""
+    if alerts is None:
+        (path / ALERTS_FILE).unlink(missing_ok=True)
+    else:
+        write_atomic(path / ALERTS_FILE, alerts)
+
+
 def write_sweep(sweep_dir: Path | str) -> Path:
     """Read a (possibly partial) sweep folder; write sweep.csv, recommended-config.yaml and sweep.html
     atomically; return sweep.html's path. Raises ReportError (one line) for a folder that is no sweep."""
@@ -170,13 +184,14 @@ def write_sweep(sweep_dir: Path | str) -> Path:
     table = sweep_table(settings)
     chosen = pick(table, slo_p95_s)
     table = with_pick(table, chosen, slo_p95_s)
-    run_config = None
+    run_config = alerts = None
     if chosen.setting is not None:
         picked = next(s for s in settings if s["setting"] == chosen.setting)
-        config_file = path / picked["dir"] / CONFIG_FILE
-        run_config = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
+        run_config = _text_of(path / picked["dir"] / CONFIG_FILE)
+        alerts = _text_of(path / picked["dir"] / ALERTS_FILE)
     config = config_text(path.resolve().name, table, chosen, run_config)
     write_atomic(path / SWEEP_CSV, csv_text(table))
     write_atomic(path / CONFIG_FILE, config)
+    _write_alerts(path, alerts)
     html = render_sweep(meta, table, chosen, settings, config, slo_p95_s, name=path.resolve().name)
     return write_atomic(path / SWEEP_HTML, html)

@@ -120,6 +120,9 @@ def test_the_config_is_the_picks_own_plus_the_swept_gateway(sweep_dir: Path) -> 
     assert config["gateway"] == {"semaphore": 2} and config["sweep_values"] == {"gateway_slots": 2}
     assert config["picked"] == "gateway_slots=2"
     assert text.startswith("# Sweep sweep-20261201-120000: picked gateway_slots=2")
+    # the pick's water marks beside it: its own alert rules
+    alerts = (sweep_dir / "alerts.yaml").read_text()
+    assert alerts == (sweep_dir / "gateway_slots-2" / "alerts.yaml").read_text() and "groups:" in alerts
 
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
@@ -139,6 +142,7 @@ def test_a_sweep_with_nothing_picked_says_so_in_the_config(sweep_dir: Path, tmp_
     assert row[measured].tolist() == full[measured].tolist()
     config = yaml.safe_load((only_ooms / "recommended-config.yaml").read_text())
     assert config == {"picked": None}
+    assert not (only_ooms / "alerts.yaml").exists()  # no pick, no water marks to watch
     text = (only_ooms / "recommended-config.yaml").read_text()
     assert "no setting picked, so no config to paste. The closest was gateway_slots=8." in text
     assert pd.read_csv(only_ooms / "sweep.csv")["pick"].tolist() == [False]
