@@ -151,7 +151,7 @@ def _text(html: str) -> str:
 
 
 def test_alerts_carry_the_runs_own_marks(hot: HotRun) -> None:
-    assert (hot.run_dir / "recommended-config.yaml").exists()
+    breaker = yaml.safe_load((hot.run_dir / "recommended-config.yaml").read_text())["circuit_breaker"]
     docs = yaml.safe_load((hot.run_dir / ALERTS_FILE).read_text())["groups"][0]["rules"]
     rules = alert_rules(hot.summary)  # the file is what the analysis gives from the run's summary
     assert [(r.alert, r.expr) for r in rules] == [(d["alert"], d["expr"]) for d in docs]
@@ -164,6 +164,9 @@ def test_alerts_carry_the_runs_own_marks(hot: HotRun) -> None:
     assert p95.threshold == pytest.approx(round(rec["p95_ms"] / 1000 * P95_MARGIN, 3))
     assert f"{rec['p95_ms']:.0f} ms" in p95.description
     assert f"{rec['gpu_temp_c_peak']:.0f} C" in by_name["OcrGpuTemperatureAboveMark"].description
+    # seed 001's degrade limits beside them: where the P95 and temperature rules fire
+    assert breaker["gpu_temp_c"] == by_name["OcrGpuTemperatureAboveMark"].threshold
+    assert breaker["p95_ms"] == pytest.approx(p95.threshold * 1000, abs=1)
     for doc in docs:
         assert "run the steps again" in doc["annotations"]["runbook"] and hot.summary["run_id"] in doc["annotations"]["runbook"]
 
