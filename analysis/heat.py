@@ -82,7 +82,9 @@ def throttle_finding(table: pd.DataFrame) -> dict[str, Any] | None:
         if not fell and not (held > 0):
             continue
         kind = str(row.get("throttle_kind") or "") or "clock"
-        clocks = f"SM clock {base_clock:.0f} -> {clock:.0f} MHz" if fell else "clock throttle reasons set"
+        moved = f"SM clock {base_clock:.0f} -> {clock:.0f} MHz"  # step means: the number beside the name
+        read = not math.isnan(clock) and not math.isnan(base_clock)
+        clocks = moved if fell else "clock throttle reasons set" + (f" ({moved})" if read else "")
         temp = num(row, "gpu_temp_c_peak")
         heat = f", GPU at {temp:.0f} C" if not math.isnan(temp) else ""
         share = f", throttled in {held:.0%} of samples" if held > 0 else ""

@@ -62,6 +62,7 @@ STEP_COLUMNS = [
     "gpu_temp_c_peak", "gpu_temp_c_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "throttled",
     "server_p50_ms", "server_p95_ms", "throttle_kind", "server_time_source", "vllm_e2e_p95_ms",
     *GOODPUT_COLUMNS, *RUNAWAY_COLUMNS,  # analysis/goodput.py (goodput filled by analysis.summary: with_goodput)
+    "server_p50_le_ms", "server_p95_le_ms",  # a bound where vLLM's buckets cannot give a figure
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
@@ -353,8 +354,8 @@ def step_table(run: RunData) -> pd.DataFrame:
         row["framework_peak_mib"] = _stat(_column(server, srv, "framework_peak_mib"), "max")
         if srv is not None and srv.size and "e2e_buckets_s" in server.columns:
             scrapes = server["e2e_buckets_s"].to_numpy()[srv]  # in time order (sorted above)
-            hist = histogram_columns(str(scrapes[0]), str(scrapes[-1]))
-            row["vllm_e2e_p95_ms"] = hist["server_p95_ms"]  # what histogram_quantile shows: alerts.yaml's mark
+            hist = histogram_columns(str(scrapes[0]), str(scrapes[-1]), {"p50_ms": row["p50_ms"], "p95_ms": row["p95_ms"]})
+            row["vllm_e2e_p95_ms"] = hist.pop("vllm_e2e_p95_ms", math.nan)  # histogram_quantile's: alerts.yaml's mark
             if not row.get("server_time_source"):
                 row.update(hist)
         row["completed_requests"] = answers.between(t0, t1)

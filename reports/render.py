@@ -178,7 +178,9 @@ COUNT_COLUMNS = ("retried", "rejected", "runaway")  # shown when any step has on
 
 def shown_columns(steps: Sequence[Mapping[str, Any]]) -> list[str]:
     """The optional step-table columns that hold a value in at least one step (keeps the table narrow)."""
-    shown = [c for c in OPTIONAL_COLUMNS if any(num(s.get(c)) is not None for s in steps)]
+    bounds = {"server_p95_ms": "server_p95_le_ms"}  # a bound where vLLM's buckets give no figure shows too
+    shown = [c for c in OPTIONAL_COLUMNS
+             if any(num(s.get(c)) is not None or num(s.get(bounds.get(c, c))) is not None for s in steps)]
     return shown + [c for c in COUNT_COLUMNS if any(num(s.get(c)) for s in steps)]
 
 

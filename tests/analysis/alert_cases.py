@@ -101,3 +101,15 @@ def series(rule: AlertRule, past: bool, vllm: bool) -> tuple[list[dict[str, str]
 
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not math.isnan(value)
+
+
+def rule_case(rule_doc: dict[str, Any], vllm: bool, past: bool, rule: AlertRule) -> dict[str, Any]:
+    """One `promtool test rules` case: `rule`'s series past its mark (it fires with the labels and
+    annotations of `rule_doc`, its entry in alerts.yaml) or below it (nothing fires), read at 30 min."""
+    inputs, labels = series(rule, past, vllm)
+    firing = [{"exp_labels": {**rule_doc["labels"], **labels}, "exp_annotations": rule_doc["annotations"]}]
+    return {
+        "interval": "1m",
+        "input_series": inputs,
+        "alert_rule_test": [{"eval_time": "30m", "alertname": rule.alert, "exp_alerts": firing if past else []}],
+    }

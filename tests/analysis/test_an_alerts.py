@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from alert_cases import series, summary
+from alert_cases import rule_case, summary
 
 from analysis.alerts import alert_rules, alerts_yaml, runbook
 from analysis.outputs import ALERTS_FILE, write_alerts
@@ -95,26 +95,16 @@ def test_promtool_checks_the_rules(tmp_path: Path, kind: str) -> None:
     assert "SUCCESS" in done.stdout
 
 
-def _case(rule_doc: dict[str, Any], vllm: bool, past: bool, rule: Any) -> dict[str, Any]:
-    inputs, labels = series(rule, past, vllm)
-    firing = [{"exp_labels": {**rule_doc["labels"], **labels}, "exp_annotations": rule_doc["annotations"]}]
-    return {
-        "interval": "1m",
-        "input_series": inputs,
-        "alert_rule_test": [{"eval_time": "30m", "alertname": rule.alert, "exp_alerts": firing if past else []}],
-    }
-
-
 def _write_test(tmp_path: Path, kind: str, name: str, past_fires: bool = True) -> Path:
     s = summary(kind)
     rules_path = write_alerts(tmp_path, s)
     docs = {r["alert"]: r for r in yaml.safe_load(rules_path.read_text())["groups"][0]["rules"]}
     rule = next(r for r in alert_rules(s) if r.alert == name)
     vllm = kind == "vllm"
-    cases = [_case(docs[name], vllm, True, rule), _case(docs[name], vllm, False, rule)]
+    cases = [rule_case(docs[name], vllm, True, rule), rule_case(docs[name], vllm, False, rule)]
     if not past_fires:  # the cases swapped: promtool must fail, so a passing case is evidence
         cases[0]["alert_rule_test"][0]["exp_alerts"], cases[1]["alert_rule_test"][0]["exp_alerts"] = (
-            [], _case(docs[name], vllm, True, rule)["alert_rule_test"][0]["exp_alerts"])  # fmt: skip
+            [], rule_case(docs[name], vllm, True, rule)["alert_rule_test"][0]["exp_alerts"])  # fmt: skip
     test_file = tmp_path / f"test-{name}.yaml"
     test_file.write_text(yaml.safe_dump({"rule_files": [ALERTS_FILE], "evaluation_interval": "1m", "tests": cases}))
     return test_file

@@ -51,6 +51,12 @@ def test_latency_up_while_clocks_fall_is_named_throttling() -> None:
     assert "thermal throttling at level 6" in finding["text"] and "1980 -> 1500 MHz" in finding["text"]
 
 
+def test_throttle_bits_with_a_smaller_clock_fall_still_name_the_clocks() -> None:
+    finding = throttle_finding(_table([2344, 2300, 2151], [52, 60, 147], [0.6, 0.7, 0.9]))
+    assert finding is not None and finding["level"] == 6  # 52 -> 60 ms at level 4 is no rise yet
+    assert "clock throttle reasons set (SM clock 2344 -> 2151 MHz)" in finding["text"]  # 8% < CLOCK_DROP
+
+
 def test_clocks_steady_or_latency_flat_is_no_throttling() -> None:
     assert throttle_finding(_table([1980, 1980, 1975], [500, 700, 1500], [0, 0, 0])) is None  # compute, not heat
     assert throttle_finding(_table([1980, 1600, 1500], [500, 510, 520], [0, 0.5, 0.9])) is None  # no latency cost
