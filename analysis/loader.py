@@ -65,6 +65,7 @@ _DTYPES: dict[type, dict[str, str]] = {
         "worker_id": _CATEGORY,
         "error_text": _TEXT,
         "answer_kind": _CATEGORY,
+        "t_intended_unix_s": "float64",
     },
     GpuSample: {
         "t_unix_s": "float64",
@@ -106,7 +107,7 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 # Columns added to a record after run folders were written without them: an old file reads with this value.
 # A text value reads as a category, a number (NaN: unknown) as float64.
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
-    RequestRow: {"answer_kind": ""},
+    RequestRow: {"answer_kind": "", "t_intended_unix_s": math.nan},
     ServerSample: {"framework_peak_mib": math.nan},
     GpuSample: {"other_mem_mib": math.nan},
 }
@@ -210,6 +211,7 @@ def _read_steps(path: Path) -> pd.DataFrame:
     frame["phase"] = frame["phase"].fillna("").astype(str)
     frame["status"] = frame["status"].fillna("complete").astype(str)
     frame["note"] = frame["note"].fillna("").astype(str)
+    frame["rate_rps"] = pd.to_numeric(frame["rate_rps"], errors="coerce").astype("float64")  # None: closed loop
     # a step rewritten later (its end or status updated) counts once, as last written
     frame = frame.drop_duplicates(subset="step_index", keep="last").sort_values("step_index", kind="stable")
     return frame.reset_index(drop=True)

@@ -84,6 +84,12 @@ class RunConfig:
     slo_p95_s: float = 0.0
     out: str = "results"
     run_dir: str = ""  # set by the runner; workers keep their local copy there
+    # --- openloop (issue 23): open-loop arrivals and the verify phase (checks: loadtest/openloop_config.py)
+    rates: str = ""  # "2,4,8" requests a second for the whole run (each worker rate / workers); not with LEVELS
+    arrivals: str = "poisson"  # poisson | constant
+    max_in_flight: int = 256  # users held in reserve for an open loop: at most this many requests in flight
+    verify: bool = True  # after the recommendation: open-loop load at 1.5x the plateau throughput, then drain
+    verify_window_s: float = 30.0
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -188,8 +194,10 @@ class RunConfig:
             raise ConfigError(
                 f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
             )
+        from loadtest.openloop_config import check_open_loop
         from loadtest.timing import limits_of  # it reads this module's ConfigError
 
+        check_open_loop(self, ConfigError)
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
         return self
 
@@ -269,6 +277,19 @@ FIELD_HELP = {
     "slo_p95_s": "also report the highest level whose P95 meets this many seconds; 0: off",
     "out": "folder where run folders go",
     "run_dir": "set by the runner: this run's folder",
+    "rates": (
+        "open-loop rates to measure instead of LEVELS, requests a second for the whole run, e.g. 2,4,8: requests"
+        " arrive on schedule whether or not earlier ones came back (each worker sends rate / workers)"
+    ),
+    "arrivals": "open-loop arrival times: poisson (independent callers) | constant (evenly spaced)",
+    "max_in_flight": (
+        "open loop: users held in reserve, the most requests in flight at once (the report says when it was hit)"
+    ),
+    "verify": (
+        "after the recommendation, verify it: open-loop load at 1.5x the plateau throughput for VERIFY_WINDOW_S,"
+        " then a drain until answers are back to the baseline's latency; 0 skips it"
+    ),
+    "verify_window_s": "seconds of the verify phase's overload",
 }
 
 

@@ -27,7 +27,7 @@ from analysis.steps import WindowShares
 from runfolder import Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
-_FLOATS = ("t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens")
+_FLOATS = ("t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens", "t_intended_unix_s")
 _INTS = ("step_index", "level", "status_code", "bytes_sent", "bytes_received", "attempt")
 
 

@@ -25,7 +25,8 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
     user = users.OcrUser.__new__(users.OcrUser)  # _row uses no instance state
     monkeypatch.setattr(STATE, "worker_id", "wtest")
     row = user._row(
-        payloads.config, item, enc, StepTag(7, "step", 5), 123.5, 456.0, 78.0, 503, 999, verdict, 2, False
+        payloads.config, item, enc, StepTag(7, "step", 5), 123.5, 456.0, 78.0, 503, 999, verdict, 2, False,
+        123.25,
     )
     want = {
         "t_start_unix_s": 123.5,
@@ -49,6 +50,7 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
         "worker_id": "wtest",
         "error_text": "boom",
         "answer_kind": "wrong_answer",
+        "t_intended_unix_s": 123.25,
     }
     got = row._asdict()
     assert got.pop("request_id").startswith("wtest-")

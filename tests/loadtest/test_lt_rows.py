@@ -112,8 +112,9 @@ def test_merge_adds_only_the_rows_the_master_never_got_once_and_counts_them_merg
     assert merged["ok"] == "1" and float(merged["latency_ms"]) == _row(7).latency_ms
 
 
-def test_answer_kind_is_the_last_column_and_reads_back_with_the_analysis(tmp_path):
-    assert columns_of(RequestRow)[-1] == "answer_kind"
+def test_answer_kind_follows_the_first_columns_and_reads_back_with_the_analysis(tmp_path):
+    columns = columns_of(RequestRow)
+    assert columns[columns.index("answer_kind") + 1 :] == ["t_intended_unix_s"]  # added later, at the end
     sink = CsvAppender(tmp_path / REQUESTS_FILE, RequestRow)
     sink.append([_row(1, answer_kind="wrong_answer"), _row(2), _row(3, ok=False)])
     sink.close()
@@ -123,14 +124,16 @@ def test_answer_kind_is_the_last_column_and_reads_back_with_the_analysis(tmp_pat
 
 
 def test_a_requests_csv_from_before_answer_kind_loads_with_an_empty_answer_kind(tmp_path):
-    old = columns_of(RequestRow)[:-1]
+    width = columns_of(RequestRow).index("answer_kind")
+    old = columns_of(RequestRow)[:width]
     with open(tmp_path / REQUESTS_FILE, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(old)
         for row in (_row(1), _row(2, ok=False)):
-            writer.writerow(["" if v is None else int(v) if isinstance(v, bool) else v for v in row[:-1]])
+            writer.writerow(["" if v is None else int(v) if isinstance(v, bool) else v for v in row[:width]])
     frame = load_run(tmp_path).requests
     assert len(frame) == 2 and list(frame["answer_kind"]) == ["", ""]
+    assert frame["t_intended_unix_s"].isna().all()  # a closed-loop row, as every row before the column
     assert list(frame["failure_kind"]) == ["", "rejected"]
 
 

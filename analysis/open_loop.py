@@ -1,0 +1,125 @@
+"""Open-loop columns of the step table, and what the report says about load the server turned away.
+
+- `effective_users`: the mean number of requests in flight over the step's window, from the rows' own
+  start and end times (every request, ok or failed, whatever step it started in, counted by the part of
+  its time inside the window; Little's law in the raw). For a closed loop it is at most the level: far
+  below it, users were pausing (a rejection) or the generator could not keep up; for an open loop it is
+  the concurrency the arrivals made.
+- `rate_rps`: the open-loop rate the step asked for (steps.jsonl); NaN for a closed loop.
+- `schedule_lag_p95_ms`: P95 of (actual send - intended send) over the step's open-loop requests: how far
+  the generator fell behind its schedule (no user free, or its own CPU). NaN for a closed loop.
+- `in_flight_cap_hit`: the step's requests in flight reached MAX_IN_FLIGHT (the manifest's config): every
+  user held in reserve was busy, so arrivals waited (their lag says how long).
+- `p95_intended_ms`: P95 latency of the step's successful open-loop requests measured from the intended
+  send time (what a caller who does not wait for the server feels, free of coordinated omission), beside
+  `p95_ms` from the actual send.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import FloatArray, num, percentile
+
+OPEN_LOOP_COLUMNS = ["effective_users", "rate_rps", "schedule_lag_p95_ms", "in_flight_cap_hit", "p95_intended_ms"]
+BEHIND_LAG_MS = 100.0  # a P95 schedule lag above this: the generator fell behind its schedule
+
+
+class InFlight:
+    """Every request as an interval [start, end), for the requests in flight over a window."""
+
+    def __init__(self, req: pd.DataFrame) -> None:
+        if req.empty:
+            self.start = self.end = np.empty(0)
+            return
+        start = req["t_start_unix_s"].to_numpy(dtype=np.float64)
+        end = start + req["latency_ms"].to_numpy(dtype=np.float64) / 1000.0
+        keep = ~np.isnan(start) & ~np.isnan(end)
+        self.start, self.end = start[keep], end[keep]
+        self.sorted_start, self.sorted_end = np.sort(self.start), np.sort(self.end)
+
+    def mean(self, t0: float, t1: float) -> float:
+        """Mean requests in flight over [t0, t1]: the time they spent inside it, over its length."""
+        if not t1 > t0:
+            return math.nan
+        inside = np.minimum(self.end, t1) - np.maximum(self.start, t0)
+        return float(inside[inside > 0].sum()) / (t1 - t0)
+
+    def peak(self, t0: float, t1: float) -> int:
+        """The most requests in flight at once within [t0, t1] (reached at a start, or at t0)."""
+        if self.start.size == 0:
+            return 0
+        lo, hi = np.searchsorted(self.sorted_start, [t0, t1], side="left")
+        points = np.concatenate(([t0], self.sorted_start[lo:hi]))
+        counts = np.searchsorted(self.sorted_start, points, side="right") - np.searchsorted(
+            self.sorted_end, points, side="right"
+        )
+        return int(counts.max())
+
+
+def open_loop_columns(
+    part: pd.DataFrame, in_flight: InFlight, t0: float, t1: float, rate_rps: float, cap: int | None
+) -> dict[str, Any]:
+    """The step's open-loop columns from its own rows (`part`) and every request's interval."""
+    lag_ms, from_intended_ms = _lags(part)
+    open_loop = rate_rps > 0
+    return {
+        "effective_users": in_flight.mean(t0, t1),
+        "rate_rps": rate_rps if open_loop else math.nan,
+        "schedule_lag_p95_ms": percentile(lag_ms, 95),
+        "in_flight_cap_hit": bool(open_loop and cap and in_flight.peak(t0, t1) >= cap),
+        "p95_intended_ms": percentile(from_intended_ms, 95),
+    }
+
+
+def _lags(part: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
+    """(lag of every open-loop request, latency from the intended send of the successful ones), in ms."""
+    if part.empty or "t_intended_unix_s" not in part.columns:
+        return np.empty(0), np.empty(0)
+    intended = part["t_intended_unix_s"].to_numpy(dtype=np.float64)
+    has = ~np.isnan(intended)
+    lag_ms = (part["t_start_unix_s"].to_numpy(dtype=np.float64) - intended) * 1000.0
+    from_intended = lag_ms + part["latency_ms"].to_numpy(dtype=np.float64)
+    ok = part["ok"].to_numpy(dtype=bool)
+    return np.maximum(lag_ms[has], 0.0), from_intended[has & ok]
+
+
+def cap_of(manifest: dict[str, Any]) -> int | None:
+    """MAX_IN_FLIGHT as the run had it (None for a run from before it)."""
+    value = num(manifest.get("config") or {}, "max_in_flight")
+    return int(value) if value > 0 else None
+
+
+def rejected_from(table: pd.DataFrame) -> dict[str, Any] | None:
+    """The first measured step where the server turned load away (503/429): {"step_index", "level",
+    "rate_rps", "rejected", "share"}; None when it never did."""
+    if table.empty or "rejected" not in table.columns:
+        return None
+    for row in table.sort_values("step_index", kind="stable").to_dict("records"):
+        rejected = num(row, "rejected")
+        if rejected > 0:
+            requests = num(row, "requests")
+            return {
+                "step_index": int(row["step_index"]), "phase": str(row["phase"]), "level": int(row["level"]),
+                "rate_rps": num(row, "rate_rps"), "rejected": int(rejected),
+                "share": rejected / requests if requests > 0 else math.nan,
+            }  # fmt: skip
+    return None
+
+
+def behind_schedule(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Open-loop steps where the generator fell behind its schedule (P95 lag above BEHIND_LAG_MS, or
+    every user in reserve busy), each with its lag and whether the in-flight cap was hit."""
+    if table.empty or "schedule_lag_p95_ms" not in table.columns:
+        return []
+    out = []
+    for row in table.to_dict("records"):
+        lag, cap_hit = num(row, "schedule_lag_p95_ms"), bool(row.get("in_flight_cap_hit") is True)
+        if lag > BEHIND_LAG_MS or cap_hit:
+            out.append({"step_index": int(row["step_index"]), "rate_rps": num(row, "rate_rps"),
+                        "schedule_lag_p95_ms": lag, "in_flight_cap_hit": cap_hit})  # fmt: skip
+    return out
