@@ -6,6 +6,7 @@
     worker  a Locust worker for a master on another driver machine (`make worker MASTER=host[:port]`):
             needs nothing but the package; the master sends the images, and refuses another suite version
     merge-rows  add the rows of a worker's local copy (RUN_DIR COPY...) that the master never received
+    verify  a server already set up, open loop at --rate R for --window-s (loadtest/verify_cmd.py)
 
 Every user error ends in one line on stderr and exit status 2, before any load.
 """

@@ -90,6 +90,7 @@ class RunConfig:
     max_in_flight: int = 256  # users held in reserve for an open loop: at most this many requests in flight
     verify: bool = True  # after the recommendation: open-loop load at 1.5x the plateau throughput, then drain
     verify_window_s: float = 30.0
+    verify_rate_rps: float = 0.0  # set by `python -m loadtest verify --rate R`: a baseline, then verify at R only
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -290,6 +291,7 @@ FIELD_HELP = {
         " then a drain until answers are back to the baseline's latency; 0 skips it"
     ),
     "verify_window_s": "seconds of the verify phase's overload",
+    "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
 }
 
 

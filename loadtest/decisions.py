@@ -195,6 +195,8 @@ class PlanDecisions:
         """(rate_rps, drain_max_s) of the verify phase: VERIFY_FACTOR x the plateau throughput (the highest
         a step measured), the drain capped at the recommended queue wait timeout (WAIT_MULTIPLE x the P95
         of the recommended level); None, said as an event, when there is nothing to verify against."""
+        if self.cfg.verify_rate_rps > 0:
+            return self._verify_given()
         found = self._knee()
         if found is None:
             return None
@@ -216,6 +218,19 @@ class PlanDecisions:
         rate = VERIFY_FACTOR * plateau
         self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) for"
                    f" {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
+        return rate, drain_s
+
+    def _verify_given(self) -> tuple[float, float] | None:
+        """`python -m loadtest verify --rate R`: R as given, the drain capped at WAIT_MULTIPLE x the baseline's
+        latency (the recommended wait timeout's rule at one request; at least DRAIN_MIN_S)."""
+        base_s = self._drain_base_s = self._baseline_latency_s()
+        short = window_too_short(self.cfg.verify_window_s, base_s)
+        if short:
+            self.event("warning", f"no verify phase: {short}")
+            return None
+        drain_s = drain_max_s(base_s or 0.0, analysis.config.WAIT_MULTIPLE)
+        rate = self.cfg.verify_rate_rps
+        self.event("verify", f"verify: {rate:.2f} rps for {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")
         return rate, drain_s
 
     def _drained(self) -> bool:

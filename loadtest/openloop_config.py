@@ -45,6 +45,8 @@ def check_open_loop(cfg: Any, error: type[ValueError]) -> None:
         raise error(f"unknown ARRIVALS={cfg.arrivals!r}: use one of {', '.join(ARRIVALS)}")
     if cfg.max_in_flight < 1:
         raise error(f"bad MAX_IN_FLIGHT={cfg.max_in_flight}: the most requests in flight at once, >= 1 (default 256)")
+    if cfg.verify_rate_rps < 0 or not math.isfinite(cfg.verify_rate_rps):
+        raise error(f"bad --rate {cfg.verify_rate_rps:g}: the verify load in requests a second (> 0)")
     if not cfg.verify_window_s > 0:
         raise error(f"bad VERIFY_WINDOW_S={cfg.verify_window_s}: give the verify window in seconds (> 0), e.g. 30")
 

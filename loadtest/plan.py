@@ -271,7 +271,8 @@ def verify_phases(cfg: RunConfig, verify_plan: Callable[[], tuple[float, float] 
         return
     rate_rps, drain_max_s = planned
     yield PhaseSpec(
-        Phase.VERIFY, cfg.max_in_flight, f"verify at {rate_rps:.2f} rps, {VERIFY_FACTOR:g}x the plateau throughput",
+        Phase.VERIFY, cfg.max_in_flight,
+        f"verify at {rate_rps:.2f} rps, " + ("as --rate asked" if cfg.verify_rate_rps > 0 else f"{VERIFY_FACTOR:g}x the plateau throughput"),
         cfg.verify_window_s, cfg.verify_window_s, rate_rps=rate_rps,
     )  # fmt: skip
     yield PhaseSpec(Phase.DRAIN, 1, f"drain: one user until answers are back to the baseline's latency,"
@@ -331,6 +332,8 @@ def _capacity_phases(
         baseline_requests,
     )
     yield _cooldown(cfg)
+    if cfg.verify_rate_rps > 0:  # `python -m loadtest verify`: the baseline, then the verify phase only
+        return
     if cfg.rates.strip():  # open loop: each rate once, no knee search over users
         for rate in parse_rates(cfg.rates):
             yield from open_loop_step(cfg, rate, f"open loop at {rate:g} rps ({cfg.arrivals} arrivals)")
