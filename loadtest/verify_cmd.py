@@ -18,7 +18,15 @@ import sys
 from pathlib import Path
 
 from gpu_sampler import SamplerError
-from loadtest.cli import _OneLineParser, aborted_because, config_from_args, fail, preflight, render, run_locust
+from loadtest.cli import (
+    _OneLineParser,
+    aborted_because,
+    config_from_args,
+    fail,
+    preflight,
+    render,
+    run_locust,
+)
 from loadtest.config import ConfigError, RunConfig, add_arguments
 from loadtest.idle import record_idle
 from loadtest.manifest import build_manifest
