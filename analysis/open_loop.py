@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,32 +95,33 @@ def cap_of(manifest: dict[str, Any]) -> int | None:
     return int(value) if value > 0 else None
 
 
-def rejected_from(table: pd.DataFrame) -> dict[str, Any] | None:
-    """The first measured step where the server turned load away (503/429): {"step_index", "level",
-    "rate_rps", "rejected", "share"}; None when it never did."""
-    if table.empty or "rejected" not in table.columns:
-        return None
-    for row in table.sort_values("step_index", kind="stable").to_dict("records"):
+def rejected_from(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The first measured step (in step order) where the server turned load away (503/429): {"step_index",
+    "phase", "level", "rate_rps", "rejected", "share"}; None when it never did."""
+    for row in sorted(steps, key=lambda r: num(r, "step_index")):
         rejected = num(row, "rejected")
         if rejected > 0:
             requests = num(row, "requests")
             return {
-                "step_index": int(row["step_index"]), "phase": str(row["phase"]), "level": int(row["level"]),
-                "rate_rps": num(row, "rate_rps"), "rejected": int(rejected),
-                "share": rejected / requests if requests > 0 else math.nan,
+                "step_index": int(num(row, "step_index")), "phase": str(row.get("phase", "")),
+                "level": int(num(row, "level")), "rate_rps": _or_none(num(row, "rate_rps")),
+                "rejected": int(rejected), "share": rejected / requests if requests > 0 else None,
             }  # fmt: skip
     return None
 
 
-def behind_schedule(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """Open-loop steps where the generator fell behind its schedule (P95 lag above BEHIND_LAG_MS, or
-    every user in reserve busy), each with its lag and whether the in-flight cap was hit."""
-    if table.empty or "schedule_lag_p95_ms" not in table.columns:
-        return []
+def behind_schedule(steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Open-loop steps where the generator fell behind its schedule (P95 lag above BEHIND_LAG_MS, or every
+    user in reserve busy), each with its rate, lag and whether the in-flight cap was hit."""
     out = []
-    for row in table.to_dict("records"):
-        lag, cap_hit = num(row, "schedule_lag_p95_ms"), bool(row.get("in_flight_cap_hit") is True)
+    for row in steps:
+        lag, cap_hit = num(row, "schedule_lag_p95_ms"), row.get("in_flight_cap_hit") in (True, "True", 1)
         if lag > BEHIND_LAG_MS or cap_hit:
-            out.append({"step_index": int(row["step_index"]), "rate_rps": num(row, "rate_rps"),
-                        "schedule_lag_p95_ms": lag, "in_flight_cap_hit": cap_hit})  # fmt: skip
+            out.append({"step_index": int(num(row, "step_index")), "phase": str(row.get("phase", "")),
+                        "rate_rps": _or_none(num(row, "rate_rps")), "schedule_lag_p95_ms": _or_none(lag),
+                        "in_flight_cap_hit": cap_hit})  # fmt: skip
     return out
+
+
+def _or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
