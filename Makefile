@@ -32,6 +32,12 @@ METRICS_HEADERS ?=
 HEADERS_FROM_WORKERS ?=
 MAX_NUM_SEQS ?=
 PREFLIGHT_TIMEOUT_S ?=
+RATES ?=
+ARRIVALS ?=
+MAX_IN_FLIGHT ?=
+VERIFY ?=
+VERIFY_WINDOW_S ?=
+RATE ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
 MASTER ?=
@@ -51,7 +57,9 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE)) $(call opt,--ca-bundle,$(CA_BUNDLE)) \
   $(call opt,--max-num-seqs,$(MAX_NUM_SEQS)) $(call opt,--preflight-timeout-s,$(PREFLIGHT_TIMEOUT_S)) \
-  $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS))
+  $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
+  $(call opt,--rates,$(RATES)) $(call opt,--arrivals,$(ARRIVALS)) $(call opt,--max-in-flight,$(MAX_IN_FLIGHT)) \
+  $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S))
 
 # HEADERS and METRICS_HEADERS are secrets: they reach the run through the environment, never a command
 # line (ps)
@@ -62,7 +70,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint demo loadtest master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint demo loadtest verify master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -118,6 +126,9 @@ demo: $(STAMP)
 
 loadtest: $(STAMP)
 	@$(PY) -m loadtest run $(RUN_FLAGS)
+
+verify: $(STAMP)
+	@$(PY) -m loadtest verify $(RUN_FLAGS) $(call opt,--rate,$(RATE))
 
 master: $(STAMP)
 	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host '$(MASTER_BIND)' --master-port 5557 $(RUN_FLAGS)

@@ -135,3 +135,36 @@ def test_rates_parse_and_the_verify_helpers():
     assert drained([900.0, 140.0, 120.0], 0.1)  # the last two within 1.5 x 100 ms
     assert not drained([120.0, 900.0], 0.1) and not drained([100.0], 0.1)
     assert drain_max_s(0.8, 2.0) == 5.0 and drain_max_s(4.2, 2.0) == 9.0
+
+
+def _plan(cfg: RunConfig, verify_plan=lambda: (12.0, 7.0)) -> list:
+    from loadtest.plan import LevelChoice, plan_phases
+
+    knee = type("K", (), {"found": True, "at_least": False, "criterion": "", "confirm_level": None,
+                          "server_limit": None, "recommended_level": 2})()  # fmt: skip
+    return list(plan_phases(cfg, lambda: LevelChoice([2, 4], "test"), lambda: knee, lambda: None,
+                            verify_plan=verify_plan))  # fmt: skip
+
+
+def test_rates_plan_one_open_loop_window_per_rate_then_the_verify_window_and_the_drain():
+    cfg = RunConfig(rates="3,6", max_in_flight=40, step_s=5.0, verify_window_s=9.0, refine=False)
+    phases = [(p.phase, p.level, p.rate_rps) for p in _plan(cfg) if p.phase not in ("idle",)]
+    assert phases[phases.index(("step", 40, 3.0)) - 1] == ("warmup", 40, 3.0)
+    measured = [p for p in phases if p[0] == "step"]
+    assert measured == [("step", 40, 3.0), ("step", 40, 6.0)]  # the rates as given: no knee search over users
+    assert phases[-3:] == [("verify", 40, 12.0), ("drain", 1, 0.0), ("cooldown", 0, 0.0)]
+    verify = next(p for p in _plan(cfg) if p.phase == "verify")
+    assert verify.min_s == verify.max_s == 9.0
+    drain = next(p for p in _plan(cfg) if p.phase == "drain")
+    assert drain.max_s == 7.0
+
+
+def test_verify_follows_a_closed_loop_run_unless_verify_is_off_or_nothing_was_measured():
+    assert [p.phase for p in _plan(RunConfig(refine=False))][-3:] == ["verify", "drain", "cooldown"]
+    assert not any(p.phase == "verify" for p in _plan(RunConfig(refine=False, verify=False)))
+    assert not any(p.phase == "verify" for p in _plan(RunConfig(refine=False), verify_plan=lambda: None))
+
+
+def test_the_verify_command_plans_a_baseline_and_the_verify_phase_only():
+    phases = [p.phase for p in _plan(RunConfig(verify_rate_rps=5.0, refine=False))]
+    assert "step" not in phases and phases.count("baseline") == 1 and phases[-3:] == ["verify", "drain", "cooldown"]
