@@ -89,6 +89,17 @@ def _lags(part: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
     return np.maximum(lag_ms[has], 0.0), from_intended[has & ok]
 
 
+VERIFY_PHASES = ("verify", "drain")  # rows of the step table, never part of the capacity answer
+
+
+def capacity_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The step table without the verify and drain rows: what the estimate, knee, diagnosis, config and
+    SLO read (a verify window at 1.5x the plateau is overload on purpose, not a level to recommend)."""
+    if table.empty or "phase" not in table.columns:
+        return table
+    return table[~table["phase"].isin(VERIFY_PHASES)].reset_index(drop=True)
+
+
 def cap_of(manifest: dict[str, Any]) -> int | None:
     """MAX_IN_FLIGHT as the run had it (None for a run from before it)."""
     value = num(manifest.get("config") or {}, "max_in_flight")

@@ -54,6 +54,7 @@ from runfolder import (
 
 log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
+VERIFYING = (Phase.VERIFY, Phase.DRAIN)
 
 
 class Controller(PlanDecisions):
@@ -188,8 +189,8 @@ class Controller(PlanDecisions):
             self.event("abort", down)
             self._finish(now)
             return None
-        if self._past_knee_by_timeouts():
-            return self._advance(now)
+        if spec.phase not in VERIFYING and self._past_knee_by_timeouts():  # a verify window runs whole: its
+            return self._advance(now)  # timeouts are what it checks, not a knee the plan steps down from
         if spec.phase in MEASURED and now - self._last_progress >= 5:
             self._print_live(elapsed)
         rows = self.rows_per_step[self.step_index]
