@@ -94,10 +94,40 @@ VERIFY_PHASES = ("verify", "drain")  # rows of the step table, never part of the
 
 def capacity_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The step table without the verify and drain rows: what the estimate, knee, diagnosis, config and
-    SLO read (a verify window at 1.5x the plateau is overload on purpose, not a level to recommend)."""
+    SLO read (a verify window at 1.5x the plateau is overload on purpose, not a level to recommend).
+
+    An open-loop step (RATES) ran MAX_IN_FLIGHT users in reserve, which says nothing of the load: its level
+    here is the requests it kept in flight (`effective_users`, rounded, at least 1), the concurrency a
+    serving limit counts, so the knee and the config speak of requests at once for both kinds of run.
+    By rate, each is at least one above the last (two rates never read as one level pooled twice)."""
     if table.empty or "phase" not in table.columns:
         return table
-    return table[~table["phase"].isin(VERIFY_PHASES)].reset_index(drop=True)
+    out = table[~table["phase"].isin(VERIFY_PHASES)].reset_index(drop=True)
+    if "rate_rps" not in out.columns:
+        return out
+    rates = pd.to_numeric(out["rate_rps"], errors="coerce")
+    open_steps = out.index[(out["phase"] == "step") & rates.notna()]
+    if open_steps.empty:
+        return out
+    out = out.copy()
+    last = 0
+    for i in sorted(open_steps, key=lambda i: (float(rates[i]), int(out.at[i, "step_index"]))):
+        users = num(out.loc[i].to_dict(), "effective_users")
+        last = max(last + 1, round(users) if users > 0 else 1)
+        out.at[i, "level"] = last
+    return out
+
+
+def with_capacity_levels(steps: pd.DataFrame, capacity: pd.DataFrame) -> pd.DataFrame:
+    """The full step table with each open-loop step's level as `capacity_rows` gave it (steps.csv and the
+    report then name the knee's levels); verify rows keep theirs (the users held in reserve)."""
+    if capacity.empty or "rate_rps" not in steps.columns:
+        return steps
+    level_of = dict(zip(capacity["step_index"], capacity["level"], strict=True))
+    out = steps.copy()
+    rows = (out["phase"] == "step") & pd.to_numeric(out["rate_rps"], errors="coerce").notna()
+    out.loc[rows, "level"] = [level_of.get(i, lvl) for i, lvl in zip(out.loc[rows, "step_index"], out.loc[rows, "level"], strict=True)]
+    return out
 
 
 def cap_of(manifest: dict[str, Any]) -> int | None:

@@ -23,7 +23,7 @@ from analysis.estimate import (
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.memory_slope import restate_estimate
-from analysis.open_loop import capacity_rows
+from analysis.open_loop import capacity_rows, with_capacity_levels
 from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manifest_card, run_card
 from analysis.soak import slo_level, soak_trend
 from analysis.steps import baseline_summary, bucket_table, step_table
@@ -233,6 +233,7 @@ def analyze_run(
     gpu = gpu_info(run)
     steps = step_table(run)  # every measured row, the verify phase's too (steps.csv, the report)
     table = capacity_rows(steps)  # the capacity answer: baseline and steps only
+    steps = with_capacity_levels(steps, table)  # an open-loop step's level: its requests in flight
     estimate = run_estimate(run, table, headroom, gpu["total_mib"])
     buckets = bucket_table(run)
     knee = find_knee(table)

@@ -71,3 +71,23 @@ def test_the_first_step_that_turned_load_away_and_the_steps_behind_schedule():
     behind = behind_schedule(steps)
     assert behind == [{"step_index": 5, "phase": "step", "rate_rps": 6.0, "schedule_lag_p95_ms": 240.0,
                        "in_flight_cap_hit": True}]  # fmt: skip
+
+
+def test_an_open_loop_steps_level_for_the_knee_is_its_requests_in_flight_and_verify_rows_are_left_out():
+    from analysis.open_loop import capacity_rows, with_capacity_levels
+
+    table = pd.DataFrame([
+        {"step_index": 2, "phase": "baseline", "level": 1, "rate_rps": math.nan, "effective_users": 0.99},
+        {"step_index": 5, "phase": "step", "level": 256, "rate_rps": 5.0, "effective_users": 1.3},
+        {"step_index": 8, "phase": "step", "level": 256, "rate_rps": 6.0, "effective_users": 1.4},  # also ~1
+        {"step_index": 11, "phase": "step", "level": 256, "rate_rps": 15.0, "effective_users": 7.6},
+        {"step_index": 14, "phase": "verify", "level": 256, "rate_rps": 22.5, "effective_users": 40.0},
+        {"step_index": 15, "phase": "drain", "level": 1, "rate_rps": math.nan, "effective_users": 1.0},
+    ])  # fmt: skip
+    capacity = capacity_rows(table)
+    assert list(capacity["phase"]) == ["baseline", "step", "step", "step"]
+    assert list(capacity["level"]) == [1, 1, 2, 8]  # rounded in-flight, one above the lower rate's at least
+    shown = with_capacity_levels(table, capacity)
+    assert list(shown["level"]) == [1, 1, 2, 8, 256, 1]  # verify keeps its users in reserve
+    closed = table[table["rate_rps"].isna()]
+    assert list(capacity_rows(closed)["level"]) == [1]  # a closed loop's levels are its users, untouched
