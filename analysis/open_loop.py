@@ -123,10 +123,13 @@ def with_capacity_levels(steps: pd.DataFrame, capacity: pd.DataFrame) -> pd.Data
     report then name the knee's levels); verify rows keep theirs (the users held in reserve)."""
     if capacity.empty or "rate_rps" not in steps.columns:
         return steps
+    rows = (steps["phase"] == "step") & pd.to_numeric(steps["rate_rps"], errors="coerce").notna()
+    if not rows.any():
+        return steps
     level_of = dict(zip(capacity["step_index"], capacity["level"], strict=True))
     out = steps.copy()
-    rows = (out["phase"] == "step") & pd.to_numeric(out["rate_rps"], errors="coerce").notna()
-    out.loc[rows, "level"] = [level_of.get(i, lvl) for i, lvl in zip(out.loc[rows, "step_index"], out.loc[rows, "level"], strict=True)]
+    for i in out.index[rows]:
+        out.at[i, "level"] = int(level_of.get(out.at[i, "step_index"], out.at[i, "level"]))
     return out
 
 
