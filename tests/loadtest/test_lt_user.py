@@ -189,6 +189,26 @@ def test_without_retry_after_a_rejected_user_pauses_reject_pause_s_or_not_at_all
     assert len(at_once) > 10 * len(paused)
 
 
+class _FullForTenSeconds(QuietHandler):
+    """A gateway whose queue is full and that asks callers to come back in 10 s."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.read_body()
+        self.send_response(503)
+        self.send_header("Retry-After", "10")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_long_retry_after_does_not_empty_a_measured_step_but_the_retry_scenario_honours_it():
+    with serving(_FullForTenSeconds) as url:
+        measuring = _without_final_cuts(_probe(url, 2.5, 1, "reject_pause_s=0.3")["rows"], 1)
+        retry = _without_final_cuts(_probe(url, 2.5, 1, "reject_pause_s=0.3", "scenario=retry")["rows"], 1)
+    assert {r["failure_kind"] for r in measuring} == {"rejected"}
+    assert len(measuring) >= 5 and all(0.25 <= g <= 0.6 for g in _gaps_s(measuring)), _gaps_s(measuring)
+    assert len(retry) == 1  # the first attempt; the second waits the 10 s the server asked for
+
+
 def test_a_refused_connection_is_not_paused_so_a_dead_server_is_noticed_at_once():
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
