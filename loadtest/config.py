@@ -407,8 +407,8 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
             "metavar": f.name.upper(),  # the Make variable of the same name
             "help": help_text.replace("%", "%%"),  # argparse formats help strings
         }
-        if f.name == "ca_bundle_pem" and prefix == "--":
-            kwargs["help"] = argparse.SUPPRESS  # the runner fills it from CA_BUNDLE
+        if f.name in ("ca_bundle_pem", "verify_rate_rps") and prefix == "--":
+            kwargs["help"] = argparse.SUPPRESS  # the runner fills it from CA_BUNDLE; `verify --rate` sets it
         if kind is bool:
             kwargs["type"] = _parse_bool
             if prefix == "--":  # our CLI: `--insecure` alone means true; `--insecure false` still works
@@ -418,7 +418,9 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
         else:
             kwargs["type"] = kind
         if web_ui:
-            kwargs["include_in_web_ui"] = f.name not in ("run_dir", "gpu_token", "workers", "out", "ca_bundle_pem")
+            kwargs["include_in_web_ui"] = f.name not in (
+                "run_dir", "gpu_token", "workers", "out", "ca_bundle_pem", "verify_rate_rps"
+            )
             if f.name in ("gpu_token", "headers", "metrics_headers"):  # may carry an Authorization value
                 kwargs["is_secret"] = True
         parser.add_argument(flag, **kwargs)
