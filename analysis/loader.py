@@ -68,6 +68,7 @@ _DTYPES: dict[type, dict[str, str]] = {
         "server_time_ms": "float64",
         "finish_reason": _CATEGORY,
         "repeated_tail": _TEXT,
+        "t_intended_unix_s": "float64",
     },
     GpuSample: {
         "t_unix_s": "float64",
@@ -111,7 +112,8 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 # Columns added to a record after run folders were written without them: an old file reads with this value.
 # A text value reads as a category, a number (NaN: unknown) as float64.
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
-    RequestRow: {"answer_kind": "", "server_time_ms": math.nan, "finish_reason": "", "repeated_tail": ""},
+    RequestRow: {"answer_kind": "", "server_time_ms": math.nan, "finish_reason": "", "repeated_tail": "",
+                 "t_intended_unix_s": math.nan},
     ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": ""},
     GpuSample: {"other_mem_mib": math.nan, "sm_clock_mhz": math.nan, "throttle_reasons": math.nan},
 }
@@ -216,6 +218,7 @@ def _read_steps(path: Path) -> pd.DataFrame:
     frame["phase"] = frame["phase"].fillna("").astype(str)
     frame["status"] = frame["status"].fillna("complete").astype(str)
     frame["note"] = frame["note"].fillna("").astype(str)
+    frame["rate_rps"] = pd.to_numeric(frame["rate_rps"], errors="coerce").astype("float64")  # None: closed loop
     # a step rewritten later (its end or status updated) counts once, as last written
     frame = frame.drop_duplicates(subset="step_index", keep="last").sort_values("step_index", kind="stable")
     return frame.reset_index(drop=True)

@@ -18,6 +18,7 @@ from analysis.config import config_yaml
 from analysis.diagnosis import comparison_rows
 from analysis.estimate import Estimate
 from analysis.loader import RunData, load_run
+from analysis.open_loop import capacity_rows
 from analysis.soak import scenario_name
 from analysis.steps import STEP_COLUMNS
 from analysis.summary import Analysis, analyze_run, manifest_setting
@@ -147,7 +148,7 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         "- Every request uses the same image size (the baseline's).",
         "- The headroom covers activation peaks, allocator fragmentation and the occasional large image.",
     ]
-    rows = comparison_rows(result.table, est)
+    rows = comparison_rows(capacity_rows(result.table), est)  # the verify rows are no level
     if rows:
         unit = "KV fraction" if est.dimension == "kv_cache" else "MiB"
         spec = ".3f" if est.dimension == "kv_cache" else ".0f"

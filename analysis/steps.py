@@ -39,12 +39,13 @@ import pandas as pd
 from analysis.goodput import GOODPUT_COLUMNS, RUNAWAY_COLUMNS, runaway_columns
 from analysis.heat import heat_columns
 from analysis.loader import RunData, empty_frame
+from analysis.open_loop import OPEN_LOOP_COLUMNS, InFlight, cap_of, open_loop_columns
 from analysis.server_card import run_card
 from analysis.server_time import histogram_columns, server_time_columns
 from analysis.stats import FloatArray, latency_cv, percentile, quantile_ci
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
-MEASURED_PHASES = ("baseline", "step")
+MEASURED_PHASES = ("baseline", "step", "verify", "drain")  # knee and config read phase "step" rows only
 SERVER_ERROR_KINDS = ("oom",)  # failure kinds that mean the server broke, whatever the status code
 
 STEP_COLUMNS = [
@@ -63,6 +64,7 @@ STEP_COLUMNS = [
     "server_p50_ms", "server_p95_ms", "throttle_kind", "server_time_source", "vllm_e2e_p95_ms",
     *GOODPUT_COLUMNS, *RUNAWAY_COLUMNS,  # analysis/goodput.py (goodput filled by analysis.summary: with_goodput)
     "server_p50_le_ms", "server_p95_le_ms",  # a bound where vLLM's buckets cannot give a figure
+    *OPEN_LOOP_COLUMNS,  # analysis/open_loop.py
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
@@ -321,7 +323,7 @@ def step_table(run: RunData) -> pd.DataFrame:
     driver_host = host[host["host_role"] == "driver"].reset_index(drop=True)
     gpu_host = host[host["host_role"] == "gpu"].reset_index(drop=True)
     driver_idx, gpu_host_idx = _indices(driver_host), _indices(gpu_host)
-    intervals, answers = WindowShares(req), AnswerTimes(req)
+    intervals, answers, in_flight, cap = WindowShares(req), AnswerTimes(req), InFlight(req), cap_of(run.manifest)
     phases = run.steps if not run.steps.empty else pd.DataFrame({"step_index": [], "phase": []})
     cooldowns = dict(zip(phases["step_index"], phases["phase"] == "cooldown", strict=True))
     rows: list[dict[str, Any]] = []
@@ -334,7 +336,10 @@ def step_table(run: RunData) -> pd.DataFrame:
             "t_start_unix_s": float(step.t_start_unix_s), "t_end_unix_s": float(step.t_end_unix_s),
             "duration_s": duration,
         }  # fmt: skip
-        row.update(_request_columns(req, req_idx.get(index, np.empty(0, dtype=np.int64))))
+        own = req_idx.get(index, np.empty(0, dtype=np.int64))
+        row.update(_request_columns(req, own))
+        rate = float(getattr(step, "rate_rps", math.nan) or math.nan)
+        row.update(open_loop_columns(req.iloc[own], in_flight, t0, t1, rate, cap))
         row.update(throughput_with_error(intervals, t0, t1, row["latency_cv"], row["ok_requests"]))
         after = gpu_idx.get(index + 1) if cooldowns.get(index + 1) else None  # the cooldown after the step
         row.update(_memory_columns(card, gpu_idx.get(index), after, idle_mib))

@@ -24,6 +24,7 @@ from analysis.goodput import cer_limits, goodput_peak, runaway_summary, with_goo
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.memory_slope import restate_estimate
+from analysis.open_loop import capacity_rows, with_capacity_levels
 from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manifest_card, run_card
 from analysis.server_time import time_split
 from analysis.soak import slo_level, soak_trend
@@ -266,7 +267,9 @@ def analyze_run(
         told = manifest_setting(run.manifest, "slo_p95_s")
         slo_p95_s = float(told) if isinstance(told, int | float) and told > 0 else None  # 0 means unset
     gpu = gpu_info(run)
-    table = step_table(run)
+    steps = step_table(run)  # every measured row, the verify phase's too (steps.csv, the report)
+    table = capacity_rows(steps)  # the capacity answer: baseline and steps only
+    steps = with_capacity_levels(steps, table)  # an open-loop step's level: its requests in flight
     estimate = run_estimate(run, table, headroom, gpu["total_mib"])
     buckets = bucket_table(run)
     knee = find_knee(table)
@@ -299,7 +302,7 @@ def analyze_run(
         "server_gpu": server_gpu(run),
         "estimate": estimate.to_dict(),
         "baseline": baseline_summary(run),
-        "steps": table.to_dict("records"),
+        "steps": steps.to_dict("records"),
         "buckets": buckets.to_dict("records"),
         "knee": knee.to_dict(),
         "recommended_level": knee.recommended_level,
@@ -316,4 +319,4 @@ def analyze_run(
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),
     }
-    return Analysis(jsonable(summary), table, estimate, knee, comments)
+    return Analysis(jsonable(summary), steps, estimate, knee, comments)

@@ -2,6 +2,7 @@
 
     python bench/stub_server.py --answer-file ANSWER.json [--port 0] [--cpu N]
                                 [--delay lognormal:MEDIAN_MS:SIGMA:LO_MS:HI_MS] [--seed 0] [--log FILE]
+                                [--stall-every-s E --stall-s S]
 
 Prints `stub: http://127.0.0.1:PORT` once it listens; stops on SIGTERM/SIGINT (and then writes --log).
 A raw asyncio protocol (no HTTP framework) so that it is never the bottleneck: it finds the end of the
@@ -12,6 +13,10 @@ With --delay each request waits a seeded draw (lognormal with that median and si
 [LO, HI] ms; draws are taken in arrival order). --log then gets one line per request:
 `arrival_unix_s service_ms`, where service_ms is measured by the server itself, from the moment
 the last body byte was read to just before the response is handed to the socket: the server's truth.
+
+With --stall-every-s E --stall-s S (and --delay) the server stalls for S seconds at the end of every
+E-second period from its start (a GC pause, a swap, a neighbour's burst): an answer due inside a stall,
+or whose request arrived in one, goes out when the stall ends. Its log line counts that wait.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ class Stub(asyncio.Protocol):
     response = b""
     delay: Delay | None = None
     log: list[tuple[float, float]] = []
+    stall_every_s = 0.0
+    stall_s = 0.0
+    started_s = 0.0  # perf_counter at start: stall periods count from it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]
@@ -82,7 +90,24 @@ class Stub(asyncio.Protocol):
             self.transport.write(self.response)
             return
         arrival, t0 = time.time(), time.perf_counter()
-        asyncio.get_running_loop().call_later(self.delay.draw_s(), self.respond, arrival, t0)
+        out_s = self.stalled(t0, self.delay.draw_s())
+        asyncio.get_running_loop().call_later(out_s - t0, self.respond, arrival, t0)
+
+    def stalled(self, arrival_s: float, work_s: float) -> float:
+        """When an answer that needs `work_s` of the server's time from `arrival_s` (perf_counter) goes
+        out: the server does no work during a stall, so each stall it meets adds its remaining length."""
+        if not self.stall_every_s:
+            return arrival_s + work_s
+        t, left = arrival_s, work_s
+        while True:
+            end = self.started_s + (math.floor((t - self.started_s) / self.stall_every_s) + 1) * self.stall_every_s
+            start = end - self.stall_s
+            if t >= start:  # frozen until this stall ends
+                t = end
+                continue
+            if t + left <= start:
+                return t + left
+            left, t = left - (start - t), end
 
     def respond(self, arrival: float, t0: float) -> None:
         if self.transport.is_closing():
@@ -111,7 +136,12 @@ def main() -> int:
     parser.add_argument("--delay", default="", help="lognormal:MEDIAN_MS:SIGMA:LO_MS:HI_MS")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", default="", help="where to write `arrival_unix_s service_ms` lines")
+    parser.add_argument("--stall-every-s", type=float, default=0.0, help="stall once per this many seconds")
+    parser.add_argument("--stall-s", type=float, default=0.0, help="for this many seconds (needs --delay)")
     args = parser.parse_args()
+    if args.stall_s and not (args.delay and 0 < args.stall_s < args.stall_every_s):
+        raise SystemExit("stub: --stall-s needs --delay and 0 < --stall-s < --stall-every-s")
+    Stub.stall_every_s, Stub.stall_s, Stub.started_s = args.stall_every_s, args.stall_s, time.perf_counter()
     if args.cpu >= 0:
         os.sched_setaffinity(0, {args.cpu})
     body = Path(args.answer_file).read_bytes()

@@ -5,6 +5,7 @@
     ui      Locust's web UI with the stepped plan and the step and GPU panel at /ocr
     worker, merge-rows  a driver machine that is not the master (loadtest/worker_cli.py)
     sweep, demo-sweep   the whole method per server or client setting, side by side (loadtest/sweep.py)
+    verify  a server already set up, open loop at --rate R for --window-s (loadtest/verify_cmd.py)
 
 Every user error ends in one line on stderr and exit status 2, before any load.
 """

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runfolder import SCHEMA_VERSION
+from runfolder import SCHEMA_VERSION, RequestRow
 
 CLOCK_PROBE = "ocr_clock_probe"
 CLOCK_REPLY = "ocr_clock_reply"
@@ -129,4 +129,15 @@ def describe(worker_id: str, sample: OffsetSample) -> str:
     return (
         f"worker {worker_id}: clock_offset_s={sample.offset_s:+.4f} (round trip {sample.rtt_s * 1000:.1f} ms);"
         f" its request times are {applied}"
+    )
+
+
+def corrected(row: RequestRow, correction_s: float) -> RequestRow:
+    """A worker's row on the master's clock: its send time and, in an open loop, its intended time."""
+    if not correction_s:
+        return row
+    intended = row.t_intended_unix_s
+    return row._replace(
+        t_start_unix_s=row.t_start_unix_s - correction_s,
+        t_intended_unix_s=None if intended is None else intended - correction_s,
     )

@@ -92,6 +92,13 @@ class RunConfig:
     server_time_path: str = ""  # a JSON field of the answer holding it ("usage.server_ms")
     # --- sweep (issue 22): the driver resizes every image before encoding (scenarios/resize.py) -----
     max_side: int = 0  # px; every image's longest side at most this, aspect kept; 0 = off
+    # --- openloop (issue 23): open-loop arrivals and the verify phase (checks: loadtest/openloop_config.py)
+    rates: str = ""  # "2,4,8" requests a second for the whole run (each worker rate / workers); not with LEVELS
+    arrivals: str = "poisson"  # poisson | constant
+    max_in_flight: int = 256  # users held in reserve for an open loop: at most this many requests in flight
+    verify: bool = True  # after the recommendation: open-loop load at 1.5x the plateau throughput, then drain
+    verify_window_s: float = 30.0
+    verify_rate_rps: float = 0.0  # set by `python -m loadtest verify --rate R`: a baseline, then verify at R only
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -199,6 +206,7 @@ class RunConfig:
         if self.max_side < 0 or 0 < self.max_side < MIN_SIDE_PX:
             raise ConfigError(f"bad MAX_SIDE={self.max_side}: give the longest side in px (>= {MIN_SIDE_PX},"
                               " e.g. 1024), or 0 to send images as they are")  # fmt: skip
+        from loadtest.openloop_config import check_open_loop
         from loadtest.promexport import check_metrics_config  # they read this module's ConfigError
         from loadtest.server_time import check_server_time_config
         from loadtest.timing import limits_of
@@ -206,6 +214,7 @@ class RunConfig:
         check_metrics_config(self)
         check_server_time_config(self.server_time_header, self.server_time_path)
 
+        check_open_loop(self, ConfigError)
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
         return self
 
@@ -295,6 +304,20 @@ FIELD_HELP = {
         "resize every image on the driver, aspect kept, before encoding, so its longest side is at most this"
         " many px (as seed 001's gateway does at 1024); sizes before and after go in the manifest; 0: off"
     ),
+    "rates": (
+        "open-loop rates to measure instead of LEVELS, requests a second for the whole run, e.g. 2,4,8: requests"
+        " arrive on schedule whether or not earlier ones came back (each worker sends rate / workers)"
+    ),
+    "arrivals": "open-loop arrival times: poisson (independent callers) | constant (evenly spaced)",
+    "max_in_flight": (
+        "open loop: users held in reserve, the most requests in flight at once (the report says when it was hit)"
+    ),
+    "verify": (
+        "after the recommendation, verify it: open-loop load at 1.5x the plateau throughput for VERIFY_WINDOW_S,"
+        " then a drain until answers are back to the baseline's latency; 0 skips it"
+    ),
+    "verify_window_s": "seconds of the verify phase's overload",
+    "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
 }
 
 
@@ -410,8 +433,8 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
             "metavar": f.name.upper(),  # the Make variable of the same name
             "help": help_text.replace("%", "%%"),  # argparse formats help strings
         }
-        if f.name == "ca_bundle_pem" and prefix == "--":
-            kwargs["help"] = argparse.SUPPRESS  # the runner fills it from CA_BUNDLE
+        if f.name in ("ca_bundle_pem", "verify_rate_rps") and prefix == "--":
+            kwargs["help"] = argparse.SUPPRESS  # the runner fills it from CA_BUNDLE; `verify --rate` sets it
         if kind is bool:
             kwargs["type"] = _parse_bool
             if prefix == "--":  # our CLI: `--insecure` alone means true; `--insecure false` still works
@@ -421,7 +444,9 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
         else:
             kwargs["type"] = kind
         if web_ui:
-            kwargs["include_in_web_ui"] = f.name not in ("run_dir", "gpu_token", "workers", "out", "ca_bundle_pem")
+            kwargs["include_in_web_ui"] = f.name not in (
+                "run_dir", "gpu_token", "workers", "out", "ca_bundle_pem", "verify_rate_rps"
+            )
             if f.name in ("gpu_token", "headers", "metrics_headers"):  # may carry an Authorization value
                 kwargs["is_secret"] = True
         parser.add_argument(flag, **kwargs)

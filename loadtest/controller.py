@@ -54,6 +54,7 @@ from runfolder import (
 
 log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
+VERIFYING = (Phase.VERIFY, Phase.DRAIN)
 
 
 class Controller(PlanDecisions):
@@ -86,6 +87,7 @@ class Controller(PlanDecisions):
         self.live_errors = 0
         self.step_index = -1
         self.spec: PhaseSpec | None = None
+        self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
         self.phase_start = 0.0
         self.phase_degraded = ""
         self.phase_past_knee = ""  # the step ended early: requests of our own load timed out in a row
@@ -109,7 +111,7 @@ class Controller(PlanDecisions):
         self.live = LiveSteps()
         self._plan = plan_phases(
             cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
-            self._remeasure_level,
+            self._remeasure_level, self._verify_plan,
         )  # fmt: skip
         self._last_progress = 0.0
         # live view (web UI panel): bounded
@@ -192,8 +194,8 @@ class Controller(PlanDecisions):
             self.event("abort", down)
             self._finish(now)
             return None
-        if self._past_knee_by_timeouts():
-            return self._advance(now)
+        if spec.phase not in VERIFYING and self._past_knee_by_timeouts():  # a verify window runs whole: its
+            return self._advance(now)  # timeouts are what it checks, not a knee the plan steps down from
         if spec.phase in MEASURED and now - self._last_progress >= 5:
             self._print_live(elapsed)
         rows = self.rows_per_step[self.step_index]
@@ -202,6 +204,8 @@ class Controller(PlanDecisions):
             done = False  # more requests for a precise throughput: the step's own spread says how many
         if spec.phase == Phase.WARMUP and not self.measured_levels:
             done = self.timing.baseline_warmed(spec, rows, elapsed)  # slow first requests are over
+        if spec.phase == Phase.DRAIN and elapsed >= spec.min_s and self._drained():
+            return self._advance(now)
         if spec.phase == Phase.COOLDOWN:
             if self.timing.cooldown_over(now, elapsed, user_count):
                 return self._advance(now)
@@ -254,11 +258,15 @@ class Controller(PlanDecisions):
 
     def _users(self, spec: PhaseSpec) -> tuple[int, float]:
         """The level and a spawn rate that reaches it within a tick: at least the level, at most 100 a second
-        below 100 users (above it Locust logs a warning, a "!" on the web UI's LOGS tab, at every step)."""
-        level = max(spec.level, 1)
-        return spec.level, float(min(level * 10, max(level, 100)))
+        below 100 users (above it Locust logs a warning, a "!" on the web UI's LOGS tab, at every step).
+        Locust stops users at the spawn rate too, so the rate follows the previous phase's level as well: from
+        an open loop's reserve (MAX_IN_FLIGHT users) to a cooldown, 10 a second kept most of 256 users sending
+        for 25 s into it."""
+        ramp = max(spec.level, self._ramp_from, 1)
+        return spec.level, float(min(ramp * 10, max(ramp, 100)))
 
     def _advance(self, now: float) -> tuple[int, float] | None:
+        self._ramp_from = self.spec.level if self.spec is not None else 0
         now = self._close_phase(now)
         try:
             spec = self.timing.timed(next(self._plan))
@@ -277,12 +285,12 @@ class Controller(PlanDecisions):
         self.timing.reset()
         self.live_latency_ms = []
         self.live_errors = 0
-        tag = StepTag(self.step_index, str(spec.phase), spec.level)
+        tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps)
         STATE.tag = tag
         self.broadcast(tag)
         if self.monitor is not None:
             self.monitor.mark_step(self.step_index)
-        progress(f"{self._step_head()}: {spec.phase} users={spec.level} ({spec.note})")
+        progress(f"{self._step_head()}: {spec.phase} {_load_words(spec)} ({spec.note})")
         return self._users(spec)
 
     def _step_head(self) -> str:
@@ -319,7 +327,8 @@ class Controller(PlanDecisions):
         ended = "past_knee" if self.phase_past_knee else "degraded" if self.phase_degraded else "complete"
         status = "aborted" if self.aborted else ended
         note = self.aborted or self.phase_past_knee or self.phase_degraded or spec.note  # why a step ended early
-        row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note)
+        row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note,
+                      rate_rps=spec.rate_rps or None)  # fmt: skip
         self.steps.append([row])
         self.live.close(row)
         if spec.phase in MEASURED:
@@ -375,7 +384,7 @@ class Controller(PlanDecisions):
         label = "done" if final else "running"
         rps = self.live.throughput_rps(self.step_index, self.phase_start, self.phase_start + elapsed)
         progress(
-            f"{self._step_head()} {label}: {spec.phase} users={spec.level} elapsed={elapsed:.0f}s"
+            f"{self._step_head()} {label}: {spec.phase} {_load_words(spec)} elapsed={elapsed:.0f}s"
             f" requests={self.rows_per_step[self.step_index]} p95={p95} errors={self.live_errors}"
             f" throughput so far={rps:.2f} rps"
         )
@@ -397,3 +406,8 @@ class Controller(PlanDecisions):
         self.timeline.append((self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
         for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
             sink.close()
+
+
+def _load_words(spec: PhaseSpec) -> str:
+    """The phase's load in a progress line: its users, or an open loop's rate and in-flight cap."""
+    return f"rate={spec.rate_rps:.3g} rps in_flight<={spec.level}" if spec.rate_rps else f"users={spec.level}"

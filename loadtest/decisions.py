@@ -16,6 +16,7 @@ from gpu_sampler import GpuMonitor
 from loadtest.card_watch import CardWatch, card_line
 from loadtest.config import RunConfig
 from loadtest.live import LiveSteps
+from loadtest.openloop_config import VERIFY_FACTOR, drain_max_s, drained, window_too_short
 from loadtest.overload import OverloadWatch
 from loadtest.plan import (
     LevelChoice,
@@ -52,6 +53,8 @@ class PlanDecisions:
     knee_seen: Any  # the knee as last evaluated, for the live panel (analysis.Knee or None)
     _first_level_step: int
     _refined: int
+    live_latency_ms: list[float]
+    _drain_base_s: float | None = None  # the baseline's latency, read once when the verify phase is planned
 
     if TYPE_CHECKING:
 
@@ -189,3 +192,49 @@ class PlanDecisions:
             self._refined += 1  # one more step in the count shown
             self.event("remeasure", again.why)
         return again
+
+    def _verify_plan(self) -> tuple[float, float] | None:
+        """(rate_rps, drain_max_s) of the verify phase: VERIFY_FACTOR x the plateau throughput (the highest
+        a step measured), the drain capped at the recommended queue wait timeout (WAIT_MULTIPLE x the P95
+        of the recommended level); None, said as an event, when there is nothing to verify against."""
+        if self.cfg.verify_rate_rps > 0:
+            return self._verify_given()
+        found = self._knee()
+        if found is None:
+            return None
+        table, knee = found
+        steps = table[table["phase"] == "step"] if not table.empty else table
+        thr = steps["throughput_rps"].astype(float) if not steps.empty else None
+        if thr is None or not (thr > 0).any():
+            self.event("verify", "no verify phase: no step measured a throughput to verify against")
+            return None
+        plateau = float(thr.max())
+        base_s = self._drain_base_s = self._baseline_latency_s()
+        short = window_too_short(self.cfg.verify_window_s, base_s)
+        if short:
+            self.event("warning", f"no verify phase: {short}")
+            return None
+        rec = steps[steps["level"].astype(int) == int(knee.recommended_level or 0)]
+        p95_ms = float((rec if not rec.empty else steps.loc[[thr.idxmax()]])["p95_ms"].iloc[-1])
+        drain_s = drain_max_s(p95_ms / 1000.0, analysis.config.WAIT_MULTIPLE)
+        rate = VERIFY_FACTOR * plateau
+        self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) for"
+                   f" {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
+        return rate, drain_s
+
+    def _verify_given(self) -> tuple[float, float] | None:
+        """`python -m loadtest verify --rate R`: R as given, the drain capped at WAIT_MULTIPLE x the baseline's
+        latency (the recommended wait timeout's rule at one request; at least DRAIN_MIN_S)."""
+        base_s = self._drain_base_s = self._baseline_latency_s()
+        short = window_too_short(self.cfg.verify_window_s, base_s)
+        if short:
+            self.event("warning", f"no verify phase: {short}")
+            return None
+        drain_s = drain_max_s(base_s or 0.0, analysis.config.WAIT_MULTIPLE)
+        rate = self.cfg.verify_rate_rps
+        self.event("verify", f"verify: {rate:.2f} rps for {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")
+        return rate, drain_s
+
+    def _drained(self) -> bool:
+        """The drain's probe is answered at the baseline's latency again (openloop_config.drained)."""
+        return drained(self.live_latency_ms, self._drain_base_s)

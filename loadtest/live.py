@@ -27,7 +27,10 @@ from analysis.steps import WindowShares
 from runfolder import Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
-_FLOATS = ("t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens", "server_time_ms")
+_FLOATS = (
+    "t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens", "server_time_ms",
+    "t_intended_unix_s",
+)  # fmt: skip
 _INTS = ("step_index", "level", "status_code", "bytes_sent", "bytes_received", "attempt")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgpack
 
-from loadtest.clock import read_corrections
+from loadtest.clock import corrected, read_corrections
 from runfolder import REQUESTS_FILE, CsvAppender, RequestRow, read_manifest, write_manifest
 
 WORKER_COPY_DIR = "workers"  # in the run folder: local workers' logs and the clock offsets
@@ -79,7 +79,7 @@ def merge_rows(run_dir: Path, copy: Path) -> tuple[int, int]:
     corrections = read_corrections(run_dir / WORKER_COPY_DIR)
     rows = list(read_local_copy(copy))
     missing = [
-        row._replace(t_start_unix_s=row.t_start_unix_s - corrections.get(row.worker_id, 0.0))
+        corrected(row, corrections.get(row.worker_id, 0.0))
         for row in rows
         if row.request_id not in seen
     ]

@@ -43,7 +43,7 @@ class PhaseTiming:
 
     def timed(self, spec: PhaseSpec) -> PhaseSpec:
         """The plan's phase with the times that follow the server: a warm-up's bounds from the latencies."""
-        if spec.phase != Phase.WARMUP:
+        if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl
         if not ctl.measured_levels:  # the baseline's warm-up: until latency settles, up to the cap

@@ -54,6 +54,7 @@ from typing import Any
 import analysis
 from analysis import plan_levels
 from loadtest.config import RunConfig
+from loadtest.openloop_config import VERIFY_FACTOR, parse_rates
 from loadtest.timing import TARGET_WINDOWS, limits_of
 from runfolder import Phase
 
@@ -68,6 +69,7 @@ class PhaseSpec:
     min_requests: int = 0  # measured phases also wait for this many requests
     target_requests: int = 0  # and, up to target_max_s, for this many: enough for a precise throughput
     target_max_s: float = 0.0
+    rate_rps: float = 0.0  # open loop: the whole run's rate (level is then the users held in reserve)
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,34 @@ def _step(cfg: RunConfig, level: int, note: str, target: int = 0) -> Iterator[Ph
     yield _cooldown(cfg)
 
 
+def open_loop_step(cfg: RunConfig, rate_rps: float, note: str) -> Iterator[PhaseSpec]:
+    """A warm-up and a measured window at `rate_rps` with MAX_IN_FLIGHT users in reserve, then a cooldown:
+    a window of fixed length (the arrivals, not the server, set how many requests it holds)."""
+    cap = cfg.max_in_flight
+    if cfg.warmup_s > 0:
+        yield PhaseSpec(Phase.WARMUP, cap, f"warm-up at {rate_rps:g} rps", cfg.warmup_s, cfg.warmup_s, rate_rps=rate_rps)
+    yield PhaseSpec(Phase.STEP, cap, note, cfg.step_s, cfg.step_s, rate_rps=rate_rps)
+    yield _cooldown(cfg)
+
+
+def verify_phases(cfg: RunConfig, verify_plan: Callable[[], tuple[float, float] | None]) -> Iterator[PhaseSpec]:
+    """The verify window (open loop at `verify_plan`'s rate: 1.5x the plateau throughput) and the drain
+    after it (one closed-loop user probing until answers are back to the baseline's latency, at most
+    drain_max_s: the recommended queue wait timeout)."""
+    planned = verify_plan()
+    if planned is None:
+        return
+    rate_rps, drain_max_s = planned
+    yield PhaseSpec(
+        Phase.VERIFY, cfg.max_in_flight,
+        f"verify at {rate_rps:.2f} rps, " + ("as --rate asked" if cfg.verify_rate_rps > 0 else f"{VERIFY_FACTOR:g}x the plateau throughput"),
+        cfg.verify_window_s, cfg.verify_window_s, rate_rps=rate_rps,
+    )  # fmt: skip
+    yield PhaseSpec(Phase.DRAIN, 1, f"drain: one user until answers are back to the baseline's latency,"
+                    f" at most {drain_max_s:.0f} s", min(1.0, drain_max_s), drain_max_s)  # fmt: skip
+    yield _cooldown(cfg)
+
+
 def _remeasure(cfg: RunConfig, level: int, window_s: float, why: str) -> Iterator[PhaseSpec]:
     """A level measured once more for `window_s` (a longer window than a step's: see plan_phases)."""
     if cfg.warmup_s > 0:
@@ -270,9 +300,24 @@ def plan_phases(
     refine_level: Callable[[], int | None],
     probe_level: Callable[[], int | None] = lambda: None,
     remeasure_level: Callable[[float], tuple[int, float, str] | None] = lambda max_window_s: None,
+    verify_plan: Callable[[], tuple[float, float] | None] = lambda: None,
 ) -> Iterator[PhaseSpec]:
     """Yield the phases of the run one at a time; callbacks are called between phases.
-    `remeasure_level(max_window_s)` gives (level, window_s, why) while the answer's interval is wide."""
+    `remeasure_level(max_window_s)` gives (level, window_s, why) while the answer's interval is wide;
+    `verify_plan()` (rate_rps, drain_max_s) of the verify phase, or None when there is none."""
+    yield from _capacity_phases(cfg, choose_levels, knee_now, refine_level, probe_level, remeasure_level)
+    if cfg.verify and cfg.scenario != "soak":
+        yield from verify_phases(cfg, verify_plan)
+
+
+def _capacity_phases(
+    cfg: RunConfig,
+    choose_levels: Callable[[], LevelChoice],
+    knee_now: Callable[[], Any],
+    refine_level: Callable[[], int | None],
+    probe_level: Callable[[], int | None],
+    remeasure_level: Callable[[float], tuple[int, float, str] | None],
+) -> Iterator[PhaseSpec]:
     if cfg.idle_s > 0:
         yield PhaseSpec(Phase.IDLE, 0, "idle GPU memory", cfg.idle_s, cfg.idle_s)
     if cfg.warmup_s > 0:
@@ -287,6 +332,12 @@ def plan_phases(
         baseline_requests,
     )
     yield _cooldown(cfg)
+    if cfg.verify_rate_rps > 0:  # `python -m loadtest verify`: the baseline, then the verify phase only
+        return
+    if cfg.rates.strip():  # open loop: each rate once, no knee search over users
+        for rate in parse_rates(cfg.rates):
+            yield from open_loop_step(cfg, rate, f"open loop at {rate:g} rps ({cfg.arrivals} arrivals)")
+        return
 
     choice = choose_levels()
     done: list[int] = []

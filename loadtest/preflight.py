@@ -136,8 +136,8 @@ def _first_response(
             raise PreflightError(
                 f"nothing answers at HOST={cfg.host} ({reason}): start the server or fix HOST"
             ) from None
-        if status == 503 and clock() < deadline:
-            sleep(1.0)  # slow start: a model still loading answers 503
+        if status in REFUSING and clock() < deadline:
+            sleep(1.0)  # slow start (a model still loading answers 503), or a gateway or rate limit full
             continue
         return status, body, headers
 
@@ -178,12 +178,18 @@ class _still_waiting:  # noqa: N801 - used as a `with` block, named for what it 
         self._timer.cancel()
 
 
+REFUSING = (503, 429)  # the server refuses load (starting, queue full, rate limit): waited for, then said so
+
+
 def _stop_on_status(cfg: RunConfig, enc: EncodedRequest, status: int, body: bytes, headers: Message) -> None:
     where = urlsplit(cfg.host).netloc
-    if status == 503:
+    if status in REFUSING:
+        retry_after = headers.get("Retry-After", "")
+        said = f" with Retry-After: {_shown(retry_after)}" if retry_after else ""
         raise PreflightError(
-            f"{where} still answers 503 after {cfg.ready_wait_s:.0f} s: wait for the server to be"
-            " ready or raise READY_WAIT_S"
+            f"{where} still answers {status}{said} after READY_WAIT_S={cfg.ready_wait_s:g} s: the server (or a"
+            " gateway or rate limit in front of it) is refusing load, not rejecting the request's shape"
+            " (STYLE, FIELD and ENDPOINT are not the problem): wait until it is ready and idle, or raise READY_WAIT_S"
         )
     if status == 404:
         raise PreflightError(

@@ -20,6 +20,7 @@ class StepTag:
     step_index: int
     phase: str
     level: int
+    rate_rps: float = 0.0  # open loop: this process's share of the step's rate; 0: a closed loop of `level` users
 
 
 @dataclass

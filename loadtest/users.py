@@ -1,9 +1,14 @@
-"""The Locust user: a closed-loop OCR client that records one exact row per request.
+"""The Locust user: an OCR client that records one exact row per request.
 
-Each user sends the next request as soon as the answer arrives (wait_time 0): concurrency equals the
-number of users, which is what a serving limit like `--max-num-seqs` counts. A user whose request the
-server failed (503/429, 5xx, OOM, 4xx, redirect) first waits the server's Retry-After or
-`reject_pause_s`, as a real client would. A request still in flight when Locust kills its user at a
+Closed loop (LEVELS, the baseline): each user sends the next request as soon as the answer arrives
+(wait_time 0): concurrency equals the number of users, which is what a serving limit like
+`--max-num-seqs` counts. A user whose request the server failed (503/429, 5xx, OOM, 4xx, redirect)
+first waits `reject_pause_s` at most, whatever the server's Retry-After asks: a 10 s Retry-After would
+leave most of a step's users asleep and the step would measure less load than planned (SCENARIO=retry
+honours Retry-After: that is what it tests).
+Open loop (a step tag with a rate: RATES, the verify phase): users are a reserve; each takes the next
+intended send time from the process's schedule (loadtest.arrivals), sends then, and keeps that time in
+its row (`t_intended_unix_s`); no pause after a failure, the schedule sets the pace. A request still in flight when Locust kills its user at a
 step-down is recorded as "cut". Payloads are built once per process and reused as bytes (see
 LOCUST-FACTS.md: never file objects, never per-request encoding).
 """
@@ -24,6 +29,7 @@ from locust.exception import CatchResponseError
 
 from gpu_sampler.tls import TlsSettings
 from loadtest import failures
+from loadtest.arrivals import Schedule
 from loadtest.config import RunConfig
 from loadtest.payloads import Payloads
 from loadtest.server_time import server_time_ms
@@ -47,6 +53,7 @@ _ABSOLUTE_URL = re.compile(r"^https?://", re.IGNORECASE)  # as FastHttpSession t
 
 
 _PAYLOADS: Payloads | None = None
+SCHEDULE = Schedule(clock=lambda: STATE.now(), step_now=lambda: STATE.tag.step_index)  # this process's open loop
 
 
 # Verdicts by (image, status, body, error): a deterministic server sends the same bytes for the same
@@ -86,6 +93,13 @@ def set_tls(tls: TlsSettings) -> None:
 
     OcrUser.insecure = tls.insecure
     OcrUser.ssl_context_factory = staticmethod(factory)
+
+
+def reject_pause_s(cfg: RunConfig, retry_after: str | None) -> float:
+    """A closed-loop user's pause after an answer the server failed: the server's Retry-After capped at
+    REJECT_PAUSE_S while measuring (the step keeps its planned load), honoured in SCENARIO=retry."""
+    pause = retry_delay_s(1, retry_after, base_s=cfg.reject_pause_s)
+    return pause if cfg.scenario == "retry" else min(pause, cfg.reject_pause_s)
 
 
 def retry_delay_s(attempt: int, retry_after: str | None, base_s: float = 0.5, cap_s: float = 30.0) -> float:
@@ -150,29 +164,46 @@ class OcrUser(FastHttpUser):
             gevent.sleep(0.2)
             return
         cfg = payloads.config
+        tag = STATE.tag
+        intended: float | None = None
+        if tag.rate_rps > 0:  # open loop: wait for the next intended send time
+            SCHEDULE.follow(tag.step_index, tag.rate_rps, cfg.arrivals, f"{cfg.seed}-{STATE.worker_id}")
+            ticket = SCHEDULE.take()
+            if ticket is None:
+                return
+            intended = ticket.t_intended_s
         item, enc = payloads.pick(self._rng)
         attempts = cfg.retry_max_attempts if cfg.scenario == "retry" else 1
         for attempt in range(1, attempts + 1):
-            row, retry_after = self._attempt(payloads, item, enc, attempt, attempts)
+            SCHEDULE.in_flight += 1
+            try:
+                row, retry_after = self._attempt(
+                    payloads, item, enc, attempt, attempts, intended, tag if intended is not None else None
+                )
+            finally:
+                SCHEDULE.in_flight -= 1
+            intended = None  # a retry is the client's own, not the schedule's
             STATE.add_row(row)
             if not row.final_attempt:
                 gevent.sleep(retry_delay_s(attempt, retry_after))
                 continue
-            if row.failure_kind in failures.PAUSE_AFTER and cfg.reject_pause_s > 0:
+            if row.failure_kind in failures.PAUSE_AFTER and cfg.reject_pause_s > 0 and tag.rate_rps <= 0:
                 # without a pause, a user turned away in 1 ms asks again at once: one user sent 4,309
                 # rejected requests in a 5 s 503 storm, and an OOM server answering fast 500s got hundreds
                 # a second from a handful of users; the step's error rate measured that loop. A refused
                 # connection and a timeout are not paused (see failures.PAUSE_AFTER).
-                self._pause_s = retry_delay_s(1, retry_after, base_s=cfg.reject_pause_s)
+                self._pause_s = reject_pause_s(cfg, retry_after)
             return
 
     def _attempt(
-        self, payloads: Payloads, item: ImageItem, enc: EncodedRequest, attempt: int, attempts: int
-    ) -> tuple[RequestRow, str | None]:
-        """Send one request; its exact row and the server's Retry-After (when it gave one)."""
+        self, payloads: Payloads, item: ImageItem, enc: EncodedRequest, attempt: int, attempts: int,
+        intended: float | None = None, scheduled: StepTag | None = None,
+    ) -> tuple[RequestRow, str | None]:  # fmt: skip
+        """Send one request; its exact row and the server's Retry-After (when it gave one). An open loop's
+        request belongs to the step whose schedule it came from (`scheduled`), even if sent after its end."""
         cfg = payloads.config
         url, headers = self._target(payloads, enc)
-        tag = STATE.tag  # the step current when this request starts
+        tag = scheduled or STATE.tag  # the step current when this request starts
         t_start = STATE.now()  # this worker's clock; the master corrects its offset
         t0 = time.perf_counter()
         try:
@@ -186,7 +217,9 @@ class OcrUser(FastHttpUser):
             )
             self._report(enc, url, latency_ms, 0, None, t_start, CatchResponseError(error_text))
             cut = _Verdict(failures.CUT, "", error_text, None, None, None, "", False)
-            STATE.add_row(self._row(cfg, item, enc, tag, t_start, latency_ms, None, 0, 0, cut, attempt, True))
+            STATE.add_row(
+                self._row(cfg, item, enc, tag, t_start, latency_ms, None, 0, 0, cut, attempt, True, None, intended)
+            )
             raise
         latency_ms = (time.perf_counter() - t0) * 1000.0
         verdict = judge(cfg, item, reply)
@@ -204,7 +237,7 @@ class OcrUser(FastHttpUser):
         )
         row = self._row(
             cfg, item, enc, tag, t_start, latency_ms, reply.ttft_ms, reply.status, len(reply.body), verdict,
-            attempt, final, server_ms,
+            attempt, final, server_ms, intended,
         )  # fmt: skip
         return row, reply.retry_after
 
@@ -257,7 +290,7 @@ class OcrUser(FastHttpUser):
     def _row(
         self, cfg: RunConfig, item: ImageItem, enc: EncodedRequest, tag: StepTag, t_start: float,
         latency_ms: float, ttft_ms: float | None, status: int, received: int, verdict: _Verdict,
-        attempt: int, final: bool, server_ms: float | None = None,
+        attempt: int, final: bool, server_ms: float | None = None, intended: float | None = None,
     ) -> RequestRow:  # fmt: skip
         # positional, in RequestRow's field order (tests/loadtest/test_lt_hot_path.py checks it): keywords cost
         # 0.5 us more a row on the hot path
@@ -287,6 +320,7 @@ class OcrUser(FastHttpUser):
             server_ms,  # server_time_ms: the server's own time, where it reports one
             verdict.finish_reason,
             verdict.repeated_tail,
+            intended,  # t_intended_unix_s
         )
 
 

@@ -126,7 +126,8 @@ def controller_for(environment: Environment) -> Controller:
 
 def _broadcast(runner: Runner | None, tag: StepTag) -> None:
     if isinstance(runner, MasterRunner):
-        runner.send_message(STEP_MESSAGE, dataclasses.asdict(tag))
+        share = dataclasses.replace(tag, rate_rps=tag.rate_rps / max(1, runner.worker_count))  # each its share
+        runner.send_message(STEP_MESSAGE, dataclasses.asdict(share))
 
 
 def _flush(runner: Runner | None, ctl: Controller) -> None:
@@ -174,7 +175,7 @@ def _on_rows_message(environment: Environment, msg: Any, **_kwargs: Any) -> None
         return
     correction = _offsets.correction_s(worker_id_of(client_id))
     if correction:  # onto the master's clock, where the step windows are
-        rows = [row._replace(t_start_unix_s=row.t_start_unix_s - correction) for row in rows]
+        rows = [clock.corrected(row, correction) for row in rows]
     for ctl in _controllers.values():
         ctl.on_rows(rows)
 

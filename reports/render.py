@@ -15,6 +15,7 @@ import jinja2
 import yaml
 
 from analysis.driver import DRIVER_BUSY_PCT
+from analysis.open_loop import behind_schedule, rejected_from
 from reports.figures import Chart, build_charts
 from reports.points import ReportFrames, error_examples, mapping, num, whole
 
@@ -172,6 +173,10 @@ OPTIONAL_COLUMNS = (
     "cer_median",
     "driver_cpu_mean_pct",
     "goodput_rps",
+    "rate_rps",  # open loop (analysis/open_loop.py)
+    "effective_users",
+    "p95_intended_ms",
+    "schedule_lag_p95_ms",
 )
 COUNT_COLUMNS = ("retried", "rejected", "runaway")  # shown when any step has one
 
@@ -297,6 +302,8 @@ def build_context(
         "rows_only": mapping(summary.get("rows_only_on_workers")),
         "unfinished_workers": [str(w) for w in summary.get("workers_without_final_count") or []],
         "error_examples": error_examples(frames.requests),
+        "rejected_from": rejected_from(steps),  # the server turned load away (503/429), from this step
+        "behind_schedule": behind_schedule(steps),  # open-loop steps the generator could not send on time
         "files": [(name, what) for name, what in RUN_FILES if name in present],
     }
 

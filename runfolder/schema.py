@@ -43,6 +43,8 @@ class Phase(StrEnum):
     BASELINE = "baseline"  # 1 user, measured: single-request latency and peak memory
     STEP = "step"  # N users, measured window
     COOLDOWN = "cooldown"  # 0 users until GPU memory settles
+    VERIFY = "verify"  # open-loop overload at 1.5x the plateau throughput: does the recommended config hold?
+    DRAIN = "drain"  # after the verify load stops: a light probe until answers are back to the baseline's latency
 
 
 class RequestRow(NamedTuple):
@@ -77,6 +79,9 @@ class RequestRow(NamedTuple):
     # answer carries none) and whether the text ends in one phrase repeated (scenarios.runaway).
     finish_reason: str = ""
     repeated_tail: bool = False
+    # openloop: when the schedule wanted the request sent (open loop; same clock as t_start_unix_s, which
+    # is the actual send: their difference is the schedule's lag). None in a closed loop.
+    t_intended_unix_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,7 @@ class StepRow:
     t_end_unix_s: float
     status: str  # "complete" | "degraded" | "past_knee" (ended early: our own load timed out) | "aborted"
     note: str  # why this step exists ("estimate x0.25", "refine between 6 and 8") or what went wrong
+    rate_rps: float | None = None  # openloop: the step's open-loop rate (whole run), None for a closed loop
 
 
 @dataclass(frozen=True, slots=True)

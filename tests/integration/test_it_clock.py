@@ -39,6 +39,7 @@ def _run_args(sim, out: Path) -> list[str]:
         "run", "--host", sim.url, "--out", str(out), "--levels", "2,4", "--idle-s", "1", "--warmup-s", "1",
         "--step-s", "4", "--min-step-requests", "1", "--cooldown-s", "2", "--baseline-rounds", "1",
         "--baseline-round-requests", "8", "--gpu", f"dcgm:{sim.dcgm_url}", "--refine", "false",
+        "--verify-window-s", "4",  # the verify phase's open-loop rows carry intended times: corrected too
     ]  # fmt: skip
 
 
@@ -80,6 +81,9 @@ def _assert_rows_in_their_windows(run_dir: Path) -> None:
         step = steps[row.step_index]  # tagged at request start; boundaries land on ~1 s ticks
         assert step["t_start_unix_s"] - 0.5 <= row.t_start_unix_s <= step["t_end_unix_s"] + 0.5, (
             row.worker_id, row.step_index, row.t_start_unix_s - step["t_start_unix_s"])  # fmt: skip
+        if not pd.isna(row.t_intended_unix_s):  # open loop (the verify phase): on the master's clock too
+            assert 0 <= row.t_start_unix_s - row.t_intended_unix_s < 0.5, (row.worker_id, row.step_index)
+    assert rows["t_intended_unix_s"].notna().any(), "the verify phase sent open-loop rows"
 
 
 def test_skewed_worker_clocks_give_the_steps_of_unskewed_ones(simulator_factory, tmp_path):
@@ -105,7 +109,8 @@ def test_skewed_worker_clocks_give_the_steps_of_unskewed_ones(simulator_factory,
     assert all(abs(o) < 0.01 for o in _offsets(ref_dir).values())  # same machine: same clock
 
     _assert_rows_in_their_windows(skewed_dir)
-    a, b = (pd.read_csv(d / "steps.csv").set_index("level") for d in (ref_dir, skewed_dir))
+    a, b = (pd.read_csv(d / "steps.csv").query("phase in ('baseline', 'step')").set_index("level")
+            for d in (ref_dir, skewed_dir))  # fmt: skip
     print(pd.concat({"ref": a, "skewed": b})[["phase", "duration_s", "requests", "throughput_rps"]])
     assert list(a.index) == list(b.index) == [1, 2, 4]
     for level in a.index:

@@ -123,7 +123,7 @@ def test_answers_we_cannot_match_warn_once_and_are_measured(runs: dict[str, dict
     run = runs["constant"]
     assert run["manifest"]["answer_check"]["enabled"] is False
     assert "the run goes on measuring capacity" in run["stdout"] + run["stderr"]
-    steps = run["summary"]["steps"]
+    steps = [s for s in run["summary"]["steps"] if s["phase"] in ("baseline", "step")]  # not the verify overload
     assert all(s["failed_requests"] == 0 for s in steps)
     assert all(s["bad_answer_share"] == 1.0 for s in steps if s["ok_requests"])
     html = (run["dir"] / "report.html").read_text()

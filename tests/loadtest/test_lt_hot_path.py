@@ -25,7 +25,8 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
     user = users.OcrUser.__new__(users.OcrUser)  # _row uses no instance state
     monkeypatch.setattr(STATE, "worker_id", "wtest")
     row = user._row(
-        payloads.config, item, enc, StepTag(7, "step", 5), 123.5, 456.0, 78.0, 503, 999, verdict, 2, False, 41.5
+        payloads.config, item, enc, StepTag(7, "step", 5), 123.5, 456.0, 78.0, 503, 999, verdict, 2, False, 41.5,
+        123.25,
     )
     want = {
         "t_start_unix_s": 123.5,
@@ -52,6 +53,7 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
         "server_time_ms": 41.5,
         "finish_reason": "length",
         "repeated_tail": True,
+        "t_intended_unix_s": 123.25,
     }
     got = row._asdict()
     assert got.pop("request_id").startswith("wtest-")

@@ -42,6 +42,7 @@ ANSWERS: dict[str, tuple[int, str, bytes]] = {
     "/markdown": (200, "application/json", json.dumps({"text": "# Page\n\n" + "| x " * 60}).encode()),
     "/auth": (401, "application/json", b'{"error": "unauthorized"}'),
     "/bad": (422, "application/json", b'{"detail": "field required: image"}'),
+    "/busy": (429, "application/json", b'{"error": "rate limit"}'),
 }
 
 
@@ -63,6 +64,12 @@ class _Handler(QuietHandler):
                 _Handler.slow_left -= 1
                 time.sleep(1.5)  # far beyond the 0.2 s timeouts below, even on a busy machine
             self.answer(*ANSWERS["/ok"])
+            return
+        if self.path == "/full":  # a gateway with its queue full: 503 + Retry-After, always
+            self.send_response(503)
+            self.send_header("Retry-After", "10")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         if self.path == "/starting":
             if _Handler.busy_left > 0:
@@ -200,3 +207,15 @@ def test_with_cer_fail_above_set_the_warning_says_such_answers_fail(server):
     got = _check(server, "/constant", expected="The quick brown fox", cer_fail_above=0.3)
     warning = _one_warning_line(got, "CER_FAIL_ABOVE=0.3", "failures")
     assert "check off" not in warning
+
+
+@pytest.mark.parametrize(("endpoint", "said"), [("/busy", "429"), ("/full", "503 with Retry-After: \"10\"")])
+def test_a_server_refusing_load_is_not_called_a_wrong_request_shape(server, endpoint, said):
+    clock = iter(range(0, 10_000, 5))
+    cfg = RunConfig(host=server, endpoint=endpoint, ready_wait_s=10.0)
+    enc = encode_request(build_image_set("fixed").items[0], "multipart", endpoint=endpoint)
+    with pytest.raises(PreflightError) as err:
+        check_first_answer(cfg, enc, sleep=lambda _s: None, clock=lambda: float(next(clock)))
+    line = str(err.value)
+    assert said in line and "refusing load" in line and "not the problem" in line and "\n" not in line
+    assert "check STYLE" not in line

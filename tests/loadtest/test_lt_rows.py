@@ -135,6 +135,7 @@ def test_a_requests_csv_from_before_answer_kind_loads_with_an_empty_answer_kind(
     frame = load_run(tmp_path).requests
     assert len(frame) == 2 and list(frame["answer_kind"]) == ["", ""]
     assert list(frame["finish_reason"]) == ["", ""] and list(frame["repeated_tail"]) == [False, False]
+    assert frame["t_intended_unix_s"].isna().all()  # a closed-loop row, as every row before the column
     assert list(frame["failure_kind"]) == ["", "rejected"]
 
 

@@ -2,8 +2,8 @@
 
 - scenario `retry` honours Retry-After: each retry starts about Retry-After (1 s) after the failed
   attempt ended (exponential backoff alone would wait 0.5 s, then 1 s, then 2 s);
-- the plain scenarios count each 503 as "rejected", one attempt each, and wait Retry-After before the
-  next request;
+- the plain scenarios count each 503 as "rejected", one attempt each, and wait REJECT_PAUSE_S (0.5 s)
+  at most before the next request, whatever Retry-After asks: the step keeps its planned load;
 - a server that answers 503 while it starts is waited for up to --ready-wait-s, or the run ends
   before any load with one line that names READY_WAIT_S.
 """
@@ -64,11 +64,12 @@ def test_the_retry_scenario_honours_retry_after_during_a_503_storm(procs, tmp_pa
 def test_plain_scenarios_count_a_503_storm_as_rejected(procs, tmp_path):
     run_dir, rows, storm = _storm_run(procs, tmp_path, "fixed")
     rejected = rows[rows["failure_kind"] == "rejected"]
-    # one user, Retry-After: 1 -> about one rejected request a second of the storm, not a resend loop
-    assert 3 <= len(rejected) <= STORM_S + 3, rows["failure_kind"].value_counts()
+    # one user, Retry-After: 1 but REJECT_PAUSE_S 0.5 -> about two rejected requests a second of the storm,
+    # not a resend loop, and not the one a second that Retry-After would leave of the step's load
+    assert 6 <= len(rejected) <= 2 * STORM_S + 3, rows["failure_kind"].value_counts()
     for i in rejected.index[:-1]:
         gap = rows.loc[i + 1, "t_start_unix_s"] - (rows.loc[i, "t_start_unix_s"] + rows.loc[i, "latency_ms"] / 1000)
-        assert 0.9 <= gap <= 1.6, (i, gap)
+        assert 0.45 <= gap <= 0.9, (i, gap)
     assert set(rejected["status_code"]) == {503}
     assert set(rows["attempt"]) == {1} and rows["final_attempt"].all()
     assert rejected["error_text"].str.contains("starting or restarting").all()

@@ -84,3 +84,19 @@ def test_the_knee_tile_says_when_the_knee_waits_for_confirmation() -> None:
     html = render_report({**run.summary, "knee": knee}, run.frames())
     tile = html[html.index('id="tile-knee"') : html.index('id="tile-latency"')]
     assert "level 8 to be measured once more" in tile and "driver CPU near saturation at level 8" in tile
+
+
+def test_open_loop_columns_and_the_lines_on_load_turned_away_and_a_generator_behind() -> None:
+    run = build_run()
+    steps = [dict(s) for s in run.summary["steps"]]
+    plain = render_report({**run.summary, "steps": steps}, run.frames())
+    assert 'id="load-turned-away"' not in plain and 'id="behind-schedule"' not in plain
+    assert "P95 from intended" not in plain
+    steps[-1].update(rate_rps=12.0, effective_users=7.5, p95_intended_ms=2300.0, schedule_lag_p95_ms=900.0,
+                     in_flight_cap_hit=True, rejected=30, requests=120)  # fmt: skip
+    html = render_report({**run.summary, "steps": steps}, run.frames())
+    first = _first_screen(html)
+    assert "The server turned load away</b> (503/429) from 12.00 rps" in first and "25% of its requests" in first
+    assert "fell behind its schedule</b> at step" in first and "lag P95 900 ms" in first
+    table = html.split('<section id="steps">')[1]
+    assert "P95 from intended" in table and ">cap hit<" in table and "12.00 rps" in table
