@@ -20,7 +20,7 @@ from analysis.estimate import (
     gpus_named,
     parse_levels,
 )
-from analysis.goodput import cer_limits, goodput_peak, runaway_summary, with_goodput
+from analysis.goodput import GOODPUT_COLUMNS, cer_limits, goodput_peak, runaway_summary, with_goodput
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.memory_slope import restate_estimate
@@ -277,7 +277,9 @@ def analyze_run(
     diagnosis = diagnose(table, estimate, knee)
     missing = missing_parts(run, knee)
     config, comments = build_config(table, knee, estimate, kind)
-    table, proven = goodput_and_verify(run, table, config, slo_p95_s)
+    steps, proven = goodput_and_verify(run, steps, config, slo_p95_s)  # every row: the verify window's too
+    table = table.merge(steps[["step_index", *GOODPUT_COLUMNS]], on="step_index", how="left", suffixes=("_", ""))
+    table = table.drop(columns=[f"{c}_" for c in GOODPUT_COLUMNS if f"{c}_" in table.columns])
     if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"
         ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
         generated_unix_s = float(ends.max()) if not ends.empty else 0.0

@@ -79,7 +79,7 @@ def test_timeouts_at_a_level_above_the_baseline_end_the_step_and_the_plan_steps_
     step = run.ctl.step_index
     run.feed(THRESHOLD, ok=False, kind="timeout")  # 20 users on a server that serves ~2: our own load
     flushes = run.flushes
-    assert run.tick(20) == (0, 200.0)  # the step ended early: a cooldown (its 20 users stopped at 200/s), not the end
+    assert run.tick(20) == (0, 100.0)  # the step ended early: a cooldown (its 20 users stopped at 100/s), not the end
     assert run.flushes == flushes + 1  # its rows were flushed to the master before its row was written
     assert not run.ctl.aborted and not run.ctl.finished
     row = next(s for s in run.steps() if s["step_index"] == step)
