@@ -34,7 +34,7 @@ from loadtest.merge import WORKER_COPY_DIR
 from loadtest.payloads import build_payloads, images_sent
 from loadtest.preflight import PreflightError, check_first_answer
 from loadtest.procs import LOCUSTFILE as LOCUSTFILE  # tests and the other commands take it from here
-from loadtest.procs import fail
+from loadtest.procs import fail, stop_process
 from loadtest.procs import free_port as _free_port
 from loadtest.procs import locust_base as _locust_base
 from loadtest.procs import worker_cmd as _worker_cmd
@@ -248,17 +248,6 @@ def start_simulator(
     # keep reading its output so a chatty simulator never blocks on a full pipe
     threading.Thread(target=proc.stdout.read, daemon=True).start()
     return proc, url, dcgm
-
-
-def stop_process(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after `timeout_s`; always reaps."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:

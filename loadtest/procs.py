@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
+from typing import Any
 
 from loadtest.manifest import REPO_ROOT
 
@@ -28,3 +30,14 @@ def locust_base() -> list[str]:
 
 def worker_cmd(master_host: str, port: int) -> list[str]:
     return locust_base() + ["--worker", "--master-host", master_host, "--master-port", str(port)]
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`; always reaps."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

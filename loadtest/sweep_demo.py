@@ -24,7 +24,7 @@ from typing import Any
 from gpu_sampler import SamplerError
 from gpu_sampler.client import SidecarClient
 from loadtest.manifest import REPO_ROOT
-from loadtest.procs import fail, free_port
+from loadtest.procs import fail, free_port, stop_process
 
 DEMO_PROFILES = ("hunyuan-vllm-24g", "vllm-24g")  # seed 001's HunyuanOCR on vLLM where this simulator has it
 DEMO_SWEEP = "max_num_seqs=8,16,32,64"
@@ -88,13 +88,7 @@ def start_sidecar(template: str, health_url: str, dcgm_url: str, metrics_url: st
 def stop_pid(pid: int, proc: subprocess.Popen[Any] | None = None, grace_s: float = 10.0) -> None:
     """SIGTERM, then SIGKILL after `grace_s`; a process of ours (proc) is reaped."""
     if proc is not None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, grace_s)
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)
