@@ -216,6 +216,12 @@ def confirm_level(knee: Any, confirmed: list[int]) -> int | None:
     return None if level is None or level in confirmed else int(level)
 
 
+def engine_top(knee: Any, cfg: RunConfig) -> int | None:
+    """The highest level worth measuring under the engine's limit (the server's own, MAX_NUM_SEQS): None unknown."""
+    engines = [n for n in (getattr(knee, "server_limit", None), cfg.max_num_seqs) if n]
+    return min(map(limit_level, engines)) if engines else None
+
+
 def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, cfg: RunConfig) -> int | None:
     """The next doubled level when the planned levels ran out with no knee, within the budget."""
     if knee is None or knee.found or not knee.at_least or knee.criterion:
@@ -356,6 +362,9 @@ def _narrow(
         if again is None:
             return
         level, window_s, why = again
+        top = engine_top(knee_now(), cfg)
+        if top is not None and level > top:  # a level above the plateau's, but none past the engine's limit
+            level, why = top, f"{why}; {top} instead: none above 1.2x the engine's limit"
         yield from _remeasure(cfg, level, min(window_s, max_window_s), why)
         done.append(level)  # a level above the highest may be new
         more = climb_further(knee_now(), choice, done, climbs, cfg)
