@@ -49,6 +49,9 @@ independent windows, counts added), not its latest: the first window is data too
    - still scaling with a failing level F above: the knee is F (criterion "errors"), recommended the
      highest clean level;
    - still scaling and nothing failed: no knee yet; the answer is "at least" the highest level.
+   2b. Where the engine's limit L is known (the server shows it, else MAX_NUM_SEQS), the answer is at most
+   the lowest clean level at or above L, unless the level above it scaled as if its users ran
+   (analysis/engine_limit.py): past L users only queue, whatever few percent they add.
    A point with fewer than `min_requests` (20) requests is flagged and never the plateau or the
    recommendation (it can still fail: errors are errors). When only the baseline and a step far above
    it are measured, throughput cannot tell slow scaling from a plateau: next_level.probe_level asks for half
@@ -74,6 +77,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.driver import driver_load
+from analysis.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.failure_rule import Outcomes, outcomes_of, point_failure, steady_errors
 from analysis.pooled import pooled_row
 from analysis.stats import num
@@ -110,6 +114,7 @@ class Knee:
     narrow_hint: str = ""  # what would narrow the interval
     confirm_level: int | None = None  # a knee by few failures: measure this level once more first
     driver_saturated_levels: tuple[int, ...] = field(default=())  # driver CPU >= 85% (analysis/driver.py)
+    engine_limit: int | None = None  # the engine's limit the answer stays within (rule 2b), where known
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +134,7 @@ class Knee:
             "narrow_hint": self.narrow_hint,
             "confirm_level": self.confirm_level,
             "driver_saturated_levels": list(self.driver_saturated_levels),
+            "engine_limit": self.engine_limit,
         }
 
 
@@ -170,13 +176,17 @@ def recommend(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, 
     return int(levels[index]), index < levels.size - 1, float(plateau[0])
 
 
-def _confidence(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any]) -> tuple[int, int]:
+def _confidence(
+    levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any], cap: int | None = None
+) -> tuple[int, int]:
     """95% interval of the recommended level under the throughputs' own errors (rule 3): rule 2 run on
-    every draw at once (one row of throughputs per draw)."""
+    every draw at once (one row of throughputs per draw), within the engine's limit (`cap`, rule 2b)."""
     rng = np.random.default_rng(0)
     noise = np.nan_to_num(se, nan=0.0)
     draws = np.maximum(thr + noise * rng.standard_normal((p["draws"], thr.size)), 0.0)
     picks = levels[plateau_and_reach(draws, noise, p["knee_share"])[1]].astype(np.float64)
+    if cap is not None:
+        picks = np.minimum(picks, cap)
     low, high = np.quantile(picks, [0.025, 0.975], method="inverted_cdf")
     return int(low), int(high)
 
@@ -194,19 +204,6 @@ def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any]
     if baseline is not None and int(baseline["level"]) not in latest:
         latest[int(baseline["level"])] = baseline
     return [latest[k] for k in sorted(latest)], baseline
-
-
-def server_limit(table: pd.DataFrame) -> int | None:
-    """Requests the server runs at once at most, where it shows it: the most requests running stays the
-    same at two or more steps while other requests wait (vllm:num_requests_running / _waiting)."""
-    if table.empty or "server_running_max" not in table.columns:
-        return None
-    rows = table[(table["phase"] == "step") & (table["server_waiting_max"].astype(float) > 0)]
-    running = rows["server_running_max"].astype(float).dropna().round()
-    if running.empty:
-        return None
-    top = running.max()
-    return int(top) if top >= 1 and int((running == top).sum()) >= 2 else None
 
 
 @dataclass(frozen=True)
@@ -243,8 +240,9 @@ def _walk(table: pd.DataFrame, p: dict[str, Any]) -> _Walk:
     return _Walk(points, baseline, clean, failing, failure, confirm)
 
 
-def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
-    """Rules 1-4 of the module docstring; params override DEFAULTS."""
+def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee:
+    """Rules 1-4 of the module docstring; params override DEFAULTS. `max_num_seqs`: the engine's limit as
+    the user gave it (MAX_NUM_SEQS; 0 unknown), for rule 2b where the server does not show its own."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"find_knee: unknown parameter(s) {', '.join(sorted(unknown))}")
@@ -254,7 +252,7 @@ def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
     if not steps:
         return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)
     w = _walk(table, p)
-    knee = _decide(table, w, p, flagged)
+    knee = _decide(table, w, p, flagged, max_num_seqs)
     if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
         few = outcomes_of(w.failing).failed if w.failing is not None else 0
         knee = replace(knee, confirm_level=w.confirm_level, reason=(
@@ -272,26 +270,33 @@ def find_knee(table: pd.DataFrame, **params: Any) -> Knee:
     return knee
 
 
-def _decide(table: pd.DataFrame, w: _Walk, p: dict[str, Any], flagged: tuple[int, ...]) -> Knee:
+def _decide(table: pd.DataFrame, w: _Walk, p: dict[str, Any], flagged: tuple[int, ...], max_num_seqs: int) -> Knee:
     limit = server_limit(table)
+    engine = engine_limit(table, max_num_seqs, limit)
+    known = engine.level if engine is not None else None
     if not w.clean:
-        return _no_clean_level(w, p, flagged, limit)
+        return replace(_no_clean_level(w, p, flagged, limit), engine_limit=known)
     levels = np.array([int(r["level"]) for r in w.clean], dtype=np.int64)
     thr = np.array([num(r, "throughput_rps") for r in w.clean], dtype=np.float64)
     thr = np.nan_to_num(thr, nan=0.0)
     se = np.array([num(r, "throughput_se_rps") for r in w.clean], dtype=np.float64)
     rec, plateau, peak = recommend(levels, thr, se, p)
+    capped = cap_level(w.clean, engine)
+    cap = capped[0] if capped is not None else None
+    if capped is not None and rec > capped[0]:
+        confidence = _confidence(levels, thr, se, p, cap)
+        return _plateau_knee(w, capped[0], peak, confidence, flagged, limit, engine, capped[1])
     if plateau:
-        return _plateau_knee(w, rec, peak, _confidence(levels, thr, se, p), flagged, limit)
+        return _plateau_knee(w, rec, peak, _confidence(levels, thr, se, p, cap), flagged, limit, engine)
     top = w.clean[-1]
     if w.failing is not None:
-        return _error_knee(w, top, p, flagged, limit)
+        return replace(_error_knee(w, top, p, flagged, limit), engine_limit=known)
     gain = (thr[-1] - thr[-2]) / (levels[-1] - levels[-2]) if levels.size > 1 else math.nan
     return Knee(
         False, None, None, rec,
         f"no knee yet: the highest level {rec} still scales ({fmt(thr[-1], '.2f')} rps,"
         f" {fmt(gain, '+.2f')} rps per added user): the server takes at least {rec}; measure up to {2 * rec}",
-        flagged_steps=flagged, at_least=True, server_limit=limit,
+        flagged_steps=flagged, at_least=True, server_limit=limit, engine_limit=known,
     )  # fmt: skip
 
 
@@ -350,7 +355,10 @@ def _plateau_knee(
     confidence: tuple[int, int],
     flagged: tuple[int, ...],
     limit: int | None,
+    engine: EngineLimit | None,
+    capped: str = "",  # rule 2b's words when the engine's limit capped the answer
 ) -> Knee:
+    cap = engine.level if engine is not None else None
     rec_row = next(r for r in w.clean if int(r["level"]) == rec)
     below = [r for r in w.points if int(r["level"]) < rec]
     above = [r for r in w.points if int(r["level"]) > rec]
@@ -358,14 +366,18 @@ def _plateau_knee(
     driver = _driver_limited(lower if lower is not None else rec_row, w.clean[-1])
     if driver:
         return Knee(False, None, None, rec, driver, criterion="driver", flagged_steps=flagged, at_least=True,
-                    plateau_rps=peak, server_limit=limit)  # fmt: skip
+                    plateau_rps=peak, server_limit=limit, engine_limit=cap)  # fmt: skip
     words = [f"level {rec} reaches {fmt(_share(rec_row, peak), '.0%')} of the plateau {fmt(peak, '.2f')} rps"]
     if lower is not None:
         words.append(f"level {lower['level']} only {fmt(_share(lower, peak), '.0%')}")
     knee_row = above[0] if above else None
     if knee_row is not None:
         words.insert(0, _knee_words(knee_row, rec_row, w))
+    if capped:
+        words.insert(0, capped)
     refine = (int(lower["level"]), rec) if lower is not None and rec - int(lower["level"]) > 1 else None
+    if capped and cap is not None and rec <= cap:
+        refine = None  # the engine's limit itself, short of the bar: no level below it reaches it either
     if refine:
         words.append(f"the smallest level that reaches it lies in {refine[0] + 1}..{rec}")
     low, high = confidence
@@ -378,6 +390,7 @@ def _plateau_knee(
         int(knee_row["level"]) if knee_row is not None else None, rec,
         f"{head}: " + "; ".join(words), refine, bool(first), "latency", flagged,
         plateau_rps=peak, confidence=confidence, server_limit=limit, narrow_hint=hint if high > low else "",
+        engine_limit=cap,
     )  # fmt: skip
 
 

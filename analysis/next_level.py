@@ -17,16 +17,17 @@ from analysis.knee import Knee, num, points_of
 
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
-    """The next level to measure inside `refine_between`: the server's own limit when it lies inside and
-    is unmeasured, else the bisection midpoint; None when the bracket is adjacent or measured. A knee by
-    few failures (`confirm_level`) is measured once more first: the one measured level this returns."""
+    """The next level to measure inside `refine_between`: the engine's limit (the server's own, else
+    MAX_NUM_SEQS) when it lies inside and is unmeasured, else the bisection midpoint; None when the
+    bracket is adjacent or measured. A knee by few failures (`confirm_level`) is measured once more
+    first: the one measured level this returns."""
     if knee.confirm_level is not None:
         return knee.confirm_level
     if knee.refine_between is None:
         return None
     low, high = knee.refine_between
     measured = set() if table.empty else {int(v) for v in table.loc[table["phase"] == "step", "level"]}
-    limit = knee.server_limit
+    limit = knee.engine_limit or knee.server_limit  # the server's own, else MAX_NUM_SEQS (rule 2b)
     if limit is not None and low < limit < high and limit not in measured:
         return limit
     mid = (low + high) // 2

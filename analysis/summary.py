@@ -272,7 +272,8 @@ def analyze_run(
     steps = with_capacity_levels(steps, table)  # an open-loop step's level: its requests in flight
     estimate = run_estimate(run, table, headroom, gpu["total_mib"])
     buckets = bucket_table(run)
-    knee = find_knee(table)
+    told_seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS as the run was told (rule 2b)
+    knee = find_knee(table, max_num_seqs=told_seqs if isinstance(told_seqs, int) and told_seqs > 0 else 0)
     kind = server_kind(run)
     diagnosis = diagnose(table, estimate, knee)
     missing = missing_parts(run, knee)

@@ -136,10 +136,10 @@ class PlanDecisions:
         ended as past the knee by timeouts (plan.knee_past_overload)."""
         try:
             table = self.live.table(self.clock())
-            knee = analysis.find_knee(table)
+            knee = analysis.find_knee(table, max_num_seqs=self.cfg.max_num_seqs)
             if self.watch.overload is not None:
                 index, level, why = self.watch.overload
-                knee = knee_past_overload(table, knee, level, why, index)
+                knee = knee_past_overload(table, knee, level, why, index, self.cfg.max_num_seqs)
             self.knee_seen = knee
             return table, knee
         except Exception as exc:

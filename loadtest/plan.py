@@ -25,7 +25,9 @@ Never flood a server we have not measured: a level is planned only from evidence
   or the server's max_num_seqs where its /metrics exports it (analysis.estimate.cap_by_server). A
   KV-cache estimate with neither is no level: it counts the requests whose tokens fit in the cache, not
   those the engine runs at once (real vLLM 0.32, --max-num-seqs 8: an estimate of 1076). Levels above
-  1.2 x MAX_NUM_SEQS, or above 1.2 x the limit the server shows while it runs, are never planned.
+  1.2 x MAX_NUM_SEQS, or above 1.2 x the limit the server shows while it runs, are never planned; the
+  limit itself is (planned, or climbed to before the level above it): the knee's answer stays within it
+  (analysis/engine_limit.py) and needs it measured.
 - The first level is bounded by what the baseline says a window can measure (`window_bound`):
       first level <= max(MIN_FIRST_LEVEL, floor(WINDOW_BATCHING x STEP_S / L)),  WINDOW_BATCHING = 2
   where L is one request's latency alone (the baseline's mean). N users in a closed loop on a server
@@ -162,12 +164,15 @@ def _bound_words(cfg: RunConfig, bound: int, latency_s: float | None) -> str:
 
 
 def _capped(choice: LevelChoice, max_num_seqs: int) -> LevelChoice:
-    """No level above 1.2x MAX_NUM_SEQS (given by the user): the engine runs no more at once."""
+    """No level above 1.2x MAX_NUM_SEQS (given by the user): the engine runs no more at once. The limit
+    itself is one of the levels then: the answer stays within it (analysis/engine_limit.py), and it is
+    the level whose throughput the one above it shows flat."""
     if max_num_seqs <= 0 or max(choice.levels) <= limit_level(max_num_seqs):
         return choice
     top = limit_level(max_num_seqs)
-    levels = sorted({min(level, top) for level in choice.levels})
-    why = f"{choice.why}; none above {top}, 1.2x MAX_NUM_SEQS={max_num_seqs} (the engine runs no more at once)"
+    levels = sorted({min(level, top) for level in choice.levels} | {max_num_seqs})
+    why = (f"{choice.why}; {max_num_seqs} and none above {top}, 1.2x MAX_NUM_SEQS={max_num_seqs}"
+           " (the engine runs no more at once)")  # fmt: skip
     return dataclasses.replace(choice, levels=levels, why=why)
 
 
@@ -180,7 +185,9 @@ def within_server_limit(queue: list[tuple[int, str]], knee: Any) -> list[tuple[i
     return [(level, why) for level, why in queue if level <= limit_level(limit)]
 
 
-def knee_past_overload(table: Any, knee: Any, level: int, why: str, step_index: int | None = None) -> Any:
+def knee_past_overload(
+    table: Any, knee: Any, level: int, why: str, step_index: int | None = None, max_num_seqs: int = 0
+) -> Any:
     """The knee once a step ended early because requests started at `level` users timed out in a row (our
     own load: loadtest.overload): the table's knee when it is at or below that level; else the knee the
     levels below it show; else a knee at `level` (criterion "errors"), recommended the highest level below
@@ -188,7 +195,7 @@ def knee_past_overload(table: Any, knee: Any, level: int, why: str, step_index: 
     if knee is not None and knee.found and knee.knee_level is not None and knee.knee_level <= level:
         return knee
     below = table[table["level"].astype(int) < level] if not table.empty else table
-    found = analysis.find_knee(below)
+    found = analysis.find_knee(below, max_num_seqs=max_num_seqs)
     if found.found:
         return found
     rec = found.recommended_level or 1
@@ -196,7 +203,7 @@ def knee_past_overload(table: Any, knee: Any, level: int, why: str, step_index: 
     return analysis.Knee(
         True, step_index, level, rec, f"knee at level {level}: {why}; recommended {rec}, the highest level below it",
         (rec, level) if level - rec > 1 else None, first_step_is_knee=bool(first), criterion="errors",
-        flagged_steps=found.flagged_steps, server_limit=found.server_limit,
+        flagged_steps=found.flagged_steps, server_limit=found.server_limit, engine_limit=found.engine_limit,
     )  # fmt: skip
 
 
@@ -211,6 +218,12 @@ def confirm_level(knee: Any, confirmed: list[int]) -> int | None:
     return None if level is None or level in confirmed else int(level)
 
 
+def engine_top(knee: Any, cfg: RunConfig) -> int | None:
+    """The highest level worth measuring under the engine's limit (the server's own, MAX_NUM_SEQS): None unknown."""
+    engines = [n for n in (getattr(knee, "server_limit", None), cfg.max_num_seqs) if n]
+    return min(map(limit_level, engines)) if engines else None
+
+
 def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, cfg: RunConfig) -> int | None:
     """The next doubled level when the planned levels ran out with no knee, within the budget."""
     if knee is None or knee.found or not knee.at_least or knee.criterion:
@@ -218,9 +231,11 @@ def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, 
     if not choice.extend or climbs >= cfg.climb_budget or not done:
         return None
     more = 2 * max(done)
-    limits = [limit_level(n) for n in (knee.server_limit, cfg.max_num_seqs) if n]  # the engine's limit
-    if limits:
-        more = min(more, *limits)
+    engines = [n for n in (knee.server_limit, cfg.max_num_seqs) if n]  # the engine's limit
+    if engines:
+        more = min(more, *map(limit_level, engines))
+        if max(done) < min(engines) < more:  # the limit itself first: the answer stays within it
+            more = min(engines)
     return more if more > max(done) else None
 
 
@@ -398,6 +413,9 @@ def _narrow(
         if again is None:
             return
         level, window_s, why = again
+        top = engine_top(knee_now(), cfg)
+        if top is not None and level > top:  # a level above the plateau's, but none past the engine's limit
+            level, why = top, f"{why}; {top} instead: none above 1.2x the engine's limit"
         yield from _remeasure(cfg, level, min(window_s, max_window_s), why)
         done.append(level)  # a level above the highest may be new
         more = climb_further(knee_now(), choice, done, climbs, cfg)

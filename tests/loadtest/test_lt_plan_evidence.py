@@ -161,3 +161,32 @@ def test_a_step_ended_by_timeouts_is_a_knee_the_refinement_searches_below() -> N
     # a knee the table shows at or below the level stands
     shown = Knee(True, 3, 10, 5, "latency knee", (5, 10), criterion="latency")
     assert knee_past_overload(table, shown, 20, why) is shown
+
+
+def test_the_plan_measures_the_engine_limit_itself_and_the_level_above_it() -> None:
+    """The knee's answer stays within the engine's limit (analysis/engine_limit.py), which needs the limit
+    measured: planned when the levels are capped, climbed to before 1.2 x it."""
+    cfg = RunConfig(max_num_seqs=12)
+    doubling = choose_levels(cfg, None, baseline_latency_s=1.0)
+    assert doubling.levels == [1, 2, 4, 8, 12, 14] and "12 and none above 14" in doubling.why
+    scaling = _knee(at_least=True)
+    choice = LevelChoice([8], "given")
+    assert climb_further(scaling, choice, [8], 0, cfg) == 12  # not 14: the limit first
+    assert climb_further(scaling, choice, [8, 12], 1, cfg) == 14
+    assert climb_further(scaling, choice, [8, 12, 14], 2, cfg) is None
+    shown = _knee(at_least=True, server_limit=6)  # the server's own limit, below MAX_NUM_SEQS: it wins
+    assert climb_further(shown, choice, [4], 0, RunConfig()) == 6
+
+
+def test_a_remeasure_above_the_plateau_goes_no_higher_than_the_engine_limit_allows() -> None:
+    """remeasure_level asks 1.5x the highest level when the plateau rests on it alone (15 over 10): with
+    MAX_NUM_SEQS=8 the plan measures 10 once more instead (a real run of the old code measured 15)."""
+    cfg = RunConfig(refine=True, warmup_s=0, max_num_seqs=8)
+    asks = iter([(15, 5.0, "the plateau rests on level 10 alone; measuring 15")])
+    knees = iter([_knee()])  # after 8: no knee yet; from 10 on: found
+    phases = plan_phases(cfg, lambda: LevelChoice([8, 10], "given", extend=False),
+                         lambda: next(knees, _knee(found=True)), lambda: None,
+                         remeasure_level=lambda max_window_s: next(asks, None))  # fmt: skip
+    steps = [p for p in phases if p.phase == "step"]
+    assert [p.level for p in steps] == [8, 10, 10], steps
+    assert "10 instead: none above 1.2x the engine's limit" in steps[-1].note
