@@ -21,7 +21,7 @@ from it_procs import Simulator, run_cli, start_simulator, stop
 from simulator import truth
 
 PROFILE, SCALE, SEQS = "hunyuan-vllm-24g", 0.25, 8
-DEMO_STEPS = ["--idle-s", "2", "--step-s", "5", "--warmup-s", "1", "--cooldown-s", "5", "--cooldown-min-s", "1",
+DEMO_STEPS = ["--idle-s", "2", "--verify", "false", "--step-s", "5", "--warmup-s", "1", "--cooldown-s", "5", "--cooldown-min-s", "1",
               "--baseline-rounds", "3", "--baseline-round-requests", "10", "--refine-budget", "4"]  # fmt: skip
 RUN_TIMEOUT_S = 240.0
 

@@ -78,7 +78,7 @@ def test_prometheus_scrapes_the_run_and_finds_its_series(simulator_factory, tmp_
     prom, base = start_prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
     run = spawn_cli(
         ["run", "--host", sim.url, "--style", "openai", "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics",
-         f"{sim.url}/metrics", "--levels", "2,4", "--idle-s", "1", "--warmup-s", "1", "--step-s", "3",
+         f"{sim.url}/metrics", "--levels", "2,4", "--idle-s", "1", "--warmup-s", "1", "--verify", "false", "--step-s", "3",
          "--cooldown-s", "2", "--baseline-rounds", "1", "--refine", "false", "--workers", "1",
          "--metrics-port", str(metrics_port), "--out", str(tmp_path / "results")],
         merge_stderr=True,

@@ -67,7 +67,7 @@ class Ui:
 def _start_ui(sim: Any, out: Path, levels: str, env: dict[str, str] | None = None) -> Ui:
     web_port = _free_port()
     proc = spawn_cli(["ui", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics",
-                      sim.url + "/metrics", "--levels", levels, "--idle-s", "1", "--warmup-s", "1", "--step-s", "3",
+                      sim.url + "/metrics", "--levels", levels, "--idle-s", "1", "--warmup-s", "1", "--verify", "false", "--step-s", "3",
                       "--cooldown-s", "2", "--baseline-rounds", "1", "--refine", "false", "--workers", "1",
                       "--request-timeout-s", "4", "--web-port", str(web_port), "--out", str(out)],
                      env=env, merge_stderr=True)  # fmt: skip

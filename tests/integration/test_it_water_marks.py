@@ -117,7 +117,7 @@ def hot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HotRun]:
     try:
         out = run_cli(
             ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics", f"{sim.url}/metrics",
-             "--levels", "2,16", "--idle-s", "1", "--warmup-s", "1", "--step-s", "3", "--cooldown-s", "2",
+             "--levels", "2,16", "--idle-s", "1", "--warmup-s", "1", "--verify", "false", "--step-s", "3", "--cooldown-s", "2",
              "--baseline-rounds", "1", "--refine", "false", "--workers", "1", "--metrics-port", str(port),
              "--out", str(tmp / "results")],
             timeout_s=200,

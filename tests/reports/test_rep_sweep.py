@@ -49,7 +49,7 @@ def _short_run(slots: str, out: Path) -> Path:
         ["--time-scale", "0.25", "--gateway-slots", slots, "--gateway-queue", "64", "--gateway-wait-s", "60"],
     )
     args = ["run", "--host", url, "--gpu", f"dcgm:{dcgm}", "--server-metrics", f"{url}/metrics", "--out", str(out),
-            "--workers", "0", "--levels", "1,2,4,8", "--refine", "0", "--step-s", "3", "--warmup-s", "1",
+            "--workers", "0", "--levels", "1,2,4,8", "--refine", "0", "--verify", "false", "--step-s", "3", "--warmup-s", "1",
             "--idle-s", "1", "--cooldown-s", "2", "--baseline-rounds", "1", "--baseline-round-requests", "5"]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "loadtest", *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
