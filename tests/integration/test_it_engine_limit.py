@@ -57,6 +57,7 @@ def _check(summary: dict[str, Any], top_allowed: int) -> None:
     assert SEQS in levels and max(levels) <= top_allowed and max(levels) > SEQS, why
 
 
+@pytest.mark.slow  # ~90 s; tests/analysis/test_an_engine_limit.py keeps the rule in make test
 @pytest.mark.timeout(300)
 def test_told_max_num_seqs_8_the_answer_stays_at_8_and_the_plan_stops_at_10(server: Simulator, tmp_path: Path) -> None:
     _check(_run(server, tmp_path, ["--max-num-seqs", str(SEQS)]), top_allowed=10)

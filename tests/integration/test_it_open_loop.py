@@ -69,6 +69,7 @@ def test_rates_send_on_schedule_and_the_verify_phase_follows(simulator_factory, 
     assert all(not r["t_intended_unix_s"] for r in requests if r["phase"] in ("baseline", "drain"))
 
 
+@pytest.mark.slow  # ~45 s; test_it_verify_gateway runs the verify command in make test
 def test_verify_against_a_server_already_set_up_and_a_window_shorter_than_one_request(simulator_factory, tmp_path):
     sim = simulator_factory("--time-scale", "0.5")
     done = run_cli(["verify", "--host", sim.url, "--out", str(tmp_path / "a"), "--rate", "8", "--window-s", "4",

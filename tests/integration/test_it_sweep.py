@@ -36,6 +36,7 @@ def setting_of(sweep_dir: Path, name: str) -> dict:
     return json.loads((sweep_dir / name / "setting.json").read_text())
 
 
+@pytest.mark.slow  # ~30 s; the sidecar sweep stays in make test
 def test_targets_over_two_running_simulators(simulator_factory, tmp_path):
     a, b = simulator_factory("--time-scale", "0.1"), simulator_factory("--time-scale", "0.1", "--seed", "1")
     args = ["sweep", "--targets", f"a={a.url},b={b.url}", "--server-metrics", f"{a.url}/metrics",
@@ -59,6 +60,7 @@ def test_targets_over_two_running_simulators(simulator_factory, tmp_path):
     assert_sweep_report(sweep_dir, res.stdout, ["target=a", "target=b"])
 
 
+@pytest.mark.slow  # ~30 s; the sidecar sweep stays in make test
 def test_a_stopped_sweep_keeps_what_finished_and_renders_the_running_setting(simulator_factory, tmp_path):
     sim = simulator_factory("--time-scale", "0.1")
     args = ["sweep", "--host", sim.url, "--sweep", "max_side=0,512", "--out", str(tmp_path), *QUICK]

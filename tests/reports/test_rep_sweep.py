@@ -90,6 +90,7 @@ def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return sweep
 
 
+@pytest.mark.slow  # two real runs (~80 s); test_it_sweep renders a real sweep in make test
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
 def test_the_oom_free_setting_is_picked_from_real_runs(sweep_dir: Path) -> None:
     html = write_sweep(sweep_dir)
@@ -110,6 +111,7 @@ def test_the_oom_free_setting_is_picked_from_real_runs(sweep_dir: Path) -> None:
     assert pd.isna(table.loc[0, "preemptions"])  # a PyTorch-style server exports no preemption counter
 
 
+@pytest.mark.slow  # two real runs (~80 s); test_it_sweep renders a real sweep in make test
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
 def test_the_config_is_the_picks_own_plus_the_swept_gateway(sweep_dir: Path) -> None:
     write_sweep(sweep_dir)
@@ -125,6 +127,7 @@ def test_the_config_is_the_picks_own_plus_the_swept_gateway(sweep_dir: Path) -> 
     assert alerts == (sweep_dir / "gateway_slots-2" / "alerts.yaml").read_text() and "groups:" in alerts
 
 
+@pytest.mark.slow  # two real runs (~80 s); test_it_sweep renders a real sweep in make test
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
 def test_a_sweep_with_nothing_picked_says_so_in_the_config(sweep_dir: Path, tmp_path: Path) -> None:
     write_sweep(sweep_dir)
@@ -178,12 +181,14 @@ def test_damaged_settings_are_failed_with_a_line_and_the_rest_still_reported(tmp
     assert yaml.safe_load((sweep / "recommended-config.yaml").read_text()) == {"picked": None}
 
 
+@pytest.mark.slow  # two real runs (~80 s); test_it_sweep renders a real sweep in make test
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
 def test_the_cli_prints_the_report_path(sweep_dir: Path, capsys: Any) -> None:
     assert reports_main(["sweep", str(sweep_dir)]) == 0
     assert capsys.readouterr().out.strip() == f"report: {sweep_dir / 'sweep.html'}"
 
 
+@pytest.mark.slow  # two real runs (~80 s); test_it_sweep renders a real sweep in make test
 @pytest.mark.browser
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
 def test_the_page_shows_the_pick_the_table_and_working_links(sweep_dir: Path, chromium: Path) -> None:
