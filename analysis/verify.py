@@ -281,6 +281,12 @@ def _verdict_text(
     load = f"{w.offered_rps:.2f} rps for {w.duration_s:.0f} s"
     if plateau_rps and plateau_rps > 0:
         load += f" ({w.offered_rps / plateau_rps:.1f}x the plateau {plateau_rps:.2f} rps)"
+    oom = next((c for c in checks if c["name"] == "no_oom" and not c["passed"]), None)
+    if no_admission and oom is not None:  # the excess was let in and ran out of memory: not a queue
+        return (
+            f"The server has no admission control: at {load} it turned nothing away with 503/429 and let the"
+            f" excess in, where it ran out of GPU memory ({oom['why']})"
+        )
     if no_admission:
         return (
             f"The server has no admission control: at {load} it turned nothing away with 503/429 and queued"

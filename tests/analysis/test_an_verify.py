@@ -82,6 +82,15 @@ def test_an_oom_fails_no_oom_alone():
     assert verdict["passed"] is False and "no_oom" in verdict["why"]
 
 
+def test_no_admission_control_whose_excess_runs_out_of_memory_says_so_not_queued():
+    # seed 001's too-high max_num_seqs: nothing turned away, the excess let in until it OOMs
+    verdict = _verify(*serve(gateway=False, oom_every=3))
+    assert verdict["passed"] is False and not _checks(verdict)["no_oom"]["passed"]
+    assert "ran out of GPU memory" in verdict["why"] and "queued everything" not in verdict["why"]
+    queued = _verify(*serve(gateway=False))
+    assert "queued everything" in queued["why"] and "GPU memory" not in queued["why"]
+
+
 def test_a_load_the_server_keeps_up_with_passes_and_says_admission_control_was_not_exercised():
     verdict = _verify(*serve(gateway=True, rate_rps=6.0))
     excess = _checks(verdict)["excess_rejected_fast"]
