@@ -10,6 +10,7 @@ sample minimum or maximum, which widens the interval honestly instead of inventi
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -77,8 +78,8 @@ def linear_fit(x: FloatArray, y: FloatArray) -> tuple[float, float, float]:
 
 
 def num(row: Any, name: str) -> float:
-    """A number from a step row (a dict or a record); NaN when absent or not a number."""
-    value = row.get(name) if isinstance(row, dict) else getattr(row, name, math.nan)
+    """A number from a step row (a dict or other mapping, or a record); NaN when absent or not a number."""
+    value = row.get(name) if isinstance(row, Mapping) else getattr(row, name, math.nan)
     try:
         return float(value) if value is not None else math.nan
     except (TypeError, ValueError):

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.stats import percentile
+from analysis.stats import num, percentile
 from analysis.steps import WindowShares
 
 VERIFY_PHASE, DRAIN_PHASE = "verify", "drain"
@@ -63,13 +63,6 @@ def _server(config: Mapping[str, Any]) -> dict[str, Any]:
 def _queue(server: Mapping[str, Any]) -> Mapping[str, Any]:
     queue = server.get("queue")
     return queue if isinstance(queue, Mapping) else {}
-
-
-def _float(value: Any) -> float:
-    try:
-        return float(value) if value is not None else math.nan
-    except (TypeError, ValueError):
-        return math.nan
 
 
 class Window:
@@ -253,13 +246,13 @@ def verify_summary(
         return None
     server = _server(config)
     queue = _queue(server)
-    timeout_s = _float(server.get("request_timeout_s"))
+    timeout_s = num(server, "request_timeout_s")
     checks = [
         check_admitted_p95(w, timeout_s),
         check_excess_rejected(w),
         check_no_oom(requests, steps),
         check_drained(
-            w, _probes(requests, steps), baseline_p95_ms, _float(queue.get("wait_timeout_s")), timeout_s
+            w, _probes(requests, steps), baseline_p95_ms, num(queue, "wait_timeout_s"), timeout_s
         ),
     ]
     passed = all(c["passed"] for c in checks)
