@@ -37,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from gpu_sampler.server_control import ServerControlError, check_values
 from loadtest import cli
 from loadtest.config import ConfigError, RunConfig, add_arguments
 from loadtest.payloads import build_payloads
@@ -133,6 +134,8 @@ def prepare(ns: argparse.Namespace) -> SweepPlan:
     try:
         check_grid(axes, targets, None if restarter is None else restarter.placeholders)
         settings = build_grid(axes, targets)
+        if restarter is not None:
+            check_server_values(restarter.placeholders, settings)
         configs = [setting_config(base, s) for s in settings]
         check_images(configs)
     except BaseException:
@@ -142,6 +145,16 @@ def prepare(ns: argparse.Namespace) -> SweepPlan:
     return SweepPlan(axes=axes, targets=targets, settings=settings, configs=configs, restarter=restarter,
                      slo_p95_s=base.slo_p95_s, out=Path(base.out).resolve())  # fmt: skip
     # resolved: the Locust master runs in the repository's folder, and each run folder is named to it
+
+
+def check_server_values(placeholders: tuple[str, ...], settings: list[Setting]) -> None:
+    """Each setting's server values by the rule the server control itself applies (a value starting with
+    '-' must be a number, at most VALUE_CHARS long): refused here, before any load, not at its restart."""
+    for setting in settings:
+        try:
+            check_values(placeholders, setting.server_values())
+        except ServerControlError as exc:
+            raise SweepError(f"setting {setting.label}: {exc}") from None
 
 
 def setting_config(base: RunConfig, setting: Setting) -> RunConfig:

@@ -27,6 +27,9 @@ HOST = "http://127.0.0.1:9"  # discard port: nothing listens
         (["--sweep", "max_num_seqs=8", "--server-cmd", "srv --n {max_num_seqs}"], "SERVER_CMD needs SERVER_HEALTH"),
         (["--sweep", "max_side=0,1024", "--server-health", "http://127.0.0.1:9/health"], "SERVER_HEALTH is for SERVER_CMD"),
         (["--sweep", "max_side=0,1024", "--levels", "4,2,x"], "bad LEVELS='4,2,x'"),
+        # a value the server would read as a flag: refused before load by the server control's own rule
+        (["--sweep", "max_num_seqs=8,--16", "--server-cmd", "srv --n {max_num_seqs}", "--server-health",
+          "http://127.0.0.1:9/health"], "setting max_num_seqs=--16: bad value for {max_num_seqs}"),
     ],
 )
 def test_a_sweep_that_cannot_run_is_one_line_before_anything(tmp_path, capsys, args, line):
