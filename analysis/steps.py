@@ -227,7 +227,7 @@ def _by_time(frame: pd.DataFrame, rows: np.ndarray | None) -> np.ndarray | None:
     return rows[np.argsort(t, kind="stable")]
 
 
-def _positive_increase(values: FloatArray) -> float:
+def positive_increase(values: FloatArray) -> float:
     """Counter increase over a step, robust to a restart (which resets the counter to 0)."""
     if values.size == 0:
         return math.nan
@@ -355,7 +355,7 @@ def step_table(run: RunData) -> pd.DataFrame:
         row["server_running_max"] = _stat(running, "max")
         row["server_waiting_max"] = _stat(_column(server, srv, "num_requests_waiting"), "max")
         row["kv_cache_peak_frac"] = _stat(_column(server, srv, "kv_cache_usage_frac"), "max")
-        row["preemptions"] = _positive_increase(_column(server, srv, "num_preemptions_total"))
+        row["preemptions"] = positive_increase(_column(server, srv, "num_preemptions_total"))
         row["framework_peak_mib"] = _stat(_column(server, srv, "framework_peak_mib"), "max")
         if srv is not None and srv.size and "e2e_buckets_s" in server.columns:
             scrapes = server["e2e_buckets_s"].to_numpy()[srv]  # in time order (sorted above)

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.stats import num
-from analysis.steps import _positive_increase
+from analysis.steps import positive_increase
 
 IDLE_UTIL_PCT = 50.0  # seed 001: at max-num-seqs 8 "the GPU below 50% busy" was compute wasted
 OK, FAILED, PENDING = "ok", "failed", "pending"
@@ -57,7 +57,7 @@ def run_counts(requests: pd.DataFrame, server: pd.DataFrame) -> dict[str, Any]:
     kinds = requests["failure_kind"].astype(str) if "failure_kind" in requests.columns else pd.Series([])
     counter = server["num_preemptions_total"] if "num_preemptions_total" in server.columns else pd.Series([])
     values = pd.to_numeric(counter, errors="coerce").dropna().to_numpy(dtype="float64")
-    preempted = _positive_increase(values) if values.size else math.nan
+    preempted = positive_increase(values) if values.size else math.nan
     return {
         "requests": len(requests),
         "oom_count": int((kinds == "oom").sum()),
