@@ -4,9 +4,9 @@ locust -f locustfile.py --headless --host http://gpu-box:8000 --ocr-style multip
 python -m loadtest run --host ...   (the same, plus pre-flight checks, workers, analysis and report)
 """
 
-from loadtest.shape import SteppedPlanShape
-from loadtest.users import OcrUser
-from loadtest.wiring import wire
+from loadtest.traffic.users import OcrUser
+from loadtest.wiring.listeners import wire
+from loadtest.wiring.shape import SteppedPlanShape
 
 wire()
 

@@ -17,7 +17,7 @@ When tokens are unknown (non-OpenAI styles), the baseline's peak KV-cache fracti
 tokens_per_request / kv_cache_size_tokens.
 Memory evidence (DESIGN section 1; analysis.memory_slope re-takes it over the steps). Three readings
 come before the estimate: gpu.csv rows tagged PREFLIGHT_STEP_INDEX, read before the pre-flight sent its
-one request (loadtest.idle); the idle phase after it; the baseline's peak (one request in service), with
+one request (loadtest.launch.idle); the idle phase after it; the baseline's peak (one request in service), with
 the cooldown after it. They tell three cases apart, each named in the reason (`memory_case`):
 - memory per request: idle as before the pre-flight, the baseline's peak one request above it;
 - memory loaded once: the first request loaded CUDA modules, cuBLAS/cuDNN workspaces or weights, and

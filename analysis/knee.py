@@ -60,7 +60,7 @@ independent windows, counts added), not its latest: the first window is data too
    (400) throughputs drawn within those errors (a fixed seed keeps this pure); the 2.5% and 97.5%
    quantiles of the recommended level are its 95% interval. When it is wider than +-1 level, the plan
    re-measures the level that decides it with a longer window, within a budget
-   (next_level.remeasure_level, loadtest/plan.py), and the answer is read again on the pooled points.
+   (next_level.remeasure_level, loadtest/method/plan.py), and the answer is read again on the pooled points.
 4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
    the smallest level reaching the plateau lies in (B, R]: bisect. When the knee is a failing level F
    more than 1 above R, bisect (R, F). A concurrency limit the server shows (`server_limit`: requests

@@ -1,7 +1,7 @@
 """Where to measure next: the refinement's next level, a probe below a far first step, and the level to
 re-measure when the answer's interval is wide.
 
-All read the knee that analysis.knee found on the steps so far; the plan (loadtest/plan.py) asks them
+All read the knee that analysis.knee found on the steps so far; the plan (loadtest/method/plan.py) asks them
 between steps, so a run goes straight at the answer instead of sweeping a grid.
 """
 
@@ -108,7 +108,7 @@ def _plateau_level(steps: list[dict[str, Any]], rec: int, high: int, max_window_
 def remeasure_level(table: pd.DataFrame, knee: Knee, max_window_s: float, **params: Any) -> Remeasure | None:
     """What to measure once more, and for how long, when the knee's 95% interval (rule 3) is wider than
     +-1 level around the answer; None when it is not, or there is nothing to narrow (no plateau, an errors
-    knee). The plan asks again after each re-measure, within its budget (loadtest/plan.py).
+    knee). The plan asks again after each re-measure, within its budget (loadtest/method/plan.py).
 
     The answer is the first level whose throughput reaches 95% (`knee_share`) of the plateau, the plateau
     the mean of the throughputs near the highest. So the interval is wide for one of these reasons,

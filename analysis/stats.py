@@ -28,7 +28,7 @@ def percentile(values: FloatArray, q: float) -> float:
 
 def latency_cv(values: FloatArray) -> float:
     """Coefficient of variation (sample standard deviation / mean); NaN under two values or a zero mean.
-    The step table's `latency_cv` and the master's live request target (loadtest/timing.py) both use it."""
+    The step table's `latency_cv` and the master's live request target (loadtest/method/timing.py) both use it."""
     if values.size < 2:
         return math.nan
     mean = float(values.mean())

@@ -69,7 +69,7 @@ STEP_COLUMNS = [
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
 _T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
 CUT_KIND = "cut"  # in flight when Locust killed its user at a step-down, after the stop timeout: failed
-REJECTED_KIND = "rejected"  # 503 / 429 (loadtest.failures.REJECTED)
+REJECTED_KIND = "rejected"  # 503 / 429 (loadtest.traffic.failures.REJECTED)
 BUCKET_COLUMNS = ["step_index", "level", "bucket", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps"]
 
 
@@ -260,7 +260,7 @@ class WindowShares:
 
     def throughput_rps(self, t0: float, t1: float) -> float:
         """The throughput of [t0, t1] (`window_throughput`): the one definition, used by the step table and,
-        live, by the master's console lines and panel (loadtest/live.py)."""
+        live, by the master's console lines and panel (loadtest/method/live.py)."""
         return window_throughput(self.shares(t0, t1)[1], t0, t1)
 
 

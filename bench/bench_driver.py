@@ -34,7 +34,7 @@ rounds go on while the interval straddles the goal, until another round would en
 miss). bench/verdict.py holds the rule. The req/s of each is printed for information.
 
 - bare: `FastHttpUser` whose task is `self.client.post("/ocr", data=BODY, headers=...)`.
-- ours: `loadtest.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
+- ours: `loadtest.traffic.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
   RequestRow per request, answer parsing, CER against the image's ground truth, failure
   classification, the report to Locust's `request` event; plus, every second of its running time, what
   a worker does with the rows (`link.next_batches`: pack them, append them to the worker's local copy;
@@ -68,7 +68,7 @@ from verdict import CONFIDENCE, MIN_ROUNDS, exit_status, median_interval, next_s
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 0.95
 BUCKETS = "2048x1536:1"  # one page of ~290 KB as a PNG multipart upload
-REPORT_EVERY_S = 1.0  # a worker ships its rows every second (loadtest/rowlink.py SHIP_INTERVAL_S)
+REPORT_EVERY_S = 1.0  # a worker ships its rows every second (loadtest/traffic/rowlink.py SHIP_INTERVAL_S)
 COUNTER = struct.Struct("qq")  # requests, failures: written by the client at each request
 
 
@@ -81,11 +81,12 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
     from locust.rpc.protocol import Message
 
     sys.path.insert(0, str(ROOT))
-    from loadtest import link, rowlink
-    from loadtest import users as ours
-    from loadtest.config import RunConfig
-    from loadtest.merge import LocalCopy
-    from loadtest.payloads import build_payloads
+    from loadtest.settings.run_config import RunConfig
+    from loadtest.traffic import rowlink
+    from loadtest.traffic import users as ours
+    from loadtest.traffic.merge import LocalCopy
+    from loadtest.traffic.payloads import build_payloads
+    from loadtest.wiring import link
 
     payloads = build_payloads(RunConfig(host=host, scenario="mixed", buckets=BUCKETS))
     enc = next(iter(payloads.encoded.values()))
@@ -162,7 +163,7 @@ def cpu_ns(pid: int) -> int:
 def stop(proc: subprocess.Popen[str]) -> None:
     # imported here: the --client children import locust, which must come before ssl is imported
     sys.path.insert(0, str(ROOT))
-    from loadtest.cli import stop_process
+    from loadtest.launch.procs import stop_process
 
     stop_process(proc)
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import analysis  # noqa: E402
 from bench.curves import Curve, family, habits, measure, run_plan  # noqa: E402
-from loadtest.config import RunConfig  # noqa: E402
+from loadtest.settings.run_config import RunConfig  # noqa: E402
 
 SWEEP = [1, 2, 4, 8, 16, 32, 64, 128]
 

@@ -12,7 +12,7 @@ Habits (`habits()`, issue 21), none of which moves the truth: `error_rate` (load
 level and in the baseline, drawn apart so that the other curves' requests stay those of their seeds),
 a large `single_s` (slow service times), `slow_first_requests` of the baseline taking `slow_first_s` more.
 
-`run_plan` drives the real plan (loadtest.plan.plan_phases with its real callbacks: analysis.find_knee,
+`run_plan` drives the real plan (loadtest.method.plan.plan_phases with its real callbacks: analysis.find_knee,
 analysis.next_refine_level, analysis.probe_level, analysis.remeasure_level) and measures each step as the suite would: every user's requests in the
 window are drawn, and the step's row comes from analysis.step_table on them, so throughput shares, batch
 means and P95 intervals are the product's own. Used by tests/analysis/test_an_family.py and
@@ -29,8 +29,10 @@ import numpy as np
 import pandas as pd
 
 import analysis
-from loadtest.config import RunConfig
-from loadtest.plan import choose_levels, plan_phases, target_requests
+from loadtest.method.levels import choose_levels
+from loadtest.method.plan import plan_phases
+from loadtest.method.timing import target_requests
+from loadtest.settings.run_config import RunConfig
 
 KNEE_SHARE = 0.95
 OOM_FAIL_MS = 5.0  # an allocator failure answers in milliseconds
@@ -158,8 +160,6 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
         if spec.phase in ("baseline", "step"):
             window = spec.min_s if spec.phase == "step" else max(cfg.step_s, 60 * curve.single_s)
             rps = curve.throughput_rps(spec.level)
-            if spec.target_requests:  # the controller's rule: go on to the target, up to target_max_s
-                window = min(max(window, spec.target_requests / rps), spec.target_max_s)
             if spec.min_requests:  # and to min_requests, up to max_s (the slow first ones take longer)
                 slow_s = curve.slow_first_requests * curve.slow_first_s if spec.phase == "baseline" else 0.0
                 window = max(window, min(spec.min_requests / rps + slow_s, spec.max_s))

@@ -1,1 +1,2 @@
-"""The only package that imports locust: users, the stepped shape, event wiring, the run CLI."""
+"""The driver side of the suite, the only package that imports locust, in stages from the bottom up:
+settings, traffic, method, views, wiring and launch, sweep, commands (README "Layout")."""

@@ -59,7 +59,7 @@ class RequestRow(NamedTuple):
     ttft_ms: float | None  # time to first streamed byte of the answer, when streamed
     status_code: int  # 0 when no HTTP answer came (connection error, timeout, cut)
     ok: bool  # the server answered (2xx); a poor answer text is still ok unless CER_FAIL_ABOVE is set
-    failure_kind: str  # "" when ok; see loadtest.failures for the kinds
+    failure_kind: str  # "" when ok; see loadtest.traffic.failures for the kinds
     bytes_sent: int
     bytes_received: int
     cer: float | None  # character error rate against the expected text, when known
@@ -71,7 +71,7 @@ class RequestRow(NamedTuple):
     error_text: str  # first 200 characters of the error or answer body; untrusted text
     # Last, with a default, so rows and readers from before it stay aligned (an old row is "").
     # "" when the answer is fine or there is none; else bad_answer | empty_answer | wrong_answer
-    # (loadtest.failures): the answer's quality, measured apart from `ok`, which says the server failed.
+    # (loadtest.traffic.failures): the answer's quality, measured apart from `ok`, which says the server failed.
     answer_kind: str = ""
     # marks: the server's own processing time (Server-Timing, SERVER_TIME_HEADER or SERVER_TIME_PATH), ms
     server_time_ms: float | None = None

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.server_time import histogram_columns, histogram_quantile_s, time_split
 from analysis.steps import step_row
-from loadtest.live import requests_frame
+from loadtest.method.live import requests_frame
 from runfolder import RequestRow, ServerSample, columns_of
 
 

@@ -1,5 +1,5 @@
 """deploy/grafana: every panel's query parses (promtool, as a recording rule: it has no PromQL parse command)
-and names only metrics that exist: the suite's own /metrics (loadtest.promexport's collector), the DCGM
+and names only metrics that exist: the suite's own /metrics (loadtest.views.promexport's collector), the DCGM
 exporter's fields, and a real vLLM 0.32 page (tests/gpu_sampler/fixtures). The provisioning files load."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.config import RunConfig
-from loadtest.controller import Controller
-from loadtest.promexport import RowTally, RunCollector
+from loadtest.method.controller import Controller
+from loadtest.settings.run_config import RunConfig
+from loadtest.views.promexport import RowTally, RunCollector
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "deploy" / "grafana"

@@ -36,8 +36,10 @@ from kubernetes_validate.utils import latest_version
 
 from gpu_sampler.__main__ import TOKEN_ENV, is_loopback
 from gpu_sampler.__main__ import parse_args as sampler_parse_args
-from loadtest.cli import build_parser, config_from_args
-from loadtest.config import SECRET_ENV, ConfigError
+from loadtest.commands.main import build_parser
+from loadtest.launch.run import config_from_args
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.options import SECRET_ENV
 
 # The oldest Kubernetes release still commonly run, and the newest the validator knows.
 K8S_VERSIONS = ("1.29.0", latest_version())
@@ -200,7 +202,7 @@ def test_secret_example_holds_no_secret() -> None:
 
 @needs_kubectl
 def test_every_secret_the_code_reads_reaches_the_master() -> None:
-    """A secret variable added to the code (loadtest.config.SECRET_ENV) and not to the manifests fails here."""
+    """A secret variable added to the code (loadtest.settings.run_config.SECRET_ENV) and not to the manifests fails here."""
     (master,) = [c for c in suite_containers(K8S / "base") if c.owner == "Job/ocr-capacity-master"]
     missing = set(SECRET_ENV) - set(master.env_names)
     assert not missing, (

@@ -26,7 +26,7 @@ from k8s_manifests import (
 )
 
 from gpu_sampler.__main__ import parse_args as sampler_parse_args
-from loadtest.cli import build_parser
+from loadtest.commands.main import build_parser
 
 pytestmark = pytest.mark.skipif(
     kubectl() is None, reason="kubectl not found: its kustomize builds are not checked"

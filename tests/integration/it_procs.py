@@ -9,7 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest import cli
+from loadtest.launch import run
+from loadtest.launch.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,12 +24,12 @@ class Simulator:
 
 def start_simulator(*args: str) -> Simulator:
     """A simulator on free loopback ports; `args` are its flags (a --profile among them wins)."""
-    proc, url, dcgm = cli.start_simulator(extra=args)
+    proc, url, dcgm = run.start_simulator(extra=args)
     return Simulator(proc, url, dcgm)
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    cli.stop_process(proc)
+    stop_process(proc)
 
 
 def spawn_cli(

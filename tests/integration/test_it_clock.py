@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 from it_procs import REPO, spawn_cli, stop
 
-from loadtest.cli import LOCUSTFILE
-from loadtest.clock import SKEW_ENV
+from loadtest.launch.procs import LOCUSTFILE
+from loadtest.traffic.clock import SKEW_ENV
 
 pytestmark = pytest.mark.slow
 

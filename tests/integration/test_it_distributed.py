@@ -26,7 +26,7 @@ import pytest
 from it_procs import spawn_cli
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.merge import read_local_copy
+from loadtest.traffic.merge import read_local_copy
 from scenarios import make_document_image
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """Issue 22's check, one setting: the simulator's hunyuan-vllm-24g with --max-num-seqs 8 at time scale 0.25,
-measured with the demo-sweep's short steps (loadtest/sweep_demo.py) as `python -m loadtest run` would be.
+measured with the demo-sweep's short steps (loadtest/sweep/demo.py) as `python -m loadtest run` would be.
 
 The truth: knee 8 (an engine that runs 8 at once serves 10 users by queueing 2). Before rule 2b
 (analysis/engine_limit.py) the run recommended 10 with no knee: level 10 read a few percent above 8, the

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from it_procs import REPO, run_cli, spawn_cli, stop
 
-from loadtest.procs import free_port
+from loadtest.launch.procs import free_port
 
 QUICK = ["--levels", "1,2", "--workers", "0", "--verify", "false", "--step-s", "2", "--idle-s", "1", "--warmup-s", "0",
          "--cooldown-s", "1", "--cooldown-min-s", "0.5", "--baseline-rounds", "1",

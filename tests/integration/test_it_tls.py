@@ -32,10 +32,11 @@ from it_procs import Simulator, spawn_cli, start_simulator, stop
 from analysis import load_run
 from gpu_sampler import SamplerError, SidecarClient
 from gpu_sampler.tls import TlsSettings
-from loadtest import cli
-from loadtest.config import RunConfig, with_ca_pem
-from loadtest.payloads import build_payloads
-from loadtest.preflight import PreflightError, check_first_answer
+from loadtest.commands import main as cli
+from loadtest.launch.preflight import PreflightError, check_first_answer
+from loadtest.launch.run import preflight
+from loadtest.settings.run_config import RunConfig, with_ca_pem
+from loadtest.traffic.payloads import build_payloads
 
 TOKEN = "metrics-s3cret-5e6f7a8b"
 PROBE = Path(__file__).resolve().parents[1] / "loadtest" / "lt_user_probe.py"
@@ -88,14 +89,14 @@ def test_the_preflight_passes_with_the_ca_bundle_or_insecure_and_scrapes_need_th
     metrics = {"server_metrics": tls_sim.sim.url + "/metrics", "gpu": f"dcgm:{tls_sim.sim.dcgm_url}"}
     bearer = f"Authorization: Bearer {TOKEN}"
     for trust in ({"ca_bundle": str(tls_sim.cert.cert)}, {"insecure": True}):
-        answer_check, _idle = cli.preflight(_cfg(tls_sim, metrics_headers=bearer, **trust, **metrics))
+        answer_check, _idle = preflight(_cfg(tls_sim, metrics_headers=bearer, **trust, **metrics))
         assert answer_check["enabled"] is True
     # HEADERS stand for METRICS_HEADERS when those are not given (one auth proxy for both)
-    cli.preflight(_cfg(tls_sim, headers=bearer, insecure=True, **metrics))
+    preflight(_cfg(tls_sim, headers=bearer, insecure=True, **metrics))
 
     for headers in ("", "Authorization: Bearer wrong-0123"):
         with pytest.raises(SamplerError) as refused:
-            cli.preflight(_cfg(tls_sim, metrics_headers=headers, insecure=True, **metrics))
+            preflight(_cfg(tls_sim, metrics_headers=headers, insecure=True, **metrics))
         line = str(refused.value)
         assert "401" in line and "METRICS_HEADERS=" in line and "\n" not in line, line
         assert "wrong-0123" not in line, "a header value is never shown"

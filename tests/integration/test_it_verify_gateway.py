@@ -3,7 +3,7 @@
 queue: a request that finds both slots busy gets 503 with Retry-After at once) and once without (every
 request waits for a slot). `python -m loadtest verify --rate R` at twice what it serves must pass the
 first and fail the second, with the reasons summary.json's `verify` gives (analysis/verify.py).
-Needs `python -m loadtest verify` (loadtest/verify_cmd.py, from the open-loop branch): skipped without it."""
+Needs `python -m loadtest verify` (loadtest/commands/verify.py, from the open-loop branch): skipped without it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from it_procs import run_cli
 
-pytest.importorskip("loadtest.verify_cmd", reason="python -m loadtest verify comes with the open-loop branch")
+pytest.importorskip("loadtest.commands.verify", reason="python -m loadtest verify comes with the open-loop branch")
 
 SLOTS, SERVICE_S = 2, 0.1  # 20 answers a second at most
 RATE_RPS = 40.0

@@ -19,10 +19,11 @@ from locust import events
 from locust.env import Environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from loadtest import users  # noqa: E402
-from loadtest.config import RunConfig, parse_optional_float  # noqa: E402
-from loadtest.payloads import build_payloads  # noqa: E402
-from loadtest.state import STATE  # noqa: E402
+from loadtest.settings.checks import parse_optional_float
+from loadtest.settings.run_config import RunConfig  # noqa: E402
+from loadtest.traffic import users  # noqa: E402
+from loadtest.traffic.payloads import build_payloads  # noqa: E402
+from loadtest.traffic.state import STATE  # noqa: E402
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The open loop's schedule (loadtest.arrivals) and settings (loadtest.openloop_config): arrival times at
+"""The open loop's schedule (loadtest.traffic.arrivals) and settings (loadtest.settings.open_loop): arrival times at
 the asked rate, tickets handed to idle users, lag when none is free, at most as many in flight as users;
 bad RATES / ARRIVALS / MAX_IN_FLIGHT / VERIFY_WINDOW_S refused with one line."""
 
@@ -11,10 +11,11 @@ import time
 import gevent
 import pytest
 
-from loadtest import users
-from loadtest.arrivals import Schedule, arrival_times
-from loadtest.config import ConfigError, RunConfig
-from loadtest.openloop_config import drain_max_s, drained, parse_rates, window_too_short
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.open_loop import drain_max_s, drained, parse_rates, window_too_short
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic import users
+from loadtest.traffic.arrivals import Schedule, arrival_times
 
 
 def _gaps(rate_rps: float, arrivals: str, n: int) -> list[float]:
@@ -138,7 +139,8 @@ def test_rates_parse_and_the_verify_helpers():
 
 
 def _plan(cfg: RunConfig, verify_plan=lambda: (12.0, 7.0)) -> list:
-    from loadtest.plan import LevelChoice, plan_phases
+    from loadtest.method.levels import LevelChoice
+    from loadtest.method.plan import plan_phases
 
     knee = type("K", (), {"found": True, "at_least": False, "criterion": "", "confirm_level": None,
                           "server_limit": None, "recommended_level": 2})()  # fmt: skip

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadtest import clock
-from loadtest.clock import OffsetBook, OffsetSample, offset_sample, read_corrections, write_offsets
-from loadtest.merge import WORKER_COPY_DIR, LocalCopy, merge_rows, pack_rows
-from loadtest.state import worker_id_of
+from loadtest.traffic import clock
+from loadtest.traffic.clock import OffsetBook, OffsetSample, offset_sample, read_corrections, write_offsets
+from loadtest.traffic.merge import WORKER_COPY_DIR, LocalCopy, merge_rows, pack_rows
+from loadtest.traffic.state import worker_id_of
 from runfolder import REQUESTS_FILE, Event, RequestRow
 
 
@@ -104,8 +104,8 @@ class _FakeController:
 
 
 def test_master_probes_hears_the_answer_and_corrects_that_workers_rows(tmp_path, monkeypatch):
-    from loadtest import wiring
-    from loadtest.state import STATE
+    from loadtest.traffic.state import STATE
+    from loadtest.wiring import listeners as wiring
 
     ctl = _FakeController(tmp_path)
     monkeypatch.setattr(wiring, "_offsets", OffsetBook())
@@ -126,8 +126,8 @@ def test_master_probes_hears_the_answer_and_corrects_that_workers_rows(tmp_path,
     assert event.kind == "clock_offset" and wid in event.message and "clock_offset_s=-3.0" in event.message
     assert read_corrections(tmp_path / WORKER_COPY_DIR)[wid] == pytest.approx(-3.0, abs=0.05)
     # a batch from that worker lands on the master's clock; its other fields are untouched
-    from loadtest import link
-    from loadtest.rowlink import ROWS_ACK, Inbox, Outbox
+    from loadtest.traffic.rowlink import ROWS_ACK, Inbox, Outbox
+    from loadtest.wiring import link
 
     monkeypatch.setattr(link._Master, "inbox", Inbox("run-1"))
     acks: list[tuple[str, dict, str]] = []

@@ -10,8 +10,9 @@ from typing import Any
 import pandas as pd
 
 import analysis
-from loadtest.config import RunConfig
-from loadtest.plan import LevelChoice, plan_phases
+from loadtest.method.levels import LevelChoice
+from loadtest.method.plan import plan_phases
+from loadtest.settings.run_config import RunConfig
 
 
 def _row(index: int, level: int, failed: int, phase: str = "step") -> dict[str, Any]:

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from loadtest.cli import _warn_without_framework_metric
-from loadtest.config import ConfigError, RunConfig
+from loadtest.launch.run import _warn_without_framework_metric
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.run_config import RunConfig
 from runfolder import ServerSample
 
 METRICS = "http://gpu-box:8000/metrics"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from loadtest import users
-from loadtest.config import RunConfig
-from loadtest.payloads import build_payloads
-from loadtest.state import STATE, StepTag
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic import users
+from loadtest.traffic.payloads import build_payloads
+from loadtest.traffic.state import STATE, StepTag
 from runfolder import RequestRow
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis import step_table
 from analysis.loader import RunData, empty_frame
-from loadtest.live import LiveSteps, panel_row, requests_frame
+from loadtest.method.live import LiveSteps, panel_row, requests_frame
 from runfolder import Event, GpuSample, HostSample, RequestRow, ServerSample, StepRow
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtest.config import RunConfig
-from loadtest.controller import Controller
-from loadtest.overload import ABORT, OVERLOAD, FailureStreak, streak_verdict
+from loadtest.method.controller import Controller
+from loadtest.method.overload import ABORT, OVERLOAD, FailureStreak, streak_verdict
+from loadtest.settings.run_config import RunConfig
 from runfolder import RequestRow
 
 THRESHOLD = 10

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 from locust.runners import STATE_RUNNING, STATE_STOPPED
 
-from loadtest import webui
-from loadtest.config import RunConfig
-from loadtest.controller import Controller
-from loadtest.live import level_label, level_position
-from loadtest.panel_state import plan_view, snapshot
-from loadtest.plan import PhaseSpec
+from loadtest.method.controller import Controller
+from loadtest.method.live import level_label, level_position
+from loadtest.method.plan import PhaseSpec
+from loadtest.settings.run_config import RunConfig
+from loadtest.views import webui
+from loadtest.views.panel_state import plan_view, snapshot
 from runfolder import Phase, RequestRow
 
 

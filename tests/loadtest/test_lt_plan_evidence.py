@@ -15,17 +15,19 @@ import pytest
 import analysis
 from analysis import Knee
 from analysis.estimate import Estimate, cap_by_server
-from loadtest.config import ConfigError, RunConfig, to_argv
-from loadtest.plan import (
+from loadtest.method.levels import (
     DOUBLING_LEVELS,
     LevelChoice,
     choose_levels,
     climb_further,
     knee_past_overload,
-    plan_phases,
     window_bound,
     within_server_limit,
 )
+from loadtest.method.plan import plan_phases
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.options import to_argv
+from loadtest.settings.run_config import RunConfig
 
 KV_1076 = Estimate("kv_cache", 1076, reason="floor(2097152 KV-cache tokens x 1 / 1949 tokens per request) = 1076")
 NO_SEQS = pd.DataFrame({"max_num_seqs": pd.Series([None, None], dtype="float64")})  # vLLM 0.32's /metrics

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from lt_http import QuietHandler, serving
 
-from loadtest.config import RunConfig
-from loadtest.preflight import FirstAnswer, PreflightError, check_first_answer
+from loadtest.launch.preflight import FirstAnswer, PreflightError, check_first_answer
+from loadtest.settings.run_config import RunConfig
 from scenarios import build_image_set, encode_request
 
 ANSWERS: dict[str, tuple[int, str, bytes]] = {
@@ -142,7 +142,7 @@ def test_a_server_that_never_gets_ready_gives_one_line(server):
 
 
 def test_the_first_request_has_its_own_timeout_and_its_line_names_it(server, monkeypatch, capsys):
-    monkeypatch.setattr("loadtest.preflight.PATIENCE_S", 0.1)  # a slow first answer says the pre-flight waits
+    monkeypatch.setattr("loadtest.launch.preflight.PATIENCE_S", 0.1)  # a slow first answer says the pre-flight waits
     # REQUEST_TIMEOUT_S is the load's: a first request slower than it still passes within PREFLIGHT_TIMEOUT_S
     _Handler.slow_left = 1
     assert _check(server, "/slow-first", request_timeout_s=0.2, preflight_timeout_s=10.0).text == "hello world"

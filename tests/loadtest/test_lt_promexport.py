@@ -8,9 +8,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.config import ConfigError, RunConfig
-from loadtest.controller import Controller
-from loadtest.promexport import RowTally, RunCollector
+from loadtest.method.controller import Controller
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.run_config import RunConfig
+from loadtest.views.promexport import RowTally, RunCollector
 from runfolder import GpuSample, RequestRow, ServerSample
 
 

@@ -4,8 +4,9 @@ measured again with a longer window, within REMEASURE_BUDGET re-measures of REME
 from __future__ import annotations
 
 from analysis import Knee
-from loadtest.config import RunConfig
-from loadtest.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, LevelChoice, plan_phases
+from loadtest.method.levels import LevelChoice
+from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, plan_phases
+from loadtest.settings.run_config import RunConfig
 from runfolder import EVENTS_FILE
 
 
@@ -34,7 +35,7 @@ def test_after_refinement_the_deciding_level_is_measured_again_with_its_window()
     steps = [(p.level, p.min_s) for p in phases if p.phase == "step"]
     assert steps == [(4, 10.0), (8, 10.0), (6, 10.0), (7, 10.0), (7, 25.0), (6, 30.0)]
     again = [p for p in phases if p.phase == "step"][4]
-    assert again.note == "re-measure: wide" and again.max_s >= again.min_s and again.target_requests == 0
+    assert again.note == "re-measure: wide" and again.max_s >= again.min_s and again.target_max_s == 0
     at = phases.index(again)
     assert [p.phase for p in phases[at - 1 : at + 2]] == ["warmup", "step", "cooldown"]
     assert asked == [REMEASURE_MAX_WINDOWS * 10.0] * 3  # asked after each, until it answers None
@@ -66,7 +67,7 @@ def test_a_re_measure_that_moved_the_answer_refines_again_next_to_it():
 def test_the_controller_asks_analysis_and_says_why_in_an_event(tmp_path):
     import pandas as pd
 
-    from loadtest.controller import Controller
+    from loadtest.method.controller import Controller
 
     def row(level, thr, index, phase="step", duration_s=10.0):
         return {"step_index": index, "phase": phase, "level": level, "duration_s": duration_s, "requests": 300,

@@ -1,4 +1,4 @@
-"""Rows from workers to the master (loadtest/rowlink.py): numbered batches, acknowledged, counted once;
+"""Rows from workers to the master (loadtest/traffic/rowlink.py): numbered batches, acknowledged, counted once;
 what the master knows per worker (produced, received, final) says exactly which rows only a worker holds.
 Also the suite version a worker is compared by, and the image set the master sends (scenarios/wire.py)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from analysis.summary import rows_only_on_workers, workers_without_final_count
-from loadtest import version
-from loadtest.merge import LocalCopy, read_local_copy
-from loadtest.rowlink import RESEND_AFTER_S, Inbox, Outbox
+from loadtest.settings import version
+from loadtest.traffic.merge import LocalCopy, read_local_copy
+from loadtest.traffic.rowlink import RESEND_AFTER_S, Inbox, Outbox
 from runfolder import RequestRow
 from scenarios import (
     ScenarioError,
@@ -169,8 +169,9 @@ class _FakeMaster:
 
 
 def test_the_step_end_flush_waits_for_live_workers_only_and_names_the_silent_one(monkeypatch):
-    from loadtest import link, rowlink
-    from loadtest.state import worker_id_of
+    from loadtest.traffic import rowlink
+    from loadtest.traffic.state import worker_id_of
+    from loadtest.wiring import link
 
     ids = ["a_00000001", "b_00000002", "c_00000003"]
     boxes = {c: Outbox("run-1", None) for c in ids}
@@ -197,8 +198,9 @@ def test_a_worker_found_missing_while_the_flush_waits_was_lost_in_this_step(monk
     worker is named, so the step it was lost in is the one marked degraded, not the next."""
     import time
 
-    from loadtest import link, rowlink
-    from loadtest.state import worker_id_of
+    from loadtest.traffic import rowlink
+    from loadtest.traffic.state import worker_id_of
+    from loadtest.wiring import link
 
     ids = ["a_00000001", "b_00000002"]
     monkeypatch.setattr(link._Master, "inbox", Inbox("run-1"))
@@ -218,8 +220,9 @@ def test_a_worker_found_missing_while_the_flush_waits_was_lost_in_this_step(monk
 
 
 def test_the_run_end_waits_for_final_counts_but_not_for_a_lost_worker(monkeypatch):
-    from loadtest import link, rowlink
-    from loadtest.state import worker_id_of
+    from loadtest.traffic import rowlink
+    from loadtest.traffic.state import worker_id_of
+    from loadtest.wiring import link
 
     ids = ["a_00000001", "b_00000002"]
     box = Outbox("run-1", None)
@@ -240,7 +243,7 @@ def test_the_run_end_waits_for_final_counts_but_not_for_a_lost_worker(monkeypatc
 
 
 def test_the_worker_command_and_merge_rows_refuse_bad_input_in_one_line(tmp_path, capsys):
-    from loadtest import cli
+    from loadtest.commands import main as cli
 
     assert cli.main(["worker", "--master", "driver1:port"]) == 2
     assert cli.main(["merge-rows", str(tmp_path), str(tmp_path / "w.rows")]) == 2
@@ -250,7 +253,7 @@ def test_the_worker_command_and_merge_rows_refuse_bad_input_in_one_line(tmp_path
 
 
 def test_without_a_master_the_worker_keeps_a_bounded_number_of_batches_and_resends_a_few_at_once(monkeypatch):
-    from loadtest import rowlink
+    from loadtest.traffic import rowlink
 
     monkeypatch.setattr(rowlink, "MAX_UNACKED", 5)
     monkeypatch.setattr(rowlink, "MAX_RESENDS", 2)

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgpack
 
 from analysis.loader import load_run
-from loadtest.merge import (
+from loadtest.traffic.merge import (
     LOCAL_COPY_SUFFIX,
     LocalCopy,
     merge_rows,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import analysis
-from loadtest.config import RunConfig
-from loadtest.controller import Controller
+from loadtest.method.controller import Controller
+from loadtest.settings.run_config import RunConfig
 from runfolder import GpuSample, read_manifest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "analysis"))  # the fake runs the analysis tests use

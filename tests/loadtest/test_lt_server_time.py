@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from lt_http import QuietHandler, serving
 
-from loadtest.config import ConfigError, RunConfig
-from loadtest.server_time import parse_server_timing, server_time_ms
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.server_time import parse_server_timing, server_time_ms
 
 PROBE = Path(__file__).with_name("lt_user_probe.py")
 

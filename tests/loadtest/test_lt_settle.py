@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest.config import RunConfig
-from loadtest.controller import Controller
-from loadtest.settle import MemorySettle
+from loadtest.method.controller import Controller
+from loadtest.method.settle import MemorySettle
+from loadtest.settings.run_config import RunConfig
 from runfolder import GpuSample
 
 IDLE_MIB = 6000.0
@@ -50,9 +50,9 @@ def test_a_high_water_mark_settles_once_stable_for_three_seconds(tmp_path: Path)
     ctl, monitor = _controller(tmp_path)
     _feed(ctl, monitor, 100.0, 101.0, IDLE_MIB + 4000)  # requests in flight finishing
     _feed(ctl, monitor, 101.25, 103.0, IDLE_MIB + 4400)
-    assert not ctl._memory_settled()  # far above idle and moved 400 MiB within the last 3 s
+    assert not ctl.memory_settled()  # far above idle and moved 400 MiB within the last 3 s
     _feed(ctl, monitor, 103.25, 104.5, IDLE_MIB + 4430)  # within max(64 MiB, 1% of idle)
-    assert ctl._memory_settled()
+    assert ctl.memory_settled()
     ctl.close()
 
 
@@ -60,16 +60,16 @@ def test_memory_that_keeps_moving_never_settles_above_idle(tmp_path: Path) -> No
     ctl, monitor = _controller(tmp_path)
     for i in range(40):
         _feed(ctl, monitor, 100.0 + i * 0.25, 100.0 + i * 0.25, IDLE_MIB + 2000 + 30 * i)  # 120 MiB/s
-    assert not ctl._memory_settled()
+    assert not ctl.memory_settled()
     ctl.close()
 
 
 def test_back_near_idle_settles_at_once_and_no_data_does_not_block(tmp_path: Path) -> None:
     ctl, monitor = _controller(tmp_path)
     monitor.used_mib = IDLE_MIB + 100
-    assert ctl._memory_settled()
+    assert ctl.memory_settled()
     monitor.used_mib = None
-    assert ctl._memory_settled()
+    assert ctl.memory_settled()
     ctl.close()
 
 
@@ -78,7 +78,7 @@ def test_samples_of_another_phase_do_not_count(tmp_path: Path) -> None:
     for t in range(10):
         ctl.on_gpu([_sample(100.0 + t, IDLE_MIB + 3000, step=2)])  # the step before, still arriving
     monitor.used_mib = IDLE_MIB + 3000
-    assert not ctl._memory_settled()
+    assert not ctl.memory_settled()
     ctl.close()
 
 

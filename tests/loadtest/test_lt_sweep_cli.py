@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest import cli
-from loadtest.sweep import SweepPlan, prepare
+from loadtest.commands import main as cli
+from loadtest.sweep.sweeper import SweepPlan, prepare
 
 HOST = "http://127.0.0.1:9"  # discard port: nothing listens
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.sweep_grid import (
+from loadtest.sweep.grid import (
     Setting,
     SweepError,
     build_grid,

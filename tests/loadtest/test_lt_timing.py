@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 import analysis
-from loadtest.config import ConfigError, RunConfig
-from loadtest.controller import Controller
-from loadtest.phase_timing import BASELINE_WARMUP_MAX_REQUESTS
-from loadtest.state import StepTag
-from loadtest.timing import WARMUP_LATENCIES, latency_settled, limits_of, warmup_bounds
+from loadtest.method.controller import Controller
+from loadtest.method.phase_timing import BASELINE_WARMUP_MAX_REQUESTS
+from loadtest.method.timing import latency_settled, warmup_bounds
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.limits import WARMUP_LATENCIES, limits_of
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.state import StepTag
 from runfolder import RequestRow
 
 TICK_S = 0.5

@@ -8,18 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import cli
-from loadtest.config import (
-    ConfigError,
-    RunConfig,
-    from_namespace,
-    secret_env,
-    to_argv,
-    with_ca_pem,
-    with_env_secrets,
-    worker_options,
-)
-from loadtest.manifest import public_argv
+from loadtest.commands import main as cli
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.manifest import public_argv
+from loadtest.settings.options import from_namespace, secret_env, to_argv, with_env_secrets, worker_options
+from loadtest.settings.run_config import RunConfig, with_ca_pem
 
 REPO = Path(__file__).resolve().parents[2]
 PEM = "-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n"

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 from lt_http import QuietHandler, serving
 
-from loadtest import cli
+from loadtest.launch.procs import stop_process
+from loadtest.launch.run import start_simulator
 
 PROBE = Path(__file__).with_name("lt_user_probe.py")
 
@@ -34,13 +35,13 @@ PROBE = Path(__file__).with_name("lt_user_probe.py")
 @pytest.fixture(scope="module")
 def faulty_sim() -> Iterator[str]:
     """The simulator, fast, answering 500 to 20% of requests and resetting 10% of connections."""
-    proc, url, _dcgm = cli.start_simulator(
+    proc, url, _dcgm = start_simulator(
         extra=["--time-scale", "0.05", "--seed", "3", "--error-rate", "0.2", "--reset-rate", "0.1"]
     )
     try:
         yield url
     finally:
-        cli.stop_process(proc)
+        stop_process(proc)
 
 
 def _probe(host: str, seconds: float, n_users: int, *fields: str) -> dict[str, Any]:
@@ -122,12 +123,12 @@ def test_rows_and_locust_statistics_agree_request_by_request(faulty_sim):
 
 def test_streamed_answers_get_a_first_byte_time_and_token_counts_and_a_503_its_text():
     # streamed answers, then 503 while the server "restarts" (30 s x time scale 0.05 = 1.5 s), then answers
-    proc, url, _dcgm = cli.start_simulator(profile="vllm-24g", extra=["--time-scale", "0.05"])
+    proc, url, _dcgm = start_simulator(profile="vllm-24g", extra=["--time-scale", "0.05"])
     try:
         with _restarting_once_answered(url, slow_start_s=30):
             got = _probe(url, 4.0, 2, "style=openai", "stream=1")
     finally:
-        cli.stop_process(proc)
+        stop_process(proc)
     rows = _without_final_cuts(got["rows"], 2)
     ok = [r for r in rows if r["ok"]]
     rejected = [r for r in rows if not r["ok"]]
@@ -152,12 +153,12 @@ def _gaps_s(rows: list[dict[str, Any]]) -> list[float]:
 def test_a_measuring_user_turned_away_waits_reject_pause_s_not_the_servers_retry_after():
     # 503 + Retry-After: 1 while the server "restarts" (50 s x time scale 0.05 = 2.5 s from its first answer):
     # while measuring, a user waits REJECT_PAUSE_S (0.3 here) at most, so the step keeps its planned load
-    proc, url, _dcgm = cli.start_simulator(extra=["--time-scale", "0.05"])
+    proc, url, _dcgm = start_simulator(extra=["--time-scale", "0.05"])
     try:
         with _restarting_once_answered(url, slow_start_s=50):
             paused = _without_final_cuts(_probe(url, 4.5, 1, "reject_pause_s=0.3")["rows"], 1)
     finally:
-        cli.stop_process(proc)
+        stop_process(proc)
     rejected = [r for r in paused if r["failure_kind"] == "rejected"]
     assert 3 <= len(rejected) <= 10, [(r["failure_kind"], r["t_start_unix_s"]) for r in paused]
     last_rejected = max(r["t_start_unix_s"] for r in rejected)

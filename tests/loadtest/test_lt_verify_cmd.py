@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.config import ConfigError
-from loadtest.verify_cmd import build_parser, verdict_line, verify_config
+from loadtest.commands.verify import build_parser, verdict_line, verify_config
+from loadtest.settings.checks import ConfigError
 
 
 def _folder(tmp_path: Path, verify: dict | None = None, events: list[str] = ()) -> Path:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 from netlab import SUBNET, Lab, wait_for_line
 
-from loadtest.clock import SKEW_ENV
+from loadtest.traffic.clock import SKEW_ENV
 from scenarios.pages import make_document_image
 
 HERE = Path(__file__).resolve().parent
 HOSTS = {"master": f"{SUBNET}.10", "w1": f"{SUBNET}.21", "w2": f"{SUBNET}.22", "sim": f"{SUBNET}.30",
          "side": f"{SUBNET}.40"}  # fmt: skip
 WORKERS = ("w1", "w2")
-# each worker's wall clock is this far off the master's (the loadtest.clock test hook), as on machines
+# each worker's wall clock is this far off the master's (the loadtest.traffic.clock test hook), as on machines
 # without NTP: the master measures the offsets and puts every row on its own clock
 CLOCK_SKEW_S = {"w1": 2.5, "w2": -2.5}
 SIM_PORT, DCGM_PORT, SIDE_PORT, MASTER_PORT = 8000, 9400, 9410, 5557

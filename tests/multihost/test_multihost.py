@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from mh_runs import CLOCK_SKEW_S, PAGE_SIZE, WORKERS, Hosts, Run, finish_run, start_run
 
-from loadtest.merge import read_local_copy
+from loadtest.traffic.merge import read_local_copy
 
 pytestmark = pytest.mark.multihost
 LEVELS = (2, 4)

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 from vllm_server import START_TIMEOUT_S, find_env, vllm_server
 
-from loadtest.config import RunConfig
-from loadtest.payloads import build_payloads
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.payloads import build_payloads
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "realvllm"

@@ -21,7 +21,7 @@ import pytest
 from rel_procs import REPO, read_jsonl, run_argv
 
 from analysis import load_run
-from loadtest.merge import read_local_copy
+from loadtest.traffic.merge import read_local_copy
 
 pytestmark = pytest.mark.slow
 

@@ -71,7 +71,7 @@ def test_no_secret_in_the_run_folder_and_server_text_is_escaped_in_the_report(pr
 
 
 def test_the_recorded_command_line_masks_secret_flags_and_their_prefixes():
-    from loadtest.manifest import public_argv
+    from loadtest.settings.manifest import public_argv
 
     argv = [
         "loadtest",

@@ -24,7 +24,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from loadtest import cli
+from loadtest.launch.procs import stop_process
+from loadtest.launch.run import start_simulator
 from reports import ReportError
 from reports.__main__ import main as reports_main
 from reports.sweep import write_sweep
@@ -44,7 +45,7 @@ SETTINGS = [
 
 def _short_run(slots: str, out: Path) -> Path:
     """One setting's run folder: a simulator behind a gateway of `slots`, a short real run, both stopped."""
-    sim, url, dcgm = cli.start_simulator(
+    sim, url, dcgm = start_simulator(
         "oom-first-24g",
         ["--time-scale", "0.25", "--gateway-slots", slots, "--gateway-queue", "64", "--gateway-wait-s", "60"],
     )
@@ -60,7 +61,7 @@ def _short_run(slots: str, out: Path) -> Path:
         output, _ = proc.communicate()
         raise AssertionError(f"the run timed out:\n{output[-3000:]}") from None
     finally:
-        cli.stop_process(sim)
+        stop_process(sim)
     folders = [p for p in out.iterdir() if (p / "summary.json").is_file()]
     assert proc.returncode == 0 and len(folders) == 1, output[-3000:]
     return folders[0]

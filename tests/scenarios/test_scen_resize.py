@@ -8,8 +8,9 @@ import io
 import pytest
 from PIL import Image
 
-from loadtest.config import ConfigError, RunConfig
-from loadtest.payloads import build_payloads, image_set_for, images_sent
+from loadtest.settings.checks import ConfigError
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.payloads import build_payloads, image_set_for, images_sent
 from scenarios import build_image_set, make_document_image, read_ground_truth
 from scenarios.resize import fit_within, resize_image_set, resize_item
 

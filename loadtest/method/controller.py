@@ -1,0 +1,399 @@
+"""The master's side of a run: the plan, the run folder's writers, the GPU monitor, progress lines.
+
+The shape's `tick()` (about once a second, on the master only) calls `Controller.tick()`, which
+closes a phase when its time and request count are reached, writes its step row, tells the workers
+and the sampler the new step, and returns the user count for Locust.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import analysis
+from gpu_sampler import GpuMonitor
+from loadtest.method.card_watch import CardWatch
+from loadtest.method.decisions import PlanDecisions
+from loadtest.method.levels import LevelChoice
+from loadtest.method.live import LiveSteps, level_label, level_position, panel_row
+from loadtest.method.overload import ABORT, OVERLOAD, OverloadWatch, Verdict
+from loadtest.method.phase_timing import PhaseTiming
+from loadtest.method.plan import PhaseSpec, plan_phases
+from loadtest.method.progress import live_line, load_words, progress
+from loadtest.method.settle import MemorySettle
+from loadtest.settings.limits import limits_of
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.state import STATE, StepTag
+from runfolder import (
+    EVENTS_FILE,
+    GPU_FILE,
+    HOST_FILE,
+    REQUESTS_FILE,
+    SERVER_FILE,
+    STEPS_FILE,
+    CsvAppender,
+    Event,
+    GpuSample,
+    HostSample,
+    JsonlAppender,
+    Phase,
+    RequestRow,
+    ServerSample,
+    StepRow,
+    read_manifest,
+    write_manifest,
+)
+
+log = logging.getLogger(__name__)
+MEASURED = (Phase.BASELINE, Phase.STEP)
+VERIFYING = (Phase.VERIFY, Phase.DRAIN)
+
+
+class Controller(PlanDecisions):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        monitor: GpuMonitor | None,
+        broadcast: Callable[[StepTag], None],
+        clock: Callable[[], float] = time.time,
+        flush: Callable[[], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.flush = flush  # at each phase's end: every worker's rows so far reach the master first
+        self.run_dir = run_dir
+        self.clock = clock
+        self.broadcast = broadcast
+        self.requests = CsvAppender(run_dir / REQUESTS_FILE, RequestRow)
+        self.steps = JsonlAppender(run_dir / STEPS_FILE)
+        self.gpu = CsvAppender(run_dir / GPU_FILE, GpuSample)
+        self.server = CsvAppender(run_dir / SERVER_FILE, ServerSample)
+        self.host = CsvAppender(run_dir / HOST_FILE, HostSample)
+        self.events = JsonlAppender(run_dir / EVENTS_FILE)
+        self.monitor = monitor
+        self.rows_per_step: Counter[int] = Counter()
+        self.row_listeners: list[Callable[[list[RequestRow]], None]] = []
+        self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
+        self.server_limit_said = False
+        self.live_latency_ms: list[float] = []
+        self.live_errors = 0
+        self.step_index = -1
+        self.spec: PhaseSpec | None = None
+        self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
+        self.phase_start = 0.0
+        self.phase_degraded = ""
+        self.phase_past_knee = ""  # the step ended early: requests of our own load timed out in a row
+        self.aborted = ""
+        self.phases_done = 0
+        self.levels_planned: list[int] = []
+        self.measured_levels: list[int] = []
+        self.idle_mib: float | None = None
+        self.settle = MemorySettle()  # the current phase's memory samples, for the cooldown's end
+        self.limits = limits_of(cfg)  # wiring puts Locust's own stop timeout in
+        self.timing = PhaseTiming(self)  # warm-ups, step targets and cooldowns that follow the server
+        self.gpus_named = analysis.gpus_named({"config": {"gpu": cfg.gpu}})  # GPU= names the server's cards
+        self.card = CardWatch(self.gpus_named)  # the server's card: every card until chosen after the baseline
+        self.estimate_now: analysis.Estimate | None = None  # the estimate as last (re-)stated
+        self.choice: LevelChoice | None = None
+        self.knee_seen = None  # the knee as last evaluated (decisions), for the live panel
+        self.stopped_by_user = ""  # how the user stopped the run (the panel, Locust's STOP, Ctrl-C, SIGTERM)
+        self._first_level_step = 0
+        self._refined = 0  # levels added by refinement
+        self.finished = False
+        self.live = LiveSteps()
+        self._plan = plan_phases(
+            cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
+            self._remeasure_level, self._verify_plan,
+        )  # fmt: skip
+        self._last_progress = 0.0
+        # live view (web UI panel): bounded
+        self.estimate: dict[str, Any] | None = None
+        self.last_server: ServerSample | None = None
+        self.completed: list[dict[str, Any]] = []
+        self.timeline: deque[tuple[float, int, float | None, float | None]] = deque(maxlen=3600)
+        self.report_path: str | None = None
+        self.last_ok_at: float | None = None  # set when load first starts; a hung server never moves it
+
+    # --- inputs ------------------------------------------------------------------------
+    def on_rows(self, rows: list[RequestRow]) -> None:
+        self.requests.append(rows)
+        for listener in self.row_listeners:  # e.g. /metrics' running totals (loadtest.views.promexport)
+            listener(rows)
+        self.live.add_rows(rows)
+        for row in rows:
+            self.rows_per_step[row.step_index] += 1
+            if row.step_index == self.step_index:
+                if row.ok:
+                    self.live_latency_ms.append(row.latency_ms)
+                else:
+                    self.live_errors += 1
+            self.watch.on_row(row)
+            if row.ok:
+                self.last_ok_at = self.clock()
+
+    def on_gpu(self, samples: list[GpuSample]) -> None:
+        self.gpu.append(samples)
+        # every card settles until the server's card is chosen (after the baseline), then that card alone
+        watched = samples if self.card.index is None else self.card.server_samples(samples)
+        for sample in watched:
+            if sample.mem_used_mib is not None and sample.step_index == self.step_index:
+                self.settle.add(sample.gpu_index, sample.t_unix_s, sample.mem_used_mib)
+        self.card.add(samples)  # the live panel: the server's card (loadtest.method.card_watch)
+
+    @property
+    def last_gpu(self) -> GpuSample | None:
+        return self.card.last
+
+    @property
+    def gpu_peak_per_step(self) -> dict[int, float]:
+        return self.card.peak_per_step
+
+    def on_host(self, samples: list[HostSample]) -> None:
+        self.host.append(samples)
+
+    def on_event(self, event: Event) -> None:
+        self.events.append([event])
+        progress(f"[{event.kind}] {event.message}")
+
+    def on_server(self, samples: list[ServerSample]) -> None:
+        self.server.append(samples)
+        self.live.add_server(samples)
+        if samples:
+            self.last_server = samples[-1]
+
+    def event(self, kind: str, message: str) -> None:
+        self.events.append([Event(self.clock(), self.step_index, kind, message)])
+        progress(f"[{kind}] {message}")
+
+    # --- the shape's tick ---------------------------------------------------------------
+    def tick(self, user_count: int) -> tuple[int, float] | None:
+        now = self.clock()
+        gpu = self.last_gpu
+        self.timeline.append(
+            (now, user_count, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None)
+        )
+        if self.finished:
+            return None
+        if self.spec is None:
+            return self._advance(now)
+        spec = self.spec
+        elapsed = now - self.phase_start
+        if spec.level > 0 and self.last_ok_at is None:
+            self.last_ok_at = now
+        down = self._server_down(now)
+        if down:
+            self.aborted = down
+            self.event("abort", down)
+            self._finish(now)
+            return None
+        if spec.phase not in VERIFYING and self._past_knee_by_timeouts():  # a verify window runs whole: its
+            return self._advance(now)  # timeouts are what it checks, not a knee the plan steps down from
+        if spec.phase in MEASURED and now - self._last_progress >= 5:
+            self._print_live(elapsed)
+        rows = self.rows_per_step[self.step_index]
+        done = elapsed >= spec.min_s and rows >= spec.min_requests
+        if spec.phase == Phase.STEP and not self.timing.target_reached(spec, rows, elapsed):
+            done = False  # more requests for a precise throughput: the step's own spread says how many
+        if spec.phase == Phase.WARMUP and not self.measured_levels:
+            done = self.timing.baseline_warmed(spec, rows, elapsed)  # slow first requests are over
+        if spec.phase == Phase.DRAIN and elapsed >= spec.min_s and self._drained():
+            return self._advance(now)
+        if spec.phase == Phase.COOLDOWN:
+            if self.timing.cooldown_over(now, elapsed, user_count):
+                return self._advance(now)
+            return self._users(spec)
+        if done or elapsed >= spec.max_s:
+            if (
+                elapsed >= spec.max_s
+                and spec.phase in MEASURED
+                and spec.min_requests
+                and self.rows_per_step[self.step_index] < spec.min_requests
+            ):
+                self.phase_degraded = (
+                    f"only {self.rows_per_step[self.step_index]} of {spec.min_requests}"
+                    f" requests in {spec.max_s:.0f} s"
+                )
+            return self._advance(now)
+        return self._users(spec)
+
+    def _streak_verdict(self) -> Verdict:
+        spec = self.spec
+        return self.watch.verdict(str(spec.phase), spec.level) if spec else self.watch.verdict("", 0)
+
+    def _server_down(self, now: float) -> str:
+        """Why the run must end because the server stopped answering, or "" while it answers (timeouts
+        of our own load above the baseline's level end a step instead: loadtest.method.overload)."""
+        verdict = self._streak_verdict()
+        if verdict.action == ABORT:
+            return verdict.why
+        unanswered = self.watch.recheck_failed(self.spec, self.rows_per_step[self.step_index], now - self.phase_start)
+        if unanswered:
+            return unanswered
+        # a hung server fails slowly (one timeout per user at a time): also end on a long silence
+        silence_s = max(60.0, 3 * self.cfg.request_timeout_s)
+        if self.last_ok_at is not None and now - self.last_ok_at > silence_s:
+            return f"no request succeeded for {now - self.last_ok_at:.0f} s: the server looks hung; run ended"
+        return ""
+
+    def _past_knee_by_timeouts(self) -> bool:
+        """End the running step early as past the knee when requests of our own load time out in a row
+        (loadtest.method.overload): its rows still reach the master (the phase's flush) and the plan steps down."""
+        verdict = self._streak_verdict()
+        if verdict.action != OVERLOAD or self.spec is None:
+            return False
+        base, level = self._baseline_latency_s(), int(verdict.level or self.spec.level)
+        why = verdict.why + (f" (one user alone was answered in {base:.2f} s)" if base else "")
+        self.phase_past_knee = f"{why}; the step ended early and the plan steps down below {level} users"
+        self.event("overload", f"step {self.step_index} at {self.spec.level} users: {self.phase_past_knee}")
+        self.watch.step_ended(self.step_index, level, why)
+        return True
+
+    def _users(self, spec: PhaseSpec) -> tuple[int, float]:
+        """The level and a spawn rate that reaches it within a tick: at least the level, at most 100 a second
+        below 100 users (above it Locust logs a warning, a "!" on the web UI's LOGS tab, at every step).
+        Locust stops users at the spawn rate too, so the rate follows the previous phase's level as well: from
+        an open loop's reserve (MAX_IN_FLIGHT users) to a cooldown, 10 a second kept most of 256 users sending
+        for 25 s into it."""
+        ramp = max(spec.level, self._ramp_from, 1)
+        return spec.level, float(min(ramp * 10, max(ramp, 100)))
+
+    def _advance(self, now: float) -> tuple[int, float] | None:
+        self._ramp_from = self.spec.level if self.spec is not None else 0
+        now = self._close_phase(now)
+        try:
+            spec = self.timing.timed(next(self._plan))
+        except StopIteration:
+            recheck = self.watch.recheck(self.cfg.request_timeout_s)  # our own load, or an outage?
+            if recheck is None:
+                self._finish(now)
+                return None
+            spec = recheck
+        self.spec = spec
+        self.step_index += 1
+        self.phase_start = now
+        self.phase_degraded = ""
+        self.phase_past_knee = ""
+        self.settle.reset()
+        self.timing.reset()
+        self.live_latency_ms = []
+        self.live_errors = 0
+        tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps)
+        STATE.tag = tag
+        self.broadcast(tag)
+        if self.monitor is not None:
+            self.monitor.mark_step(self.step_index)
+        progress(f"{self._step_head()}: {spec.phase} {load_words(spec)} ({spec.note})")
+        return self._users(spec)
+
+    def _step_head(self) -> str:
+        """"step 8 · level 2 of 5" (the phase's index in steps.jsonl, the level as a user counts it), or
+        "step 2" before the levels: the console's progress lines start so."""
+        name = self.level_name()
+        return f"step {self.step_index}" + (f" · {name.split(',')[0]}" if name.startswith("level ") else "")
+
+    def level_name(self) -> str:
+        """The current phase as a user counts it: "level 3 of 5, step (8 users)" (loadtest.method.live.level_position);
+        the total is known once the estimate chose the levels and follows the knee and refinement."""
+        spec = self.spec
+        phase, level = (str(spec.phase), spec.level) if spec else ("starting", 0)
+        stepped = [row["level"] for row in self.completed if row["phase"] == Phase.STEP]
+        if spec is None and self.finished:
+            how = "stopped: reached" if self.aborted else "done: measured"
+            users = f" ({', '.join(map(str, stepped))} users)" if stepped else ""
+            return f"{how} {len(stepped)} level{'s' if len(stepped) != 1 else ''} after the baseline{users}"
+        knee = self.knee_seen
+        knee_level = knee.knee_level if knee is not None and knee.found else None
+        number, total = level_position(phase, level, self.levels_planned, stepped, knee_level,
+                                       before_baseline=not self.measured_levels)  # fmt: skip
+        return level_label(phase, level, number, total)
+
+    def _close_phase(self, now: float) -> float:
+        """Write the phase's row; its end, which is after the flush: while the flush waits for workers
+        (up to seconds for one cut off), the users keep this phase's level and tag."""
+        spec = self.spec
+        if spec is None:
+            return now
+        if self.flush is not None:
+            self.flush()
+            now = max(now, self.clock())
+        ended = "past_knee" if self.phase_past_knee else "degraded" if self.phase_degraded else "complete"
+        status = "aborted" if self.aborted else ended
+        note = self.aborted or self.phase_past_knee or self.phase_degraded or spec.note  # why a step ended early
+        row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note,
+                      rate_rps=spec.rate_rps or None)  # fmt: skip
+        self.steps.append([row])
+        self.live.close(row)
+        if spec.phase in MEASURED:
+            self.measured_levels.append(spec.level)
+            self._print_live(now - self.phase_start, final=True)
+            rps = self.live.throughput_rps(row.step_index, row.t_start_unix_s, row.t_end_unix_s)
+            self.completed.append(panel_row(row, None, self.gpu_peak_per_step, provisional=(
+                self.rows_per_step[row.step_index], self.live_errors, rps, self.live_latency_ms)))
+        if spec.phase == Phase.COOLDOWN:
+            self.timing.finalize_rows()  # every request of the steps before is back or cut: their rows are final
+        if spec.phase == Phase.IDLE and self.monitor is not None:
+            self.idle_mib = self.monitor.latest_mem_used_mib()
+        self.spec = None
+        return now
+
+    def _finish(self, now: float) -> None:
+        self._close_phase(now)
+        self.finished = True
+
+    def mark_degraded(self, why: str) -> None:
+        self.phase_degraded = why
+        self.event("worker_lost", why)
+
+    def stop_by_user(self, how: str) -> None:
+        """The user stopped the run (`how`: the panel's Stop, Locust's STOP, Ctrl-C or SIGTERM): a `user_stop`
+        event and the step's note say so, never a failure; the partial run is still rendered."""
+        if self.finished or self.aborted:
+            return
+        self.stopped_by_user = f"stopped by the user at {self.level_name()}, with {how}"
+        self.aborted = self.stopped_by_user
+        self.event("user_stop", self.stopped_by_user)
+
+    def stop_early(self, why: str) -> None:
+        """Locust stopped before the plan ended (last worker lost, Ctrl-C, Stop): say why, mark the step aborted."""
+        if not self.finished and not self.aborted:
+            self.aborted = why
+            self.event("abort", why)
+
+    def memory_settled(self) -> bool:
+        """Back near idle, or stable for a few seconds at zero users (a caching allocator's high-water
+        mark never falls back: loadtest.method.settle)."""
+        if self.monitor is None:
+            return True
+        return self.settle.settled(self.monitor.latest_mem_used_mib(), self.idle_mib)
+
+    def _print_live(self, elapsed: float, final: bool = False) -> None:
+        self._last_progress = self.clock()
+        if self.spec is None:
+            return
+        rps = self.live.throughput_rps(self.step_index, self.phase_start, self.phase_start + elapsed)
+        progress(live_line(self._step_head(), self.spec, elapsed=elapsed, final=final, latencies_ms=self.live_latency_ms,
+                           requests=self.rows_per_step[self.step_index], errors=self.live_errors, rps=rps))  # fmt: skip
+
+    def _update_manifest(self, **fields: Any) -> None:
+        try:
+            manifest = read_manifest(self.run_dir)
+        except (OSError, ValueError):
+            manifest = {}
+        manifest.update(fields)
+        write_manifest(self.run_dir, manifest)
+
+    def close(self) -> None:
+        if not self.finished:
+            self._finish(self.clock())
+        if self.monitor is not None:
+            self.monitor.stop()
+        gpu = self.last_gpu  # the timeline ends on the reading the panel's cards show
+        self.timeline.append((self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
+        for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
+            sink.close()
+
+

@@ -1,0 +1,240 @@
+"""The master's decisions between phases (the controller's plan callbacks): the estimate and the levels
+after the baseline, the server's card, the knee so far, a probe below a far first step, refinement and
+re-measures. Each reads the running totals (loadtest.method.live) or, once, the run folder, and says what it
+decided as an event. A mixin of `loadtest.method.controller.Controller`, whose state it reads and sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import analysis
+from gpu_sampler import GpuMonitor
+from loadtest.method.card_watch import CardWatch, card_line
+from loadtest.method.levels import (
+    LevelChoice,
+    choose_levels,
+    expected_minutes,
+    knee_past_overload,
+    limit_level,
+    refine_guess,
+)
+from loadtest.method.live import LiveSteps
+from loadtest.method.overload import OverloadWatch
+from loadtest.method.progress import progress
+from loadtest.settings.open_loop import VERIFY_FACTOR, drain_max_s, drained, window_too_short
+from loadtest.settings.run_config import RunConfig
+
+
+class PlanDecisions:
+    """What the plan asks between phases; the state is the controller's (declared here for the checker)."""
+
+    cfg: RunConfig
+    clock: Callable[[], float]
+    run_dir: Path
+    monitor: GpuMonitor | None
+    card: CardWatch
+    live: LiveSteps
+    watch: OverloadWatch
+    gpus_named: bool
+    step_index: int
+    idle_mib: float | None
+    estimate_now: analysis.Estimate | None
+    estimate: dict[str, Any] | None
+    choice: LevelChoice | None
+    levels_planned: list[int]
+    server_limit_said: bool
+    knee_seen: Any  # the knee as last evaluated, for the live panel (analysis.Knee or None)
+    _first_level_step: int
+    _refined: int
+    live_latency_ms: list[float]
+    _drain_base_s: float | None = None  # the baseline's latency, read once when the verify phase is planned
+    _knee_cache: tuple[Any, tuple[Any, Any]] | None = None  # (the live table's revision, (table, knee))
+
+    if TYPE_CHECKING:
+
+        def event(self, kind: str, message: str) -> None: ...
+        def _update_manifest(self, **fields: Any) -> None: ...
+
+    def _load(self) -> Any:
+        return analysis.load_run(self.run_dir)
+
+    def _choose_levels(self) -> LevelChoice:
+        cfg = self.cfg
+        estimate = None
+        try:
+            run = self._load()
+            card = self._choose_card(run)
+            estimate = analysis.estimate_from_baseline(
+                run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
+                gpus_named=self.gpus_named, card=card, max_num_seqs=cfg.max_num_seqs,
+            )  # fmt: skip
+            self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
+            self.estimate_now, self.estimate = estimate, estimate.to_dict()
+            self._update_manifest(estimate=self.estimate)
+        except Exception as exc:  # the run goes on with explicit or doubling levels
+            self.event("warning", f"could not compute the estimate: {exc}")
+        # each step's request target follows its own spread (timing); the first level what a window measures
+        choice = choose_levels(cfg, estimate, baseline_latency_s=self._baseline_latency_s())
+        self.choice = choice
+        self._first_level_step = self.step_index + 1
+        self.levels_planned = list(choice.levels)
+        self._update_manifest(levels=choice.levels, levels_why=choice.why)
+        refine = refine_guess(choice.levels) if cfg.refine else 0
+        minutes = expected_minutes(cfg, len(choice.levels) + refine)
+        progress(
+            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee, then"
+            f" about {refine} refinement level(s): about {minutes:.0f} min at most"
+        )
+        return choice
+
+    def _choose_card(self, run: Any) -> int | None:
+        """The server's card after the baseline (analysis.server_card's rule): printed with its evidence,
+        recorded in the manifest (`server_gpu`), and from now on the only card the run watches."""
+        choice = self.card.choose(run.gpu, run.steps)
+        if choice.index is None:
+            return None
+        if self.monitor is not None and self.card.index is not None:
+            self.monitor.use_card(self.card.index)
+            self.idle_mib = self.card.idle_mib(run.gpu, run.steps) or self.idle_mib  # the card's own idle
+        self.event("server_gpu", card_line(choice))
+        self._update_manifest(server_gpu=choice.to_dict())
+        return choice.index
+
+    def _restate_estimate(self, table: Any) -> None:
+        """After a step: the estimate re-stated when the steps' memory slope disagrees with it (an
+        `estimate` event and the manifest's estimate; `estimate_now` for the plan)."""
+        try:
+            restated = self.card.restate(self.estimate_now, table)
+        except Exception as exc:  # the run goes on with the estimate it has
+            self.event("warning", f"could not re-take the memory increment: {exc}")
+            return
+        if restated is not None:
+            self.estimate_now, self.estimate = restated, restated.to_dict()
+            self.event("estimate", f"{restated.dimension}: estimate={restated.estimate} ({restated.reason})")
+            self._update_manifest(estimate=self.estimate)
+
+    def _baseline_latency_s(self) -> float | None:
+        """One request alone (the baseline's mean latency): what a window can measure (plan.window_bound)."""
+        try:
+            base = self.live.table(self.clock()).query("phase == 'baseline'")
+            mean_ms = None if base.empty else float(base["mean_ms"].iloc[-1])
+        except Exception as exc:
+            self.event("warning", f"could not read the baseline's latency: {exc}")
+            return None
+        return mean_ms / 1000.0 if mean_ms and mean_ms > 0 else None
+
+    def _knee(self) -> tuple[Any, Any] | None:
+        """The step table from the running totals and the knee on it (no run folder reload); below a step
+        ended as past the knee by timeouts (levels.knee_past_overload). Computed once for what the table
+        holds: the plan's callbacks at one step change share it (a new row or step computes it afresh)."""
+        key = (self.live.revision, self.watch.overload)
+        if self._knee_cache is not None and self._knee_cache[0] == key:
+            return self._knee_cache[1]
+        try:
+            table = self.live.table(self.clock())
+            knee = analysis.find_knee(table, max_num_seqs=self.cfg.max_num_seqs)
+            if self.watch.overload is not None:
+                index, level, why = self.watch.overload
+                knee = knee_past_overload(table, knee, level, why, index, self.cfg.max_num_seqs)
+        except Exception as exc:
+            self.event("warning", f"could not evaluate the knee: {exc}")
+            return None
+        self.knee_seen = knee
+        self._knee_cache = (key, (table, knee))
+        return table, knee
+
+    def _knee_now(self) -> Any:
+        found = self._knee()
+        if found is None:
+            return None
+        table, knee = found
+        self._restate_estimate(table)
+        if knee.confirm_level is not None:
+            self.event("confirm", f"a knee by few failures, measured once more: {knee.reason}")
+        elif knee.found:
+            self.event("knee", f"past the knee, climbing stops: {knee.reason}")
+        elif knee.server_limit and not self.server_limit_said:
+            self.server_limit_said = True
+            self.event("server_limit", f"the server runs at most {knee.server_limit} requests at once"
+                       " (vllm:num_requests_running stays there while others wait): no level above"
+                       f" {limit_level(knee.server_limit)}")  # fmt: skip
+        return knee
+
+    def _probe_level(self) -> int | None:
+        found = self._knee()
+        level = None if found is None else analysis.probe_level(*found)
+        if level is not None:
+            self.event("probe", f"the highest level looks saturated: measuring {level} below it first")
+        return level
+
+    def _refine_level(self) -> int | None:
+        found = self._knee()
+        if found is None:
+            return None
+        table, knee = found
+        level = analysis.next_refine_level(table, knee)
+        if level is not None and level == knee.confirm_level:
+            self._refined += 1
+            self.event("confirm", f"the knee at {level} rests on few failures: measuring it once more")
+        elif level is not None:
+            self._refined += 1
+            low, high = knee.refine_between
+            self.event("refine", f"the answer lies in {low}..{high}: measuring {level}")
+        return level
+
+    def _remeasure_level(self, max_window_s: float) -> tuple[int, float, str] | None:
+        found = self._knee()
+        again = None if found is None else analysis.remeasure_level(*found, max_window_s=max_window_s)
+        if again is not None:
+            self._refined += 1  # one more step in the count shown
+            self.event("remeasure", again.why)
+        return again
+
+    def _verify_plan(self) -> tuple[float, float] | None:
+        """(rate_rps, drain_max_s) of the verify phase: VERIFY_FACTOR x the plateau throughput (the highest
+        a step measured), the drain capped at the recommended queue wait timeout (WAIT_MULTIPLE x the P95
+        of the recommended level); None, said as an event, when there is nothing to verify against."""
+        if self.cfg.verify_rate_rps > 0:
+            return self._verify_given()
+        found = self._knee()
+        if found is None:
+            return None
+        table, knee = found
+        steps = table[table["phase"] == "step"] if not table.empty else table
+        thr = steps["throughput_rps"].astype(float) if not steps.empty else None
+        if thr is None or not (thr > 0).any():
+            self.event("verify", "no verify phase: no step measured a throughput to verify against")
+            return None
+        plateau = float(thr.max())
+        base_s = self._drain_base_s = self._baseline_latency_s()
+        short = window_too_short(self.cfg.verify_window_s, base_s)
+        if short:
+            self.event("warning", f"no verify phase: {short}")
+            return None
+        rec = steps[steps["level"].astype(int) == int(knee.recommended_level or 0)]
+        p95_ms = float((rec if not rec.empty else steps.loc[[thr.idxmax()]])["p95_ms"].iloc[-1])
+        drain_s = drain_max_s(p95_ms / 1000.0, analysis.config.WAIT_MULTIPLE)
+        rate = VERIFY_FACTOR * plateau
+        self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) for"
+                   f" {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
+        return rate, drain_s
+
+    def _verify_given(self) -> tuple[float, float] | None:
+        """`python -m loadtest verify --rate R`: R as given, the drain capped at WAIT_MULTIPLE x the baseline's
+        latency (the recommended wait timeout's rule at one request; at least DRAIN_MIN_S)."""
+        base_s = self._drain_base_s = self._baseline_latency_s()
+        short = window_too_short(self.cfg.verify_window_s, base_s)
+        if short:
+            self.event("warning", f"no verify phase: {short}")
+            return None
+        drain_s = drain_max_s(base_s or 0.0, analysis.config.WAIT_MULTIPLE)
+        rate = self.cfg.verify_rate_rps
+        self.event("verify", f"verify: {rate:.2f} rps for {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")
+        return rate, drain_s
+
+    def _drained(self) -> bool:
+        """The drain's probe is answered at the baseline's latency again (openloop_config.drained)."""
+        return drained(self.live_latency_ms, self._drain_base_s)

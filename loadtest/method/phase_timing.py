@@ -1,0 +1,176 @@
+"""The controller's phases timed by the server's latency (the rules and limits are in loadtest/method/timing.py).
+
+- a warm-up before a step: bounds from the latencies measured so far (`timing.warmup_bounds`);
+- the baseline's warm-up: ends once latency has settled (`timing.latency_settled`), so a few slow first
+  requests (lazy initialisation, a first compile) stay out of the baseline's latency and spread;
+- a step: its request target follows its own latency spread so far (`plan.target_requests`);
+- a cooldown: first every user stopped (requests back or cut), then memory; the rows of the steps before
+  it become final once it drained, after the step-end flush brought every worker's rows in.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+from typing import Any, Protocol
+
+from loadtest.method.live import LiveSteps, panel_row
+from loadtest.method.plan import PhaseSpec
+from loadtest.method.progress import progress
+from loadtest.method.timing import (
+    SETTLED_REQUESTS,
+    latency_settled,
+    own_latency_cv,
+    target_requests,
+    warmup_bounds,
+)
+from loadtest.settings.limits import TimingLimits
+from loadtest.settings.run_config import RunConfig
+from runfolder import Phase
+
+BASELINE_WARMUP_MAX_REQUESTS = 20  # a server noisy from the start never settles: its baseline starts anyway
+SLOW_FIRST_FACTOR = 2.0  # a first request this many times the settled latency is named as slow
+
+
+class TimedRun(Protocol):
+    """What the timing reads of the controller it times (loadtest/method/controller.py), and the two things
+    it changes there: the events it says, and a step's panel row once the step is final."""
+
+    cfg: RunConfig
+    limits: TimingLimits
+    live: LiveSteps
+    live_latency_ms: list[float]  # the answers of the current phase so far
+    measured_levels: list[int]
+    spec: PhaseSpec | None
+    step_index: int
+    aborted: str
+    completed: list[dict[str, Any]]  # the panel's rows
+
+    @property
+    def gpu_peak_per_step(self) -> dict[int, float]: ...
+
+    def event(self, kind: str, message: str) -> None: ...
+
+    def memory_settled(self) -> bool: ...
+
+
+class PhaseTiming:
+    """The timing decisions of one controller's current phase."""
+
+    def __init__(self, ctl: TimedRun) -> None:
+        self.ctl = ctl
+        self.drained_at: float | None = None  # when every user of the cooldown had stopped
+        self.drain_cut = ""  # why the cooldown stopped waiting for them
+        self.said_slow = False  # a warm-up lengthened by slow requests was named (once a run)
+
+    def reset(self) -> None:
+        """A new phase starts."""
+        self.drained_at, self.drain_cut = None, ""
+
+    def timed(self, spec: PhaseSpec) -> PhaseSpec:
+        """The plan's phase with the times that follow the server: a warm-up's bounds from the latencies."""
+        if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
+            return spec
+        ctl = self.ctl
+        if not ctl.measured_levels:  # the baseline's warm-up: until latency settles, up to the cap
+            cap_s = max(spec.max_s, ctl.limits.warmup_cap_s)
+            return replace(spec, max_s=cap_s, note=f"{spec.note}: until latency settles, at most {cap_s:.0f} s")
+        bounds = warmup_bounds(spec.level, self._measured(), ctl.limits, ctl.cfg.request_timeout_s)
+        if bounds.min_s > ctl.cfg.warmup_s and not self.said_slow:  # once a run: the habit, named
+            self.said_slow = True
+            ctl.event("slow_requests", f"slow requests: the warm-up for level {spec.level} follows them ({bounds.why})")
+        return replace(
+            spec, min_s=bounds.min_s, max_s=bounds.max_s, min_requests=bounds.min_requests,
+            note=f"{spec.note}: {bounds.why}",
+        )  # fmt: skip
+
+    def _measured(self) -> list[tuple[int, float]]:
+        """(level, P50 ms) of every measured step so far, in order."""
+        try:
+            table = self.ctl.live.table()
+        except Exception as exc:  # the warm-up falls back to WARMUP_S .. its cap
+            self.ctl.event("warning", f"could not read the latencies measured so far: {exc}")
+            return []
+        return [(int(level), float(p50)) for level, p50 in zip(table["level"], table["p50_ms"], strict=True)]
+
+    def baseline_warmed(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
+        """The baseline's warm-up may end: WARMUP_S passed and latency settled (or the server stays noisy)."""
+        if elapsed_s < spec.min_s:
+            return False
+        latencies = self.ctl.live_latency_ms
+        if latency_settled(latencies):
+            self._name_slow_first(latencies)
+            return True
+        if rows >= BASELINE_WARMUP_MAX_REQUESTS:
+            self.ctl.event(
+                "warning",
+                f"the baseline's latency did not settle in {rows} warm-up requests (the last within"
+                " +-50% of their median): the server is noisy from the start; the baseline starts anyway",
+            )
+            return True
+        return False
+
+    def _name_slow_first(self, latencies: list[float]) -> None:
+        """Say so when the warm-up's first requests were much slower than the settled ones (lazy
+        initialisation, a first compile): they are kept out of the baseline, and the run names the habit."""
+        settled_ms = statistics.median(latencies[-SETTLED_REQUESTS:])
+        slow = [ms for ms in latencies[:-SETTLED_REQUESTS] if ms > SLOW_FIRST_FACTOR * settled_ms]
+        if slow:
+            self.ctl.event(
+                "slow_first",
+                f"the first {len(slow)} request(s) were slow (up to {max(slow) / 1000:.1f} s against"
+                f" {settled_ms / 1000:.2f} s once settled: lazy initialisation or a first compile); the baseline"
+                " starts after them, so they stay out of its latency and spread",
+            )
+
+    def target_reached(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
+        """A step has the requests its own latency spread needs for a precise throughput (or ran out of time)."""
+        if not spec.target_max_s or elapsed_s >= spec.target_max_s:
+            return True
+        own = target_requests(own_latency_cv(self.ctl.live_latency_ms))
+        return rows >= own
+
+    def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:
+        """Every user stopped (each request of the step back, or cut at the stop timeout), then GPU memory
+        settled: at least the cooldown's min_s from its start, at most COOLDOWN_S from the drain."""
+        ctl, limits = self.ctl, self.ctl.limits
+        if self.drained_at is None:
+            if user_count == 0:
+                self.drained_at = now
+            elif elapsed_s >= limits.drain_cap_s:
+                self.drain_cut = (
+                    f"{user_count} user(s) still running {elapsed_s:.0f} s into the cooldown, past the stop timeout"
+                    f" ({limits.stop_timeout_s:g} s): the step's rows stay open until a later cooldown drains"
+                )
+                ctl.event("warning", self.drain_cut)
+                self.drained_at = now
+            else:
+                return False
+        if now - self.drained_at >= limits.cooldown_cap_s:
+            return True
+        spec = ctl.spec
+        return spec is not None and elapsed_s >= spec.min_s and ctl.memory_settled()
+
+    def finalize_rows(self) -> None:
+        """At a cooldown's end, after the flush: if it drained, every step before it is final; its panel row
+        and a console line carry the report's numbers."""
+        ctl = self.ctl
+        if self.drained_at is None or self.drain_cut or ctl.aborted:
+            return
+        for index in ctl.live.finalize(ctl.step_index):
+            step, row = ctl.live.closed(index), ctl.live.row(index)
+            if step is None or row is None:
+                continue
+            entry = panel_row(step, row, ctl.gpu_peak_per_step)
+            ctl.completed = [entry if c["step_index"] == index else c for c in ctl.completed]
+            progress(
+                f"step {index} final: {step.phase} users={step.level} requests={entry['requests']}"
+                f" throughput={_fmt(entry['throughput_rps'], ' rps')} p50={_fmt(entry['p50_ms'], ' ms')}"
+                f" p95={_fmt(entry['p95_ms'], ' ms')} errors={entry['errors']} cut={int(row['cut_requests'])}"
+                " (every request back or cut)"
+            )
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:g}{unit}"

@@ -1,0 +1,239 @@
+"""The load plan: a generator of phases that sees the run so far before choosing what comes next.
+
+    idle (0 users) -> warmup (1 user) -> baseline (1 user, rounds x requests) -> cooldown
+    -> estimate (capped by MAX_NUM_SEQS or the server's max_num_seqs) -> levels (x0.25 .. x1.2 of it,
+       bounded by what a window can measure, or LEVELS: loadtest/method/levels.py)
+    -> for each level: warmup -> step (measured window) -> cooldown; after each step, stop climbing
+       once the step is confirmed past the knee (throughput stopped growing, or failures, a step that
+       completed far fewer requests than its users, or one ended early because its requests timed out):
+       higher levels only hurt the server and tell nothing new
+    -> the server shows its own limit (requests running flat while others wait): no level queued or
+       climbed above SERVER_LIMIT_MARGIN (1.2) x it
+    -> a step far above anything measured that looks saturated: probe half of it first (the knee may be
+       far below: vLLM's KV estimate can be 30x the compute knee)
+    -> no knee within the planned levels: keep climbing, doubling the highest, `climb_budget` times
+    -> refinement: bisect until the answer is exact (adjacent levels); this also searches downward
+       when even the first step was past the knee (the bracket is then baseline..first step)
+    -> re-measure: while the answer's 95% interval is wider than +-1 level, measure the level that
+       decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
+       at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
+       so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
+       refinement (or one climb) each may ask for when the pooled answer moved
+
+Decisions that need data (the estimate, the knee so far, where to refine) are callbacks the controller
+passes in, so this module has no Locust, no clock and no files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from loadtest.method.levels import (
+    LevelChoice,
+    climb_further,
+    confirm_level,
+    engine_top,
+    keep_climbing,
+    within_server_limit,
+)
+from loadtest.settings.limits import limits_of
+from loadtest.settings.open_loop import VERIFY_FACTOR, parse_rates
+from loadtest.settings.run_config import RunConfig
+from runfolder import Phase
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    phase: str
+    level: int
+    note: str
+    min_s: float  # the phase lasts at least this long
+    max_s: float  # and at most this long, whatever else
+    min_requests: int = 0  # measured phases also wait for this many requests
+    # and, up to target_max_s, for as many as the step's own spread needs for a precise throughput
+    target_max_s: float = 0.0
+    rate_rps: float = 0.0  # open loop: the whole run's rate (level is then the users held in reserve)
+
+
+REMEASURE_BUDGET = 4  # re-measures of a level that decides a wide answer, at most
+REMEASURE_MAX_WINDOWS = 6  # each at most this many STEP_S windows
+
+
+def _step(cfg: RunConfig, level: int, note: str) -> Iterator[PhaseSpec]:
+    if cfg.warmup_s > 0:
+        yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {level}", cfg.warmup_s, cfg.warmup_s)
+    if cfg.scenario == "soak":
+        yield PhaseSpec(Phase.STEP, level, f"soak at {level} ({note})", cfg.soak_s, cfg.soak_s)
+    else:
+        limits = limits_of(cfg)  # the step's own spread sets its request target, up to step_target_max_s
+        yield PhaseSpec(
+            Phase.STEP, level, note, cfg.step_s, limits.step_max_s,
+            cfg.min_step_requests, target_max_s=limits.step_target_max_s,
+        )  # fmt: skip
+    yield _cooldown(cfg)
+
+
+def open_loop_step(cfg: RunConfig, rate_rps: float, note: str) -> Iterator[PhaseSpec]:
+    """A warm-up and a measured window at `rate_rps` with MAX_IN_FLIGHT users in reserve, then a cooldown:
+    a window of fixed length (the arrivals, not the server, set how many requests it holds)."""
+    cap = cfg.max_in_flight
+    if cfg.warmup_s > 0:
+        yield PhaseSpec(Phase.WARMUP, cap, f"warm-up at {rate_rps:g} rps", cfg.warmup_s, cfg.warmup_s, rate_rps=rate_rps)
+    yield PhaseSpec(Phase.STEP, cap, note, cfg.step_s, cfg.step_s, rate_rps=rate_rps)
+    yield _cooldown(cfg)
+
+
+def verify_phases(cfg: RunConfig, verify_plan: Callable[[], tuple[float, float] | None]) -> Iterator[PhaseSpec]:
+    """The verify window (open loop at `verify_plan`'s rate: 1.5x the plateau throughput) and the drain
+    after it (one closed-loop user probing until answers are back to the baseline's latency, at most
+    drain_max_s: the recommended queue wait timeout)."""
+    planned = verify_plan()
+    if planned is None:
+        return
+    rate_rps, drain_max_s = planned
+    yield PhaseSpec(
+        Phase.VERIFY, cfg.max_in_flight,
+        f"verify at {rate_rps:.2f} rps, " + ("as --rate asked" if cfg.verify_rate_rps > 0 else f"{VERIFY_FACTOR:g}x the plateau throughput"),
+        cfg.verify_window_s, cfg.verify_window_s, rate_rps=rate_rps,
+    )  # fmt: skip
+    yield PhaseSpec(Phase.DRAIN, 1, f"drain: one user until answers are back to the baseline's latency,"
+                    f" at most {drain_max_s:.0f} s", min(1.0, drain_max_s), drain_max_s)  # fmt: skip
+    yield _cooldown(cfg)
+
+
+def _remeasure(cfg: RunConfig, level: int, window_s: float, why: str) -> Iterator[PhaseSpec]:
+    """A level measured once more for `window_s` (a longer window than a step's: see plan_phases)."""
+    if cfg.warmup_s > 0:
+        yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {level}", cfg.warmup_s, cfg.warmup_s)
+    yield PhaseSpec(Phase.STEP, level, f"re-measure: {why}", window_s, max(2 * window_s, window_s + 30),
+                    cfg.min_step_requests)  # fmt: skip
+    yield _cooldown(cfg)
+
+
+def _cooldown(cfg: RunConfig) -> PhaseSpec:
+    return PhaseSpec(Phase.COOLDOWN, 0, "cooldown", min(cfg.cooldown_min_s, cfg.cooldown_s), cfg.cooldown_s)
+
+
+def plan_phases(
+    cfg: RunConfig,
+    choose_levels: Callable[[], LevelChoice],
+    knee_now: Callable[[], Any],
+    refine_level: Callable[[], int | None],
+    probe_level: Callable[[], int | None] = lambda: None,
+    remeasure_level: Callable[[float], tuple[int, float, str] | None] = lambda max_window_s: None,
+    verify_plan: Callable[[], tuple[float, float] | None] = lambda: None,
+) -> Iterator[PhaseSpec]:
+    """Yield the phases of the run one at a time; callbacks are called between phases.
+    `remeasure_level(max_window_s)` gives (level, window_s, why) while the answer's interval is wide;
+    `verify_plan()` (rate_rps, drain_max_s) of the verify phase, or None when there is none."""
+    yield from _capacity_phases(cfg, choose_levels, knee_now, refine_level, probe_level, remeasure_level)
+    if cfg.verify and cfg.scenario != "soak":
+        yield from verify_phases(cfg, verify_plan)
+
+
+def _capacity_phases(
+    cfg: RunConfig,
+    choose_levels: Callable[[], LevelChoice],
+    knee_now: Callable[[], Any],
+    refine_level: Callable[[], int | None],
+    probe_level: Callable[[], int | None],
+    remeasure_level: Callable[[float], tuple[int, float, str] | None],
+) -> Iterator[PhaseSpec]:
+    if cfg.idle_s > 0:
+        yield PhaseSpec(Phase.IDLE, 0, "idle GPU memory", cfg.idle_s, cfg.idle_s)
+    if cfg.warmup_s > 0:
+        yield PhaseSpec(Phase.WARMUP, 1, "baseline warm-up", cfg.warmup_s, cfg.warmup_s)
+    baseline_requests = cfg.baseline_rounds * cfg.baseline_round_requests
+    yield PhaseSpec(
+        Phase.BASELINE,
+        1,
+        f"{cfg.baseline_rounds} rounds x {cfg.baseline_round_requests} requests",
+        1.0,
+        max(600.0, cfg.step_s * 10),
+        baseline_requests,
+    )
+    yield _cooldown(cfg)
+    if cfg.verify_rate_rps > 0:  # `python -m loadtest verify`: the baseline, then the verify phase only
+        return
+    if cfg.rates.strip():  # open loop: each rate once, no knee search over users
+        for rate in parse_rates(cfg.rates):
+            yield from open_loop_step(cfg, rate, f"open loop at {rate:g} rps ({cfg.arrivals} arrivals)")
+        return
+
+    choice = choose_levels()
+    done: list[int] = []
+    confirmed: list[int] = []  # levels measured once more to confirm a knee by few failures
+    queue, climbs = [(level, choice.why) for level in choice.levels], 0
+    while queue:
+        level, why = queue.pop(0)
+        yield from _step(cfg, level, why)
+        done.append(level)
+        if cfg.scenario == "soak":
+            return
+        knee = knee_now()
+        again = confirm_level(knee, confirmed)
+        if again is not None:
+            confirmed.append(again)
+            queue.insert(0, (again, f"confirm the knee at {again}: few failures, measured once more"))
+            continue
+        if not keep_climbing(knee):
+            break
+        queue = within_server_limit(queue, knee)
+        probe = probe_level()
+        if probe is not None and probe not in done:
+            queue.insert(0, (probe, f"probe below {level}: past the knee or still scaling?"))
+        elif not queue:
+            more = climb_further(knee, choice, done, climbs, cfg)
+            if more is not None:
+                queue, climbs = [(more, f"no knee yet at {max(done)}: doubling")], climbs + 1
+    if not cfg.refine:
+        return
+    for _ in range(cfg.refine_budget):
+        refined = refine_level()
+        if refined is None or refined in confirmed:
+            break
+        note = "refine the knee"
+        if refined in done:  # only a knee by few failures asks for a measured level again (next_level.py)
+            confirmed.append(refined)
+            note = f"confirm the knee at {refined}: few failures, measured once more"
+        yield from _step(cfg, refined, note)
+        done.append(refined)
+    yield from _narrow(cfg, choice, done, climbs, knee_now, refine_level, remeasure_level)
+
+
+def _narrow(
+    cfg: RunConfig,
+    choice: LevelChoice,
+    done: list[int],
+    climbs: int,
+    knee_now: Callable[[], Any],
+    refine_level: Callable[[], int | None],
+    remeasure_level: Callable[[float], tuple[int, float, str] | None],
+) -> Iterator[PhaseSpec]:
+    """While the answer's interval is wide: re-measure the level that decides it, within the budget. The
+    pooled answer may then have moved: above the highest level (no knee left: climb once more, within the
+    climb budget) or next to a level not measured yet (refine again)."""
+    max_window_s = REMEASURE_MAX_WINDOWS * cfg.step_s
+    for _ in range(REMEASURE_BUDGET):
+        again = remeasure_level(max_window_s)
+        if again is None:
+            return
+        level, window_s, why = again
+        top = engine_top(knee_now(), cfg)
+        if top is not None and level > top:  # a level above the plateau's, but none past the engine's limit
+            level, why = top, f"{why}; {top} instead: none above 1.2x the engine's limit"
+        yield from _remeasure(cfg, level, min(window_s, max_window_s), why)
+        done.append(level)  # a level above the highest may be new
+        more = climb_further(knee_now(), choice, done, climbs, cfg)
+        if more is not None:
+            climbs += 1
+            yield from _step(cfg, more, f"no knee left at {max(done)} once re-measured: doubling")
+            done.append(more)
+        for _ in range(cfg.refine_budget):
+            refined = refine_level()
+            if refined is None or refined in done:
+                break
+            yield from _step(cfg, refined, "refine the knee")
+            done.append(refined)

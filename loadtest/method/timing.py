@@ -1,0 +1,81 @@
+"""The timing that follows the server's latency: how long a warm-up lasts, when the baseline's latency
+has settled, a step's own spread so far. The limits it stays within are loadtest/settings/limits.py.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.stats import latency_cv
+from loadtest.settings.limits import WARMUP_LATENCIES, TimingLimits
+
+SETTLED_REQUESTS = 4  # the baseline's warm-up ends once this many latencies in a row
+SETTLED_BAND = 0.5  # lie within +-50% of their median (lazy init, first compile: 10-1000x slower)
+MIN_CV_REQUESTS = 10  # a step's own spread is judged on at least this many answers
+TARGET_REL_SE = 0.02  # near the knee a smooth curve gains 3-5% a level: measure throughput to about 2%
+MAX_TARGET_REQUESTS = 2000
+
+
+
+@dataclass(frozen=True)
+class WarmupBounds:
+    min_s: float
+    max_s: float
+    min_requests: int  # completions that show the level is steady: WARMUP_LATENCIES per user
+    why: str
+
+
+def warmup_bounds(
+    level: int, measured: Sequence[tuple[int, float]], limits: TimingLimits, request_timeout_s: float
+) -> WarmupBounds:
+    """How long the warm-up before a step at `level` lasts, from the latencies (level, P50 ms) measured so
+    far. Latency at L users, from the nearest measured level M: at least lat(M) x min(1, L/M), at most
+    lat(M) x max(1, L/M) (a closed loop: latency = users / throughput, and throughput does not fall below
+    the knee), never more than the request timeout. The warm-up lasts WARMUP_LATENCIES of the lower bound at
+    least, of the upper bound at most, and ends between them once its users completed WARMUP_LATENCIES
+    requests each (the first wave, started together, is over)."""
+    min_requests = math.ceil(WARMUP_LATENCIES * level)
+    known = [(m, p50_ms) for m, p50_ms in measured if m > 0 and p50_ms == p50_ms and p50_ms > 0]
+    if not known:
+        return WarmupBounds(limits.warmup_min_s, limits.warmup_cap_s, min_requests, "no latency measured yet")
+    near, p50_ms = min(reversed(known), key=lambda m: (abs(math.log(level / m[0])), -m[0]))  # ties: the latest
+    lat_s = p50_ms / 1000.0
+    low_s = min(lat_s * min(1.0, level / near), request_timeout_s)
+    high_s = min(lat_s * max(1.0, level / near), request_timeout_s)
+    min_s = min(max(limits.warmup_min_s, WARMUP_LATENCIES * low_s), limits.warmup_cap_s)
+    max_s = min(max(min_s, WARMUP_LATENCIES * high_s), limits.warmup_cap_s)
+    why = f"{WARMUP_LATENCIES:g} latencies at {level} from P50 {p50_ms:.0f} ms at {near}: {min_s:.0f}-{max_s:.0f} s"
+    return WarmupBounds(min_s, max_s, min_requests, why)
+
+
+def latency_settled(latencies_ms: Sequence[float]) -> bool:
+    """The last SETTLED_REQUESTS latencies lie within SETTLED_BAND of their median: the slow first requests
+    (lazy initialisation, a first compile) are over, and what follows measures the server as it serves."""
+    last = [x for x in latencies_ms[-SETTLED_REQUESTS:] if x == x]
+    if len(last) < SETTLED_REQUESTS:
+        return False
+    median = statistics.median(last)
+    return median > 0 and all(abs(x - median) <= SETTLED_BAND * median for x in last)
+
+
+def own_latency_cv(latencies_ms: Sequence[float]) -> float | None:
+    """A step's own latency CV so far (analysis.stats.latency_cv, as in its step row), or None under
+    MIN_CV_REQUESTS answers: its request target (target_requests) follows it, not the baseline's."""
+    if len(latencies_ms) < MIN_CV_REQUESTS:
+        return None
+    cv = latency_cv(np.asarray(latencies_ms, dtype=np.float64))
+    return None if math.isnan(cv) else cv
+
+
+def target_requests(latency_cv: float | None) -> int:
+    """Requests a step needs for a throughput error of TARGET_REL_SE: a closed loop's completions are a
+    renewal process, so the relative error is CV / sqrt(n). A server whose latencies vary a lot (CV 0.5:
+    answers of very different lengths) needs ~600 requests, not the 20 that suit a steady one."""
+    if latency_cv is None or not latency_cv > 0:
+        return 0
+    return min(MAX_TARGET_REQUESTS, math.ceil((latency_cv / TARGET_REL_SE) ** 2))

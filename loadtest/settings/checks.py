@@ -1,0 +1,73 @@
+"""The one-line checks of single settings, below RunConfig: every stage that checks a value raises
+ConfigError from here, so the message names the setting and its fix."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting the user gave is wrong; the message is one line that names the fix."""
+
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def parse_headers(text: str, setting: str = "HEADERS") -> dict[str, str]:
+    """'A: 1; B: two' -> {'A': '1', 'B': 'two'}; one clear line for anything else."""
+    out: dict[str, str] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"bad {setting} entry {part!r}: write 'Name: value; Other: value'")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def masked(headers: dict[str, str]) -> str:
+    return "; ".join(f"{k}: ***" for k in headers)
+
+
+def parse_optional_float(value: Any, name: str) -> float | None:
+    """A number, or None for an empty value, "none" or "off"; one clear line for anything else."""
+    if value is None or isinstance(value, float | int) and not isinstance(value, bool):
+        return None if value is None else float(value)
+    text = str(value).strip()
+    if text.lower() in ("", "none", "off"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"bad {name}={text!r}: give a number, or leave it empty for off") from None
+
+
+def parse_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"bad boolean {text!r}: use true or false")
+
+
+def check_metrics_config(port: int, host: str) -> None:
+    """One line for a METRICS_PORT that cannot work."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"bad METRICS_PORT={port}: give a TCP port (e.g. 9646), or 0 for no /metrics")
+    if port and not host:
+        raise ConfigError("METRICS_HOST is empty: give the address /metrics binds to, e.g. 127.0.0.1")
+
+
+def check_server_time_config(header: str, path: str) -> None:
+    """One line for a SERVER_TIME_HEADER or SERVER_TIME_PATH that cannot be read."""
+    if header and not HEADER_NAME.fullmatch(header):
+        raise ConfigError(f"bad SERVER_TIME_HEADER={header!r}: give a header name, e.g. X-Process-Time-Ms")
+    if path and any(not part for part in path.split(".")):
+        raise ConfigError(f"bad SERVER_TIME_PATH={path!r}: give a dotted JSON path, e.g. usage.server_ms")

@@ -1,0 +1,81 @@
+"""Payloads: the image set and each image's request, built once per process and reused as bytes.
+
+A worker builds them from the image set its master sent (loadtest/wiring/link.py), never from its own disk.
+
+No Locust here, so the CLI's pre-flight checks build exactly what the workers will send.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from loadtest.settings.run_config import RunConfig
+from scenarios import EncodedRequest, ImageItem, ImageSet, build_image_set, encode_request
+from scenarios.resize import SizeChange, resize_image_set
+
+
+@dataclass(frozen=True)
+class Payloads:
+    """The image set and each image's request, encoded once."""
+
+    config: RunConfig
+    image_set: ImageSet
+    encoded: dict[str, EncodedRequest]  # by image name
+    headers: dict[str, str]
+
+    def pick(self, rng: random.Random) -> tuple[ImageItem, EncodedRequest]:
+        item = self.image_set.pick(rng)
+        return item, self.encoded[item.name]
+
+
+def image_set_for(cfg: RunConfig) -> ImageSet:
+    """The images a run sends, read or generated from the config (on the master, or a local run), resized
+    to MAX_SIDE when it is set."""
+    return _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side)[0]
+
+
+def images_sent(cfg: RunConfig) -> dict[str, Any]:
+    """The manifest's `images_sent` when MAX_SIDE is set: {"max_side_px", "sizes": [{"bucket", "before_px",
+    "after_px", "bytes", ...}]} of the payloads actually sent; {} when it is off."""
+    if not cfg.max_side:
+        return {}
+    _, changes = _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side)
+    sizes = [
+        {"bucket": c.bucket, "before_px": list(c.before_px), "after_px": list(c.after_px), "bytes": c.bytes_after,
+         "bytes_before": c.bytes_before, "name": c.name}  # fmt: skip
+        for c in changes
+    ]
+    return {"images_sent": {"max_side_px": cfg.max_side, "sizes": sizes}}
+
+
+@functools.lru_cache(maxsize=2)  # the pre-flight, the manifest and a local run read the same set once
+def _sized_set(
+    scenario: str, images: str, seed: int, buckets: str, max_side_px: int
+) -> tuple[ImageSet, tuple[SizeChange, ...]]:
+    image_set = build_image_set(scenario, images or None, seed=seed, buckets=buckets or None)
+    if not max_side_px:
+        return image_set, ()
+    return resize_image_set(image_set, max_side_px)
+
+
+def build_payloads(cfg: RunConfig, image_set: ImageSet | None = None) -> Payloads:
+    """Each image's request; a worker passes the image set its master sent (its IMAGES are not read)."""
+    if image_set is None:
+        image_set = image_set_for(cfg)
+    encoded = {
+        item.name: encode_request(
+            item,
+            cfg.style,
+            endpoint=cfg.endpoint_path,
+            field=cfg.field or None,
+            model=cfg.model,
+            prompt=cfg.prompt,
+            max_tokens=cfg.max_tokens,
+            stream=cfg.stream,
+        )
+        for item in image_set.items
+    }
+    return Payloads(cfg, image_set, encoded, cfg.header_dict())

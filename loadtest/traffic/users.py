@@ -1,0 +1,384 @@
+"""The Locust user: an OCR client that records one exact row per request.
+
+Closed loop (LEVELS, the baseline): each user sends the next request as soon as the answer arrives
+(wait_time 0): concurrency equals the number of users, which is what a serving limit like
+`--max-num-seqs` counts. A user whose request the server failed (503/429, 5xx, OOM, 4xx, redirect)
+first waits `reject_pause_s` at most, whatever the server's Retry-After asks: a 10 s Retry-After would
+leave most of a step's users asleep and the step would measure less load than planned (SCENARIO=retry
+honours Retry-After: that is what it tests).
+Open loop (a step tag with a rate: RATES, the verify phase): users are a reserve; each takes the next
+intended send time from the process's schedule (loadtest.traffic.arrivals), sends then, and keeps that time in
+its row (`t_intended_unix_s`); no pause after a failure, the schedule sets the pace. A request still in flight when Locust kills its user at a
+step-down is recorded as "cut". Payloads are built once per process and reused as bytes (see
+LOCUST-FACTS.md: never file objects, never per-request encoding).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from typing import Any, NamedTuple
+
+import gevent
+from gevent import GreenletExit
+from locust import task
+from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, FastHttpUser
+from locust.exception import CatchResponseError
+
+from gpu_sampler.tls import TlsSettings
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic import failures
+from loadtest.traffic.arrivals import Schedule
+from loadtest.traffic.payloads import Payloads
+from loadtest.traffic.server_time import server_time_ms
+from loadtest.traffic.state import STATE, StepTag
+from runfolder import RequestRow
+from scenarios import (
+    AnswerError,
+    EncodedRequest,
+    ImageItem,
+    character_error_rate,
+    extract_finish_reason,
+    extract_text,
+    extract_usage,
+    repeated_tail,
+)
+
+log = logging.getLogger(__name__)
+ERROR_TEXT_CHARS = 200
+_RETRYABLE = frozenset((failures.REJECTED, failures.TIMEOUT, failures.CONNECTION))
+_ABSOLUTE_URL = re.compile(r"^https?://", re.IGNORECASE)  # as FastHttpSession tells a full URL from a path
+
+
+_PAYLOADS: Payloads | None = None
+SCHEDULE = Schedule(clock=lambda: STATE.now(), step_now=lambda: STATE.tag.step_index)  # this process's open loop
+
+
+# Verdicts by (image, status, body, error): a deterministic server sends the same bytes for the same
+# image, and judging an answer (parse, CER, kinds) cost 1.1 us a request against 0.2 us to look it up.
+# The body is keyed by its length and 64-bit hash, not kept: 1024 long markdown answers would hold tens
+# of MB. Bounded: a server whose answers all differ (vLLM's carry a fresh id) only fills and clears it.
+# Cleared with new payloads (the config's style, JSON path and CER bar decide the verdict).
+_VERDICTS: dict[tuple[str, int, int, int, str], _Verdict] = {}
+VERDICTS_MAX = 1024
+
+
+def set_payloads(payloads: Payloads | None) -> None:
+    """The payloads of this process's users, and the run's request timeout and TLS settings for their
+    connections."""
+    global _PAYLOADS
+    _PAYLOADS = payloads
+    _VERDICTS.clear()
+    if payloads is None:
+        return
+    OcrUser.network_timeout = payloads.config.request_timeout_s
+    set_tls(payloads.config.tls())
+    if payloads.config.headers_from_workers and not payloads.headers:
+        log.warning(
+            "HEADERS_FROM_WORKERS is on but this worker's environment has no OCRCAP_HEADERS: its requests"
+            " carry no extra headers; export OCRCAP_HEADERS before starting the worker"
+        )
+
+
+def set_tls(tls: TlsSettings) -> None:
+    """Verify certificates as the pre-flight and the scrapes do (FastHttpUser alone skips the check):
+    every user's session takes this one context. `insecure` tells geventhttpclient whether to check the
+    host name; the context carries the trust (CA_BUNDLE) or no check (INSECURE)."""
+    context = tls.context()  # built once, before the users start, not at each user's first request
+
+    def factory(*_args: Any, **_kwargs: Any) -> Any:
+        return context  # geventhttpclient passes cafile=<certifi's>: ignored, CA_BUNDLE or the system's rule
+
+    OcrUser.insecure = tls.insecure
+    OcrUser.ssl_context_factory = staticmethod(factory)
+
+
+def reject_pause_s(cfg: RunConfig, retry_after: str | None) -> float:
+    """A closed-loop user's pause after an answer the server failed: the server's Retry-After capped at
+    REJECT_PAUSE_S while measuring (the step keeps its planned load), honoured in SCENARIO=retry."""
+    pause = retry_delay_s(1, retry_after, base_s=cfg.reject_pause_s)
+    return pause if cfg.scenario == "retry" else min(pause, cfg.reject_pause_s)
+
+
+def retry_delay_s(attempt: int, retry_after: str | None, base_s: float = 0.5, cap_s: float = 30.0) -> float:
+    """Wait before attempt `attempt + 1`: the server's Retry-After when given, else exponential backoff."""
+    if retry_after:
+        try:
+            return min(max(float(retry_after), 0.0), cap_s)
+        except ValueError:
+            pass  # an HTTP date: fall back to backoff
+    return min(base_s * 2 ** (attempt - 1), cap_s)
+
+
+class OcrUser(FastHttpUser):
+    """Sends through the session's own geventhttpclient agent (the same connection pool, timeouts,
+    retries, redirects and cookies as any FastHttpUser request) and reports each request to Locust's
+    `request` event itself, as Locust's docs show for custom clients. Not `client.request(...,
+    catch_response=True)`: that copies the response, merges headers and context and builds a meta
+    dict on every request. Dropping it (with RequestRow as a NamedTuple) took bench/bench_driver.py's
+    req/s ratio from 0.863 to 0.947 of bare Locust.
+    """
+
+    network_timeout = 120.0
+    connection_timeout = 10.0
+    insecure = False  # set_tls: certificates verified unless the run says INSECURE=1
+    _pause_s = 0.0  # set after an answer the server failed; taken by wait_time before the next request
+
+    def on_start(self) -> None:
+        cfg = _PAYLOADS.config if _PAYLOADS else RunConfig()
+        self._rng = random.Random(f"{cfg.seed}-{STATE.worker_id}-{id(self)}")
+        self._agent = self.client.client
+        self._fire = self.environment.events.request.fire
+        self._targets: dict[int, tuple[str, dict[str, str]]] = {}
+        self._targets_of: Payloads | None = None
+
+    def _target(self, payloads: Payloads, enc: EncodedRequest) -> tuple[str, dict[str, str]]:
+        """The URL and headers of a request, built once per user and payload (they never change)."""
+        if payloads is not self._targets_of:  # a new run from the web UI brings new payloads
+            self._targets, self._targets_of = {}, payloads
+        target = self._targets.get(id(enc))
+        if target is None:
+            session = self.client
+            url = enc.path if _ABSOLUTE_URL.match(enc.path) else f"{session.base_url or ''}{enc.path}"
+            headers = {"Content-Type": enc.content_type, **payloads.headers}
+            if session.auth_header:  # credentials in the host URL, as FastHttpSession sends them
+                headers["Authorization"] = session.auth_header
+            if not any(k.lower() == "accept-encoding" for k in headers):
+                headers["Accept-Encoding"] = "gzip, deflate, br"
+            target = self._targets[id(enc)] = (url, headers)
+        return target
+
+    def wait_time(self) -> float:
+        """The pause before the next request: 0, or the pause after an answer the server failed. Taken
+        here, in Locust's waiting state, not inside the task: a step-down then stops a pausing user at
+        once instead of holding the stop timeout (a Retry-After can ask for 30 s)."""
+        pause, self._pause_s = self._pause_s, 0.0
+        return pause
+
+    @task
+    def ocr(self) -> None:
+        payloads = _PAYLOADS
+        if payloads is None:  # the process has not received the config yet
+            gevent.sleep(0.2)
+            return
+        cfg = payloads.config
+        tag = STATE.tag
+        intended: float | None = None
+        if tag.rate_rps > 0:  # open loop: wait for the next intended send time
+            SCHEDULE.follow(tag.step_index, tag.rate_rps, cfg.arrivals, f"{cfg.seed}-{STATE.worker_id}")
+            ticket = SCHEDULE.take()
+            if ticket is None:
+                return
+            intended = ticket.t_intended_s
+        item, enc = payloads.pick(self._rng)
+        attempts = cfg.retry_max_attempts if cfg.scenario == "retry" else 1
+        for attempt in range(1, attempts + 1):
+            SCHEDULE.in_flight += 1
+            try:
+                row, retry_after = self._attempt(
+                    payloads, item, enc, attempt, attempts, intended, tag if intended is not None else None
+                )
+            finally:
+                SCHEDULE.in_flight -= 1
+            intended = None  # a retry is the client's own, not the schedule's
+            STATE.add_row(row)
+            if not row.final_attempt:
+                gevent.sleep(retry_delay_s(attempt, retry_after))
+                continue
+            if row.failure_kind in failures.PAUSE_AFTER and cfg.reject_pause_s > 0 and tag.rate_rps <= 0:
+                # without a pause, a user turned away in 1 ms asks again at once: one user sent 4,309
+                # rejected requests in a 5 s 503 storm, and an OOM server answering fast 500s got hundreds
+                # a second from a handful of users; the step's error rate measured that loop. A refused
+                # connection and a timeout are not paused (see failures.PAUSE_AFTER).
+                self._pause_s = reject_pause_s(cfg, retry_after)
+            return
+
+    def _attempt(
+        self, payloads: Payloads, item: ImageItem, enc: EncodedRequest, attempt: int, attempts: int,
+        intended: float | None = None, scheduled: StepTag | None = None,
+    ) -> tuple[RequestRow, str | None]:  # fmt: skip
+        """Send one request; its exact row and the server's Retry-After (when it gave one). An open loop's
+        request belongs to the step whose schedule it came from (`scheduled`), even if sent after its end."""
+        cfg = payloads.config
+        url, headers = self._target(payloads, enc)
+        tag = scheduled or STATE.tag  # the step current when this request starts
+        t_start = STATE.now()  # this worker's clock; the master corrects its offset
+        t0 = time.perf_counter()
+        try:
+            reply = self._send(url, headers, enc, t0)
+        except GreenletExit:
+            # Locust killed this user at a step-down, after the stop timeout, with the request in flight:
+            # the GPU still works on it, so it is a row ("cut"), not a silent loss. Then die as asked.
+            latency_ms = (time.perf_counter() - t0) * 1000.0
+            error_text = (
+                f"cut: its user was stopped at a step-down {latency_ms / 1000:.1f} s into the request"
+            )
+            self._report(enc, url, latency_ms, 0, None, t_start, CatchResponseError(error_text))
+            cut = _Verdict(failures.CUT, "", error_text, None, None, None, "", False)
+            STATE.add_row(
+                self._row(cfg, item, enc, tag, t_start, latency_ms, None, 0, 0, cut, attempt, True, None, intended)
+            )
+            raise
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        verdict = judge(cfg, item, reply)
+        exc = (
+            CatchResponseError(f"{verdict.failure_kind}: {verdict.error_text}")
+            if verdict.failure_kind
+            else None
+        )
+        self._report(enc, url, latency_ms, len(reply.body), reply.resp, t_start, exc)
+        final = attempt == attempts or verdict.failure_kind not in _RETRYABLE
+        server_ms = (
+            server_time_ms(reply.resp.headers, reply.body, cfg.server_time_header, cfg.server_time_path)
+            if reply.resp is not None and reply.status
+            else None
+        )
+        row = self._row(
+            cfg, item, enc, tag, t_start, latency_ms, reply.ttft_ms, reply.status, len(reply.body), verdict,
+            attempt, final, server_ms, intended,
+        )  # fmt: skip
+        return row, reply.retry_after
+
+    def _send(self, url: str, headers: dict[str, str], enc: EncodedRequest, t0: float) -> _Reply:
+        """POST through the session's agent; read the whole answer (timing the first byte of a stream)."""
+        ttft_ms: float | None = None
+        body = b""
+        status = 0
+        retry_after = None
+        resp: Any = None
+        exc: Exception | None = None
+        try:
+            resp = self._agent.urlopen(url, method="POST", payload=enc.body, headers=headers)
+        except FAILURE_EXCEPTIONS as e:  # an HTTP error status carries its response; a broken connection none
+            exc, resp = e, getattr(e, "response", None)
+        if resp is not None:
+            try:
+                status = int(resp.status_code or 0)
+                if enc.stream and 200 <= status < 300:  # an error answer comes whole, not as events
+                    stream = resp.stream
+                    first = stream.read(1)
+                    ttft_ms = (time.perf_counter() - t0) * 1000.0
+                    body = first + stream.read()
+                else:
+                    body = resp.content or b""
+            except FAILURE_EXCEPTIONS as e:  # the connection broke while reading the answer
+                exc, status = e, 0
+            if status and resp.headers:
+                retry_after = resp.headers.get("Retry-After")
+        error = f"{type(exc).__name__}: {exc}" if status == 0 and exc is not None else ""
+        return _Reply(status, body, ttft_ms, retry_after, resp, error)
+
+    def _report(
+        self, enc: EncodedRequest, url: str, latency_ms: float, length: int, resp: Any, t_start: float,
+        exc: Exception | None,
+    ) -> None:  # fmt: skip
+        """Locust's own request event, failed exactly when the row is not ok (answer quality alone is not)."""
+        self._fire(
+            request_type="POST",
+            name=enc.path,
+            response_time=latency_ms,
+            response_length=length,
+            response=resp,
+            context={},
+            exception=exc,
+            start_time=t_start,
+            url=url,
+        )
+
+    def _row(
+        self, cfg: RunConfig, item: ImageItem, enc: EncodedRequest, tag: StepTag, t_start: float,
+        latency_ms: float, ttft_ms: float | None, status: int, received: int, verdict: _Verdict,
+        attempt: int, final: bool, server_ms: float | None = None, intended: float | None = None,
+    ) -> RequestRow:  # fmt: skip
+        # positional, in RequestRow's field order (tests/loadtest/test_lt_hot_path.py checks it): keywords cost
+        # 0.5 us more a row on the hot path
+        return RequestRow(
+            STATE.next_request_id(),  # request_id
+            t_start,  # t_start_unix_s
+            tag.step_index,
+            tag.phase,
+            tag.level,
+            cfg.scenario,
+            item.bucket,
+            latency_ms,
+            ttft_ms,
+            status,  # status_code
+            not verdict.failure_kind,  # ok
+            verdict.failure_kind,
+            len(enc.body),  # bytes_sent
+            received,  # bytes_received
+            verdict.cer,
+            verdict.prompt_tokens,
+            verdict.completion_tokens,
+            attempt,
+            final,  # final_attempt
+            STATE.worker_id,
+            verdict.error_text,
+            verdict.answer_kind,
+            server_ms,  # server_time_ms: the server's own time, where it reports one
+            verdict.finish_reason,
+            verdict.repeated_tail,
+            intended,  # t_intended_unix_s
+        )
+
+
+class _Reply(NamedTuple):
+    status: int  # 0 when no HTTP answer came
+    body: bytes
+    ttft_ms: float | None
+    retry_after: str | None
+    resp: Any
+    error: str  # the exception of a request without an answer, else ""
+
+
+class _Verdict(NamedTuple):
+    failure_kind: str  # did the server fail ("" = ok)
+    answer_kind: str  # how good a 2xx answer is ("" = fine or no answer)
+    error_text: str
+    cer: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    finish_reason: str  # the server's ("length": hit max_tokens), "" when the answer has none
+    repeated_tail: bool  # the text ends in one phrase repeated (scenarios.runaway)
+
+
+def judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
+    """_judge's verdict, remembered (see _VERDICTS)."""
+    body = reply.body
+    key = (item.name, reply.status, len(body), hash(body), reply.error)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        if len(_VERDICTS) >= VERDICTS_MAX:
+            _VERDICTS.clear()
+        verdict = _VERDICTS[key] = _judge(cfg, item, reply)
+    return verdict
+
+
+def _judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
+    """The server's failure kind and, for a 2xx answer, its quality: text, CER, tokens, answer kind.
+    A 2xx answer is ok whatever its text, unless CER_FAIL_ABOVE makes a far one a failure."""
+    body, error = reply.body, reply.error
+    kind = failures.classify_http(reply.status, body, error)
+    answer_kind = finish_reason = ""
+    cer = prompt_tokens = completion_tokens = None
+    runaway = False
+    if kind == failures.OK:
+        text = None
+        try:
+            text = extract_text(cfg.style, body, cfg.json_path or None)
+        except AnswerError as e:
+            error = str(e)
+        if text is not None and item.expected_text is not None:
+            cer = character_error_rate(item.expected_text, text)  # an empty answer: 1.0
+        prompt_tokens, completion_tokens = extract_usage(body)
+        finish_reason, runaway = extract_finish_reason(body), repeated_tail(text or "")
+        answer_kind = failures.classify_answer(text, cer)
+        kind = failures.answer_failure(answer_kind, cer, cfg.cer_fail_above)
+    error_text = ""
+    if kind or answer_kind:  # the evidence: the error, or the start of the answer the server gave
+        error_text = (error or body[:ERROR_TEXT_CHARS].decode("utf-8", "replace"))[:ERROR_TEXT_CHARS]
+    return _Verdict(
+        kind, answer_kind, error_text, cer, prompt_tokens, completion_tokens, finish_reason, runaway
+    )

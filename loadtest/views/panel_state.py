@@ -1,0 +1,136 @@
+"""What the web UI's live panel (`/ocr/state`) shows of a run: plain JSON built from the controller.
+
+The panel tells the story of one run as it forms: the estimate and its formula, the plan with the levels
+skipped above the knee and those refinement added, the knee and the recommendation as soon as the plan
+has them, and at the end the report's own answer and the config to paste. Nothing here decides anything:
+it reads the controller's state and, once rendered, the run folder's summary.json and
+recommended-config.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from loadtest.method.controller import Controller
+from runfolder import Phase
+
+CONFIG_FILE = "recommended-config.yaml"
+SUMMARY_FILE = "summary.json"
+
+
+def plan_view(
+    planned: list[int], stepped: list[int], running: int | None, knee_level: int | None, over: bool
+) -> list[dict[str, Any]]:
+    """One entry per level, in order: {"level", "state", "added"}; state is measured, running, planned or
+    skipped (above the knee, or never reached once the run is over); `added` for a level the first plan did
+    not hold (refinement, a probe below a far first step, a re-measure)."""
+    levels = sorted(set(planned) | set(stepped) | ({running} if running else set()))
+    view = []
+    for level in levels:
+        if level == running:
+            state = "running"
+        elif level in stepped:
+            state = "measured"
+        elif over or (knee_level is not None and level > knee_level):
+            state = "skipped"
+        else:
+            state = "planned"
+        view.append({"level": level, "state": state, "added": level not in planned})
+    return view
+
+
+def knee_view(knee: Any) -> dict[str, Any] | None:
+    """The knee and the recommendation as the plan last evaluated them (analysis.Knee), or None."""
+    if knee is None:
+        return None
+    return {
+        "found": bool(knee.found),
+        "knee_step_index": knee.knee_step_index,
+        "knee_level": knee.knee_level,
+        "recommended_level": knee.recommended_level,
+        "confidence": list(knee.confidence) if knee.confidence else None,
+        "at_least": bool(knee.at_least),
+        "reason": knee.reason,
+        "narrow_hint": knee.narrow_hint,
+    }
+
+
+def rendered_view(run_dir: Path) -> dict[str, Any] | None:
+    """The report's answer once rendered: summary.json's knee and answer, and the config to paste."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        config = (run_dir / CONFIG_FILE).read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    knee = summary.get("knee") or {}
+    return {
+        "answer": summary.get("answer"),
+        "complete": bool(summary.get("complete", True)),
+        "missing": [str(m) for m in summary.get("missing") or []],
+        "knee": {key: knee.get(key) for key in ("found", "knee_step_index", "knee_level", "recommended_level",
+                                                 "confidence", "at_least", "reason", "narrow_hint")},
+        "config_yaml": config,
+    }
+
+
+def _stepped_levels(ctl: Controller) -> list[int]:
+    return [int(row["level"]) for row in ctl.completed if row["phase"] == Phase.STEP]
+
+
+def _as_ended(row: dict[str, Any], ctl: Controller) -> dict[str, Any]:
+    """A step row once the run is over: a step the user stopped says so; one whose numbers were taken while
+    its requests were out says where the final ones are (every request is back or cut by now)."""
+    if not ctl.finished:
+        return row
+    status = str(row["status"])
+    if ctl.stopped_by_user and status.startswith("aborted"):
+        status = "stopped by the user" + status.removeprefix("aborted")
+    if not row["final"]:
+        status = status.replace(", requests in flight", "") + "; final numbers in the report"
+    return {**row, "status": status}
+
+
+def snapshot(ctl: Controller, rendered: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's live state, as the panel reads it every second."""
+    spec = ctl.spec
+    gpu, server = ctl.last_gpu, ctl.last_server
+    knee = rendered["knee"] if rendered else knee_view(ctl.knee_seen)
+    running = spec.level if spec is not None and spec.phase in (Phase.STEP, Phase.WARMUP) and ctl.measured_levels else None
+    over = ctl.finished
+    knee_level = knee["knee_level"] if knee and knee.get("found") else None
+    return {
+        "run_id": ctl.run_dir.name,
+        "run_dir": str(ctl.run_dir),
+        "finished": ctl.finished,
+        "aborted": ctl.aborted,
+        "stopped_by_user": ctl.stopped_by_user,
+        "phase": str(spec.phase) if spec else ("stopped" if ctl.aborted else "done") if ctl.finished else "starting",
+        "level_name": ctl.level_name(),
+        "step_index": ctl.step_index,
+        "level": spec.level if spec else 0,
+        "note": spec.note if spec else "",
+        "elapsed_s": round(ctl.clock() - ctl.phase_start, 1) if spec else 0.0,
+        "levels_planned": ctl.levels_planned,
+        "plan": plan_view(ctl.levels_planned, _stepped_levels(ctl), running, knee_level, over),
+        "estimate": ctl.estimate,
+        "knee": knee,
+        "rendered": rendered,
+        "gpu": {
+            "mem_used_mib": gpu.mem_used_mib if gpu else None,
+            "mem_total_mib": gpu.mem_total_mib if gpu else None,
+            "mem_peak_mib": max(ctl.gpu_peak_per_step.values(), default=None),
+            "util_pct": gpu.util_pct if gpu else None,
+            "read_at_unix_s": gpu.t_unix_s if gpu else None,
+            "reading": not ctl.finished,  # the monitor stops with the run (Controller.close)
+        },
+        "server": {
+            "running": server.num_requests_running if server else None,
+            "waiting": server.num_requests_waiting if server else None,
+            "kv_cache_usage_frac": server.kv_cache_usage_frac if server else None,
+            "read_at_unix_s": server.t_unix_s if server else None,
+        },
+        "steps": [_as_ended(row, ctl) for row in ctl.completed],
+        "timeline": [list(p) for p in ctl.timeline],
+    }

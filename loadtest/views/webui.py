@@ -1,0 +1,267 @@
+"""The live panel in Locust's web UI: its own page (`/ocr`), its JSON (`/ocr/state`), the reports.
+
+Locust's tabs only show tables (LOCUST-FACTS.md), so the panel is a page of its own; Locust's page gets a
+link to it and an "OCR plan" tab (its `extended_tabs`, fed through `/stats/requests`). The panel starts the
+plan through Locust's own `/swarm` and stops it through `/ocr/stop`; when the plan ends, the master
+renders the same run folder, analysis and report as a headless run, each report reachable under its run
+id (`/ocr/report/<run_id>`). One run at a time: a start clears the last run's state from the panel.
+
+A stop by the user (the panel's Stop, Locust's STOP, Ctrl-C or SIGTERM of the master) is noted here as
+it is asked for, and the run's end says so (`Controller.stop_by_user`): Locust's workers leave its count
+while they stop, which once read as "every worker was lost".
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import gevent
+from flask import Response, jsonify, request, send_file
+from locust import argument_parser
+from locust.env import Environment
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
+
+from loadtest.method.controller import Controller
+from loadtest.settings.manifest import REPO_ROOT
+from loadtest.views.panel_state import rendered_view, snapshot
+
+MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
+TAB_KEY = "ocr-plan"
+# the parameters Locust's form shows; every other one keeps the value `ui` was started with (make ui VAR=...)
+FORM_SHOWN = ("ocr_levels", "ocr_slo_p95_s", "ocr_headroom", "ocr_step_s", "ocr_scenario", "ocr_max_num_seqs")
+# what the panel lists of the settings in effect (never a secret: headers, tokens and CA text stay out)
+SETTINGS_SHOWN = ("endpoint", "style", "model", "scenario", "images", "levels", "workers", "gpu", "server_metrics",
+                  "max_num_seqs", "idle_s", "warmup_s", "step_s", "cooldown_s", "headroom", "slo_p95_s", "refine",
+                  "request_timeout_s", "out")  # fmt: skip
+LINK_HTML = (
+    '<a id="ocr-panel-link" href="ocr" style="position:fixed;left:16px;bottom:16px;z-index:2000;'
+    "background:#1d2433;color:#fff;padding:10px 16px;border-radius:8px;font:600 14px system-ui,sans-serif;"
+    'text-decoration:none;box-shadow:0 2px 8px rgba(0,0,0,.3)">OCR capacity panel: plan, GPU, answer &rarr;</a>'
+)
+
+
+class _Panel:
+    """Per Locust environment: the run shown, the runs rendered, a stop the user asked for."""
+
+    def __init__(self) -> None:
+        self.current: Controller | None = None
+        self.started_at: float | None = None  # a start was asked for; its controller comes at the first tick
+        self.runs: dict[str, Controller] = {}
+        self.rendered: dict[str, dict[str, Any]] = {}
+        self.rendering: set[str] = set()
+        self.user_stop = ""
+
+
+_panels: dict[int, _Panel] = {}
+
+
+def _panel(environment: Environment) -> _Panel:
+    return _panels.setdefault(id(environment), _Panel())
+
+
+def track(environment: Environment, ctl: Controller) -> None:
+    """The controller whose state the page shows (the running run, or the last one)."""
+    panel = _panel(environment)
+    panel.current = ctl
+    panel.started_at = None
+    panel.runs[ctl.run_dir.name] = ctl
+    while len(panel.runs) > MAX_RUNS_KEPT:
+        del panel.runs[next(iter(panel.runs))]
+
+
+def note_user_stop(environment: Environment, how: str) -> None:
+    """The user asked for the run to stop (`how`: which control); the run's end records it."""
+    runner = environment.runner
+    if runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING):
+        _panel(environment).user_stop = how
+
+
+def take_user_stop(environment: Environment) -> str:
+    panel = _panel(environment)
+    how, panel.user_stop = panel.user_stop, ""
+    return how
+
+
+def _on_start(environment: Environment, **_kwargs: Any) -> None:
+    """A new run (a start from either page, or Locust's test_start): the panel forgets the last run (its
+    report stays under its run id). The new run's controller may already be tracked (the shape's first
+    tick makes it before Locust fires test_start): that one stays."""
+    panel = _panel(environment)
+    if panel.current is None or panel.current.finished:
+        panel.current, panel.started_at, panel.user_stop = None, time.time(), ""
+
+
+def render_after_run(ctl: Controller, environment: Environment | None = None) -> None:
+    """Analysis and report in their own process (run in a greenlet)."""
+    panel = _panel(environment) if environment is not None else None
+    if panel is not None:
+        panel.rendering.add(ctl.run_dir.name)
+    try:
+        out = subprocess.run([sys.executable, "-m", "reports", str(ctl.run_dir)], cwd=REPO_ROOT,
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    finally:
+        if panel is not None:
+            panel.rendering.discard(ctl.run_dir.name)
+    for line in out.stdout.splitlines():
+        if line.startswith("report: "):
+            ctl.report_path = line.split(" ", 1)[1].strip()
+            print(line, flush=True)
+    if ctl.report_path is None:
+        ctl.event("warning", f"the report could not be rendered: {(out.stderr or out.stdout).strip()[-300:]}")
+    elif panel is not None:
+        view = rendered_view(ctl.run_dir)
+        if view is not None:
+            panel.rendered[ctl.run_dir.name] = view
+
+
+def _locust_view(environment: Environment) -> dict[str, Any]:
+    """What Locust's own header shows, and why it may differ from the run: after a stop, Locust counts a
+    worker again only once it has let its last requests finish (its stop timeout), and its RPS is a
+    moving average that falls to 0 some seconds after the last request."""
+    runner = environment.runner
+    options = environment.parsed_options
+    expected = int(getattr(options, "ocr_workers", 0) or 0)
+    connected = runner.worker_count if isinstance(runner, MasterRunner) else 0
+    notes = []
+    idle = runner is None or runner.state not in (STATE_RUNNING, STATE_SPAWNING)
+    if isinstance(runner, MasterRunner) and expected and connected < expected and idle:
+        notes.append(f"Locust's header counts {connected} of {expected} workers: after a stop a worker rejoins"
+                     f" its count once its stop timeout ({environment.stop_timeout or 0:g} s) is over; the"
+                     " processes are alive.")  # fmt: skip
+    rps = runner.stats.total.current_rps if runner is not None else 0.0
+    if idle and rps > 0:
+        notes.append(f"Locust's RPS ({rps:.1f}) is the rate of the seconds before its last request and stays"
+                     " after a run: no request runs now.")  # fmt: skip
+    return {"state": runner.state if runner else "none", "workers_connected": connected,
+            "workers_expected": expected, "note": " ".join(notes)}  # fmt: skip
+
+
+def settings_of(environment: Environment) -> dict[str, Any]:
+    """The settings the next start uses (Locust's form may have changed the shown ones): host and
+    SETTINGS_SHOWN, by their Make variable names."""
+    options = environment.parsed_options
+    shown = {"HOST": environment.host or ""}
+    for name in SETTINGS_SHOWN:
+        value = getattr(options, f"ocr_{name}", None)
+        shown[name.upper()] = "" if value is None else str(value)
+    return shown
+
+
+def state_of(environment: Environment) -> dict[str, Any]:
+    panel = _panel(environment)
+    ctl = panel.current
+    locust = _locust_view(environment)
+    base = {"locust": locust, "locust_state": locust["state"], "host": environment.host,
+            "settings": settings_of(environment)}  # fmt: skip
+    if ctl is None:
+        phase = "starting" if panel.started_at is not None else "not started"
+        return {**base, "phase": phase, "run_id": None, "finished": False, "steps": [], "plan": []}
+    name = ctl.run_dir.name
+    state = snapshot(ctl, panel.rendered.get(name))
+    report = f"ocr/report/{name}" if ctl.report_path else None
+    return {**state, **base, "report": report, "rendering": name in panel.rendering}
+
+
+def _plan_tab_rows(environment: Environment) -> list[dict[str, Any]]:
+    """The measured steps as Locust's "OCR plan" tab lists them (text cells)."""
+    state = state_of(environment)
+    knee = state.get("knee") or {}
+    rows = []
+    for s in state.get("steps") or []:
+        mark = "knee" if knee.get("found") and s["step_index"] == knee.get("knee_step_index") else ""
+        if s["phase"] == "step" and s["level"] == knee.get("recommended_level"):
+            mark = (mark + " recommended").strip()
+        rows.append({"step": s["step_index"], "phase": s["phase"], "users": s["level"], "requests": s["requests"],
+                     "errors": s["errors"], "rps": s["throughput_rps"], "p95_ms": s["p95_ms"], "mark": mark,
+                     "status": s["status"]})  # fmt: skip
+    return rows
+
+
+def _extend_locust_page(environment: Environment, app: Any) -> None:
+    """A link to the panel on Locust's page, an "OCR plan" tab, and a short form (FORM_SHOWN)."""
+    web_ui = environment.web_ui
+    assert web_ui is not None
+    columns = ["step", "phase", "users", "requests", "errors", "rps", "p95_ms", "mark", "status"]
+    web_ui.template_args["extended_tabs"] = [{"title": "OCR plan (full panel: /ocr)", "key": TAB_KEY}]
+    web_ui.template_args["extended_tables"] = [
+        {"key": TAB_KEY, "structure": [{"key": c, "title": c.replace("_", " ")} for c in columns]}
+    ]
+    web_ui.template_args["extended_csv_files"] = []
+    full_form = argument_parser.ui_extra_args_dict
+
+    def short_form(args: Any = None) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in full_form(args).items() if k in FORM_SHOWN}
+
+    argument_parser.ui_extra_args_dict = short_form  # web.py reads it through the module, at each render
+
+    @app.before_request
+    def note_start_or_stop() -> None:
+        if request.method != "POST":
+            return
+        if request.path.endswith("/swarm"):
+            _on_start(environment)
+        elif request.path.endswith("/stop") and not request.path.endswith("/ocr/stop"):
+            note_user_stop(environment, "Locust's STOP")
+
+    @app.after_request
+    def extend(response: Response) -> Response:
+        path = request.path.rstrip("/")
+        if path.endswith("/stats/requests") and response.is_json:
+            data = response.get_json()
+            data["extended_stats"] = [{"key": TAB_KEY, "data": _plan_tab_rows(environment)}]
+            response.set_data(jsonify(data).get_data())
+        elif request.path.rstrip("/") == (request.script_root or "") and response.mimetype == "text/html":
+            response.direct_passthrough = False
+            page = response.get_data(as_text=True)
+            response.set_data(page.replace("</body>", LINK_HTML + "</body>", 1))
+        return response
+
+
+def _stop(environment: Environment) -> None:
+    web_ui, runner = environment.web_ui, environment.runner
+    swarm = getattr(web_ui, "_swarm_greenlet", None)
+    if swarm is not None:
+        swarm.kill(block=True)
+    if runner is not None:
+        runner.stop()
+
+
+def attach(environment: Environment) -> None:
+    environment.events.test_start.add_listener(_on_start)
+    environment.events.quitting.add_listener(lambda environment, **_kw: note_user_stop(environment, "Ctrl-C or SIGTERM"))
+    app = environment.web_ui.app if environment.web_ui else None
+    if app is None:
+        return
+    page = resources.files("loadtest.views").joinpath("static/panel.html").read_text(encoding="utf-8")
+    _extend_locust_page(environment, app)
+
+    @app.route("/ocr")
+    def ocr_panel() -> Response:
+        return Response(page, mimetype="text/html")
+
+    @app.route("/ocr/state")
+    def ocr_state() -> Any:
+        return jsonify(state_of(environment))
+
+    @app.route("/ocr/stop", methods=["POST"])
+    def ocr_stop() -> Any:
+        runner = environment.runner
+        if runner is None or runner.state not in (STATE_RUNNING, STATE_SPAWNING):
+            return jsonify({"stopped": False, "why": "no run in progress"}), 409
+        note_user_stop(environment, "the panel's Stop")
+        gevent.spawn(_stop, environment)  # as Locust's /stop does, without holding the page while users stop
+        return jsonify({"stopped": True})
+
+    @app.route("/ocr/report")
+    @app.route("/ocr/report/<run_id>")
+    def ocr_report(run_id: str | None = None) -> Any:
+        panel = _panel(environment)
+        ctl = panel.runs.get(run_id) if run_id else panel.current
+        if ctl is None or not ctl.report_path or not Path(ctl.report_path).is_file():
+            return Response("no report yet: the report is written when the plan ends", status=404)
+        return send_file(Path(ctl.report_path).resolve(), mimetype="text/html")
