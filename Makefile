@@ -132,11 +132,14 @@ command -v promtool >/dev/null 2>&1 || { \
 endef
 
 # Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
+# The suite runs as TEST_SHARDS pytest processes side by side, whole files each (tests/shards.py), and ends
+# with the ten slowest tests and one line of counts.
+TEST_SHARDS ?= 3
 test:
 	@$(ENSURE_BROWSER)
 	@$(ENSURE_PROMETHEUS)
 	@$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -q -m 'not slow'
+	$(PY) tests/shards.py --shards $(TEST_SHARDS) -- -q -m 'not slow'
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m 'slow and not realvllm'

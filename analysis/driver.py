@@ -89,8 +89,8 @@ def driver_load(table: pd.DataFrame) -> DriverLoad:
     cpu = pd.to_numeric(rows["driver_cpu_mean_pct"], errors="coerce")
     busy = rows[cpu >= DRIVER_BUSY_PCT]
     steps = tuple(
-        (int(r.step_index), int(r.level), float(c))
-        for r, c in zip(busy.itertuples(index=False), cpu[cpu >= DRIVER_BUSY_PCT], strict=True)
+        (int(index), int(level), float(c))
+        for index, level, c in zip(busy["step_index"], busy["level"], cpu[cpu >= DRIVER_BUSY_PCT], strict=True)
     )
     peak = max((c for _, _, c in steps), default=0.0)
     return DriverLoad(steps, max(2, math.ceil(peak / DRIVER_COMFORT_PCT)) if steps else 1)

@@ -80,7 +80,7 @@ from analysis.driver import driver_load
 from analysis.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.failure_rule import Outcomes, outcomes_of, point_failure, steady_errors
 from analysis.pooled import pooled_row
-from analysis.stats import num
+from analysis.stats import num, records
 
 DEFAULTS: dict[str, Any] = {
     "max_error_rate": 0.01,
@@ -194,7 +194,7 @@ def _confidence(
 def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """(one point per level: the baseline and step rows, a level's measurements pooled, sorted by level;
     the baseline row)."""
-    rows = [] if table.empty else table.to_dict("records")
+    rows = [] if table.empty else records(table)
     base_rows = [r for r in rows if r["phase"] == "baseline"]
     baseline = base_rows[-1] if base_rows else None
     measured: dict[int, list[dict[str, Any]]] = {}
@@ -247,7 +247,7 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     if unknown:
         raise TypeError(f"find_knee: unknown parameter(s) {', '.join(sorted(unknown))}")
     p = {**DEFAULTS, **params}
-    steps = [] if table.empty else table[table["phase"] == "step"].to_dict("records")
+    steps = [] if table.empty else records(table[table["phase"] == "step"])
     flagged = tuple(int(r["step_index"]) for r in steps if _count(r) < p["min_requests"])
     if not steps:
         return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)

@@ -134,26 +134,32 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     result = VirtualRun(curve)
     rows: list[dict[str, Any]] = []
 
-    def table() -> pd.DataFrame:
-        return pd.DataFrame(rows, columns=analysis.STEP_COLUMNS)
+    known: dict[int, tuple[pd.DataFrame, Any]] = {}
+
+    def judged() -> tuple[pd.DataFrame, Any]:
+        """The table and its knee, once per step measured, shared by the plan's callbacks (as the controller
+        does: loadtest/method/decisions.py)."""
+        if len(rows) not in known:
+            frame = pd.DataFrame(rows, columns=analysis.STEP_COLUMNS)
+            known[len(rows)] = (frame, analysis.find_knee(frame))
+        return known[len(rows)]
 
     def knee_now() -> Any:
-        result.knee = analysis.find_knee(table())
+        result.knee = judged()[1]
         return result.knee
 
     def refine() -> int | None:
-        knee = analysis.find_knee(table())
-        return analysis.next_refine_level(table(), knee)
+        return analysis.next_refine_level(*judged())
 
     def probe() -> int | None:
-        return analysis.probe_level(table(), analysis.find_knee(table()))
+        return analysis.probe_level(*judged())
 
     def levels() -> Any:
         latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
         return choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
 
     def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
-        return analysis.remeasure_level(table(), analysis.find_knee(table()), max_window_s)
+        return analysis.remeasure_level(*judged(), max_window_s)
 
     phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
     for index, spec in enumerate(phases, start=1):
@@ -174,7 +180,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
                 result.levels.append(spec.level)
         else:
             result.seconds += spec.max_s if spec.phase == "cooldown" else spec.min_s
-    result.table = table()
+    result.table = judged()[0]
     result.knee = analysis.find_knee(result.table)
     return result
 

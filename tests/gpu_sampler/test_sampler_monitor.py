@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from sampler_fakes import FakeNvml, text_server
+from waits import wait_until
 
 from gpu_sampler import GpuMonitor, NvmlReader, SamplerError, parse_spec
 from gpu_sampler.readers import NO_DRIVER
@@ -17,12 +18,6 @@ DCGM = (FIXTURES / "dcgm-exporter-2gpu.txt").read_text()
 VLLM = (FIXTURES / "vllm-0.32-cpu-metrics-under-load.txt").read_text()
 
 
-def wait_until(check, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from sampler_fakes import SidecarProcess, text_server
+from waits import wait_until
 
 from gpu_sampler import GpuMonitor, SamplerError, SidecarClient
 from runfolder import Event, GpuSample, HostSample, ServerSample
@@ -32,12 +32,6 @@ def sidecar() -> Iterator[SidecarProcess]:
         process.stop()
 
 
-def wait_until(check, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 def test_samples_cursor_steps_and_info(sidecar: SidecarProcess) -> None:
@@ -52,8 +46,7 @@ def test_samples_cursor_steps_and_info(sidecar: SidecarProcess) -> None:
     assert all(isinstance(s, GpuSample) and s.step_index == -1 for s in first.gpu)
     assert all(isinstance(s, HostSample) and s.host_role == "gpu" for s in first.host)
     client.mark_step(2)
-    time.sleep(0.3)
-    after = client.samples_since(first.next_cursor)
+    after = wait_until(lambda: _tagged(client.samples_since(first.next_cursor), 2), what="samples tagged step 2")
     assert after.next_cursor > first.next_cursor
     stamps = [s.t_unix_s for s in after.gpu]
     assert stamps == sorted(stamps)
@@ -209,3 +202,8 @@ def test_a_url_that_is_not_a_sidecar_is_one_line() -> None:
             SidecarClient(url).info()
     with pytest.raises(SamplerError, match="bad sidecar URL"):
         SidecarClient("gpu-box:9400")
+
+
+def _tagged(page, step_index: int):  # type: ignore[no-untyped-def]
+    """The page when its newest GPU sample carries `step_index` (the sidecar took the mark), else None."""
+    return page if page.gpu and page.gpu[-1].step_index == step_index else None

@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pandas as pd
 import pytest
 from it_procs import spawn_cli
 from prometheus_client.parser import text_string_to_metric_families
+from waits import wait_until
 
 from loadtest.traffic.merge import read_local_copy
 from scenarios import make_document_image
@@ -76,6 +76,11 @@ def _lines_until(proc: subprocess.Popen[str], prefix: str, sink: list[str], time
 
     threading.Thread(target=pump, daemon=True).start()
     assert seen.wait(timeout_s), "\n".join(sink[-40:])
+
+
+def _copy_bytes(worker_cwd: Path) -> int:
+    """The bytes of a worker's local copies of its rows so far (its --worker-dir)."""
+    return sum(p.stat().st_size for p in worker_cwd.rglob("*.rows"))
 
 
 def _images(folder: Path) -> None:
@@ -175,7 +180,8 @@ def test_a_worker_stopped_with_sigterm_hands_in_every_row_before_it_goes(simulat
     lines: list[str] = []
     try:
         _lines_until(master, "step 5 ", lines, 90)  # the first load step has begun
-        time.sleep(2.0)
+        before = _copy_bytes(tmp_path / "w1")  # then w1 ships rows of it: it serves the step when stopped
+        wait_until(lambda: _copy_bytes(tmp_path / "w1") > before, 30, what="w1's rows of the first load step")
         procs[1].send_signal(signal.SIGTERM)
         out, _ = procs[1].communicate(timeout=30)
         master.wait(timeout=120)

@@ -15,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 from it_procs import spawn_cli
+from waits import wait_until
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(
@@ -87,7 +87,8 @@ def test_prometheus_scrapes_the_run_and_finds_its_series(simulator_factory, tmp_
         out, _ = run.communicate(timeout=180)
         assert run.returncode == 0, out[-3000:]
         assert f"metrics: http://127.0.0.1:{metrics_port}/metrics" in out
-        time.sleep(1.5)  # Prometheus writes its last scrape
+        # Prometheus has the run's last scrape once it sees the run finished
+        wait_until(lambda: query(base, "max_over_time(ocrcap_run_finished[5m]) == 1"), 30, 0.5, "the last scrape")
         p95 = query(base, 'last_over_time(ocrcap_step_latency_seconds{quantile="0.95"}[5m])')
         levels = {r["metric"]["level"] for r in p95}
         assert {"1", "2", "4"} <= levels, p95  # the baseline's single user and both steps

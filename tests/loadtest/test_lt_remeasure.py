@@ -90,3 +90,40 @@ def test_the_controller_asks_analysis_and_says_why_in_an_event(tmp_path):
         ctl.close()
     events = (tmp_path / EVENTS_FILE).read_text()
     assert '"remeasure"' in events and "plateau rests on level 8 alone" in events
+
+
+def test_the_knee_is_computed_once_per_change_of_the_live_table_and_shared_by_the_plans_callbacks(
+    tmp_path, monkeypatch
+):
+    import pandas as pd
+
+    import analysis
+    from loadtest.method.controller import Controller
+
+    def row(level, thr, index, phase="step"):
+        return {"step_index": index, "phase": phase, "level": level, "duration_s": 10.0, "requests": 300,
+                "ok_requests": 300, "failed_requests": 0, "cut_requests": 0, "throughput_rps": thr,
+                "throughput_se_rps": 0.5, "p95_ms": 100.0 * level, "mean_ms": 80.0 * level, "errors": {},
+                "bad_answer_share": 0.0}  # fmt: skip
+
+    class Live:  # the running totals as the decisions read them: a table and its revision
+        revision = 0
+        frame = pd.DataFrame([row(1, 3.3, 2, "baseline"), row(2, 6.6, 10), row(4, 12.0, 13), row(8, 12.2, 16)])
+
+        def table(self, _now=None):
+            return self.frame
+
+    calls = []
+    find_knee = analysis.find_knee
+    monkeypatch.setattr(analysis, "find_knee", lambda *a, **k: calls.append(1) or find_knee(*a, **k))
+    ctl = Controller(RunConfig(verify=False), tmp_path, None, broadcast=lambda _tag: None)
+    try:
+        ctl.live = Live()
+        knee = ctl._knee_now()
+        ctl._probe_level(), ctl._refine_level(), ctl._remeasure_level(60.0)
+        assert len(calls) == 1 and ctl._knee()[1] is knee  # one step change: one knee, shared
+        ctl.live.revision += 1  # a row or a step came in: the knee is evaluated afresh
+        ctl._knee_now()
+        assert len(calls) == 2
+    finally:
+        ctl.close()

@@ -146,12 +146,14 @@ def test_oom_first_recommends_the_last_level_that_fits() -> None:
 
 
 def test_truth_of_every_profile_is_fast() -> None:
-    """Under 3 s of CPU each (CPU time: other processes on a shared machine do not count)."""
+    """Under 6 s of CPU each (CPU time: other processes on a shared machine do not count, but a core shared
+    with the suite's other shards slows it: hunyuan-vllm-24g took 3.2 s there, about 2 s alone). A guard
+    against a truth an order of magnitude slower, which every test that asks it would pay."""
     for name in sorted(PROFILES):
         truth_of.cache_clear()
         t0 = time.process_time()
         truth(name, 1000, 700)
-        assert time.process_time() - t0 < 3.0, name
+        assert time.process_time() - t0 < 6.0, name
 
 
 def test_answer_shapes_change_only_the_characters() -> None:
