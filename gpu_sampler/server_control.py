@@ -243,12 +243,12 @@ class ServerControl:
     def _wait_healthy(self, proc: subprocess.Popen[bytes], started: float) -> RestartResult:
         deadline = self.clock() + self.start_timeout_s  # from the start: stopping the old one is not counted
         while True:
+            if self._aborted.is_set():  # first: a server our stop killed is "stopped", not "killed by SIGTERM"
+                return self._failed("stopped while starting (the sidecar is stopping or was told to stop)", started)
             code = proc.poll()
             if code is not None:
                 self._stop_process()  # children it left in its group, and its last lines
                 return self._failed(f"server {_ended(code)} after {self.clock() - started:.1f} s", started)
-            if self._aborted.is_set():
-                return self._failed("stopped while starting (the sidecar is stopping or was told to stop)", started)
             if self._answers_200():
                 if proc.poll() is None:  # a 200 from a process that just died is another's
                     return RestartResult(

@@ -66,9 +66,11 @@ def test_smooth_latency_follows_its_truth_and_throughput_bends_slowly() -> None:
 
 
 def test_noisy_latency_has_a_tail_at_one_user() -> None:
-    with sim_process("--profile", "noisy-24g", "--time-scale", "0.2", "--seed", "0", dcgm=False) as sim:
-        t = served_truth(sim, "noisy-24g", 0.2)
-        got = levels(sim, [(1, 0.2, 5.0), (t.knee_concurrency, 0.5, 2.5)])
+    # time scale 0.4, not 0.2: the knee's ~33 answers a second (not ~66) keep this test's own closed loop and
+    # the simulator in step on a machine whose other core is busy (at 0.2 it measured 55 of 66 rps there)
+    with sim_process("--profile", "noisy-24g", "--time-scale", "0.4", "--seed", "0", dcgm=False) as sim:
+        t = served_truth(sim, "noisy-24g", 0.4)
+        got = levels(sim, [(1, 0.4, 8.0), (t.knee_concurrency, 1.0, 3.0)])
     one, knee = got[1], got[t.knee_concurrency]
     # ~70 answers at one user: their median is within ~15% of the truth's (600 answers), P95/P50 ~1.6
     follows(t, one, rel=0.25)
