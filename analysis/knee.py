@@ -78,8 +78,9 @@ import pandas as pd
 
 from analysis.driver import driver_load
 from analysis.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
-from analysis.failure_rule import Outcomes, outcomes_of, point_failure, steady_errors
-from analysis.pooled import pooled_row
+from analysis.failure_rule import outcomes_of, steady_errors
+from analysis.knee_points import Walk, request_count, walk_points
+from analysis.plateau import confidence_interval, recommend
 from analysis.stats import num, records
 
 DEFAULTS: dict[str, Any] = {
@@ -93,7 +94,6 @@ DEFAULTS: dict[str, Any] = {
     "min_requests": 20,
     "draws": 400,
 }
-NEAR_SE = 2.0  # plateau points: within this many standard errors of the highest
 
 
 @dataclass(frozen=True)
@@ -145,101 +145,6 @@ def fmt(value: float, spec: str = ".0f", unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
-def _count(row: dict[str, Any]) -> int:
-    value = num(row, "requests")
-    return 0 if math.isnan(value) else int(value)
-
-
-def plateau_and_reach(thr: np.ndarray, se: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
-    """(plateau, index of the first point reaching `share` of it) for each row of throughputs.
-
-    The plateau is the mean of the points within two standard errors of the highest, not the highest
-    alone: with several levels on a noisy plateau the highest is the luckiest, and 95% of it was more
-    than the plateau's own levels reached (on the family of curves in bench/curves.py, 1 standard
-    error let one low outlier on a noisy plateau push the answer to 5x the truth)."""
-    thr2 = np.atleast_2d(thr)
-    err = np.nan_to_num(np.broadcast_to(se, thr2.shape), nan=0.0)
-    best = thr2.argmax(axis=1)
-    rows = np.arange(thr2.shape[0])
-    top, top_err = thr2[rows, best][:, None], err[rows, best][:, None]
-    near = thr2 >= top - NEAR_SE * np.sqrt(err**2 + top_err**2)
-    plateau = (thr2 * near).sum(axis=1) / near.sum(axis=1)
-    first = (thr2 >= share * plateau[:, None]).argmax(axis=1)
-    return plateau, first
-
-
-def recommend(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any]) -> tuple[int, bool, float]:
-    """(recommended level, plateau seen, plateau rps) from clean, trusted points sorted by level (rule 2):
-    the plateau is seen when a point below the highest already reaches `knee_share` of it."""
-    plateau, first = plateau_and_reach(thr, se, p["knee_share"])
-    index = int(first[0])
-    return int(levels[index]), index < levels.size - 1, float(plateau[0])
-
-
-def _confidence(
-    levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any], cap: int | None = None
-) -> tuple[int, int]:
-    """95% interval of the recommended level under the throughputs' own errors (rule 3): rule 2 run on
-    every draw at once (one row of throughputs per draw), within the engine's limit (`cap`, rule 2b)."""
-    rng = np.random.default_rng(0)
-    noise = np.nan_to_num(se, nan=0.0)
-    draws = np.maximum(thr + noise * rng.standard_normal((p["draws"], thr.size)), 0.0)
-    picks = levels[plateau_and_reach(draws, noise, p["knee_share"])[1]].astype(np.float64)
-    if cap is not None:
-        picks = np.minimum(picks, cap)
-    low, high = np.quantile(picks, [0.025, 0.975], method="inverted_cdf")
-    return int(low), int(high)
-
-
-def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(one point per level: the baseline and step rows, a level's measurements pooled, sorted by level;
-    the baseline row)."""
-    rows = [] if table.empty else records(table)
-    base_rows = [r for r in rows if r["phase"] == "baseline"]
-    baseline = base_rows[-1] if base_rows else None
-    measured: dict[int, list[dict[str, Any]]] = {}
-    for row in sorted((r for r in rows if r["phase"] == "step"), key=lambda r: int(r["step_index"])):
-        measured.setdefault(int(row["level"]), []).append(row)
-    latest = {level: pooled_row(runs) for level, runs in measured.items()}
-    if baseline is not None and int(baseline["level"]) not in latest:
-        latest[int(baseline["level"])] = baseline
-    return [latest[k] for k in sorted(latest)], baseline
-
-
-@dataclass(frozen=True)
-class _Walk:
-    """What rules 1-2 found on the points, before words."""
-
-    points: list[dict[str, Any]]
-    baseline: dict[str, Any] | None
-    clean: list[dict[str, Any]]  # trusted points below the first failure
-    failing: dict[str, Any] | None
-    failure: str
-    confirm_level: int | None = None  # the failing level, to be measured once more
-
-
-def _walk(table: pd.DataFrame, p: dict[str, Any]) -> _Walk:
-    points, baseline = points_of(table)
-    failing, failure, few = None, "", False
-    # the reference: the baseline pooled with the clean points below the one judged (rule 1)
-    seeded = baseline is not None and all(r is not baseline for r in points)
-    reference = outcomes_of(baseline) if seeded and baseline is not None else Outcomes()
-    for row in points:
-        why, few = point_failure(row, Outcomes() if row is baseline else reference, baseline, p)
-        if why:
-            failing, failure = row, why
-            break
-        reference = reference + outcomes_of(row)
-    bound = int(failing["level"]) if failing is not None else math.inf
-    clean = [r for r in points if int(r["level"]) < bound and _count(r) >= p["min_requests"]]
-    confirm = None
-    if failing is not None and few and failing is not baseline:
-        level = int(failing["level"])
-        if int(((table["phase"] == "step") & (table["level"].astype(int) == level)).sum()) == 1:
-            confirm = level
-    return _Walk(points, baseline, clean, failing, failure, confirm)
-
-
 def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee:
     """Rules 1-4 of the module docstring; params override DEFAULTS. `max_num_seqs`: the engine's limit as
     the user gave it (MAX_NUM_SEQS; 0 unknown), for rule 2b where the server does not show its own."""
@@ -248,10 +153,10 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
         raise TypeError(f"find_knee: unknown parameter(s) {', '.join(sorted(unknown))}")
     p = {**DEFAULTS, **params}
     steps = [] if table.empty else records(table[table["phase"] == "step"])
-    flagged = tuple(int(r["step_index"]) for r in steps if _count(r) < p["min_requests"])
+    flagged = tuple(int(r["step_index"]) for r in steps if request_count(r) < p["min_requests"])
     if not steps:
         return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)
-    w = _walk(table, p)
+    w = walk_points(table, p)
     knee = _decide(table, w, p, flagged, max_num_seqs)
     if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
         few = outcomes_of(w.failing).failed if w.failing is not None else 0
@@ -270,7 +175,7 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     return knee
 
 
-def _decide(table: pd.DataFrame, w: _Walk, p: dict[str, Any], flagged: tuple[int, ...], max_num_seqs: int) -> Knee:
+def _decide(table: pd.DataFrame, w: Walk, p: dict[str, Any], flagged: tuple[int, ...], max_num_seqs: int) -> Knee:
     limit = server_limit(table)
     engine = engine_limit(table, max_num_seqs, limit)
     known = engine.level if engine is not None else None
@@ -284,10 +189,10 @@ def _decide(table: pd.DataFrame, w: _Walk, p: dict[str, Any], flagged: tuple[int
     capped = cap_level(w.clean, engine)
     cap = capped[0] if capped is not None else None
     if capped is not None and rec > capped[0]:
-        confidence = _confidence(levels, thr, se, p, cap)
-        return _plateau_knee(w, capped[0], peak, confidence, flagged, limit, engine, capped[1])
+        interval = confidence_interval(levels, thr, se, p, cap)
+        return _plateau_knee(w, capped[0], peak, interval, flagged, limit, engine, capped[1])
     if plateau:
-        return _plateau_knee(w, rec, peak, _confidence(levels, thr, se, p, cap), flagged, limit, engine)
+        return _plateau_knee(w, rec, peak, confidence_interval(levels, thr, se, p, cap), flagged, limit, engine)
     top = w.clean[-1]
     if w.failing is not None:
         return replace(_error_knee(w, top, p, flagged, limit), engine_limit=known)
@@ -300,7 +205,7 @@ def _decide(table: pd.DataFrame, w: _Walk, p: dict[str, Any], flagged: tuple[int
     )  # fmt: skip
 
 
-def _no_clean_level(w: _Walk, p: dict[str, Any], flagged: tuple[int, ...], limit: int | None) -> Knee:
+def _no_clean_level(w: Walk, p: dict[str, Any], flagged: tuple[int, ...], limit: int | None) -> Knee:
     failing = w.failing
     if failing is None:
         return Knee(False, None, None, None, f"every step has fewer than {p['min_requests']} requests: "
@@ -314,7 +219,7 @@ def _no_clean_level(w: _Walk, p: dict[str, Any], flagged: tuple[int, ...], limit
                 server_limit=limit)  # fmt: skip
 
 
-def _error_knee(w: _Walk, top: dict[str, Any], p: dict[str, Any], flagged: tuple[int, ...],
+def _error_knee(w: Walk, top: dict[str, Any], p: dict[str, Any], flagged: tuple[int, ...],
                 limit: int | None) -> Knee:  # fmt: skip
     failing = w.failing
     assert failing is not None
@@ -349,7 +254,7 @@ def _driver_limited(lo: dict[str, Any], hi: dict[str, Any]) -> str:
 
 
 def _plateau_knee(
-    w: _Walk,
+    w: Walk,
     rec: int,
     peak: float,
     confidence: tuple[int, int],
@@ -398,7 +303,7 @@ def _share(row: dict[str, Any], peak: float) -> float:
     return num(row, "throughput_rps") / peak if peak > 0 else math.nan
 
 
-def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: _Walk) -> str:
+def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: Walk) -> str:
     """What happened at the knee level against the recommended one."""
     level, rec = knee_row["level"], rec_row["level"]
     if knee_row is w.failing:

@@ -13,7 +13,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from analysis.knee import Knee, num, points_of
+from analysis.knee import Knee
+from analysis.knee_points import points_of
+from analysis.stats import num
 
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:

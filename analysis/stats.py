@@ -27,6 +27,13 @@ def percentile(values: FloatArray, q: float) -> float:
     return float(np.percentile(values, q))
 
 
+def stat(values: FloatArray, how: str) -> float:
+    """numpy's `how` ("mean", "median", "max", ...) of the values as a float; NaN when empty."""
+    if values.size == 0:
+        return math.nan
+    return float(getattr(np, how)(values))
+
+
 def latency_cv(values: FloatArray) -> float:
     """Coefficient of variation (sample standard deviation / mean); NaN under two values or a zero mean.
     The step table's `latency_cv` and the master's live request target (loadtest/method/timing.py) both use it."""

@@ -30,8 +30,8 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.sample_columns import positive_increase
 from analysis.stats import num
-from analysis.steps import positive_increase
 
 IDLE_UTIL_PCT = 50.0  # seed 001: at max-num-seqs 8 "the GPU below 50% busy" was compute wasted
 OK, FAILED, PENDING = "ok", "failed", "pending"

@@ -24,7 +24,7 @@ memory loaded once (the framework's peak counts what requests hold).
 
 from __future__ import annotations
 
-from simulator.profiles import ALLOCATORS
+from simulator.options import ALLOCATORS
 
 
 class DeviceMemory:

@@ -16,18 +16,8 @@ import sys
 from typing import NoReturn
 
 from simulator.faults import FaultError, Faults, updated_faults
-from simulator.profiles import (
-    ALLOCATORS,
-    ANSWER_SHAPES,
-    DEFAULT_PROFILE,
-    HABITS,
-    PROFILE_DEFAULTS,
-    PROFILES,
-    Options,
-    ProfileError,
-    get_profile,
-    make_options,
-)
+from simulator.options import ALLOCATORS, ANSWER_SHAPES, HABITS, PROFILE_DEFAULTS, Options, make_options
+from simulator.profiles import DEFAULT_PROFILE, PROFILES, ProfileError, get_profile
 from simulator.server import ServerConfig, SimServer
 from simulator.settings import settle
 

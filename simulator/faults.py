@@ -22,7 +22,7 @@ import random
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from simulator.profiles import Options
+from simulator.options import Options
 
 
 @dataclass(frozen=True, slots=True)

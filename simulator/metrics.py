@@ -15,8 +15,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from simulator.options import Options
 from simulator.pipeline import Snapshot
-from simulator.profiles import Options, Profile
+from simulator.profiles import Profile
 from simulator.thermal import MAX_SM_CLOCK_MHZ, Reading
 
 # vLLM 0.32's buckets, as in the reference dumps

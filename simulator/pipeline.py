@@ -5,7 +5,7 @@ Pure: no clock, no I/O. The HTTP layer feeds it arrivals stamped with the wall c
 answers, failures). `truth` drives the same model in virtual time with a closed-loop client, so the
 ground truth and the server cannot disagree. Late wake-ups do not drift: events keep their virtual times.
 
-Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
+Algorithm (parameters in `simulator.profiles` and `simulator.options`; every duration x time_scale):
 1. Arrival. While the server restarts after an OOM: 503. With a gateway: enter if fewer than
    gateway_slots are inside, else wait in its queue (at most gateway_queue, else 503 + Retry-After;
    a wait over gateway_wait_s is a 503 too). A request leaves the gateway when it ends.
@@ -13,13 +13,13 @@ Algorithm (parameters in `simulator.profiles`; every duration x time_scale):
 3. Engine entry. pytorch: the request takes increment_mib now; if that exceeds total - reserved, it fails
    like an OOM (500), and with restart_on_oom every request inside fails and the server is down for
    restart_s. vllm: memory is flat; the request joins the waiting queue.
-4. Engine steps (continuous batching). At each step start, admit from the waiting queue (FIFO) while the
-   batch has fewer than max_batch sequences and, for vllm, free KV blocks cover the prompt plus one token.
-   vllm: a running sequence whose next token crosses a block boundary takes a block; with none free the
-   most recently admitted sequence is preempted (recompute: blocks freed, progress lost, back to the
-   front of the queue). The step lasts max(a + b x batch, c x batch) (c: the compute roofline, 0 for
-   most profiles) + the prefill of the sequences that joined; at its end every running sequence has one
-   more token; those with output_tokens tokens are answered.
+4. Engine steps (continuous batching, simulator.batch). At each step start, admit from the waiting
+   queue (FIFO) while the batch has fewer than max_batch sequences and, for vllm, free KV blocks cover the
+   prompt plus one token. vllm: a running sequence whose next token crosses a block boundary takes a
+   block; with none free the most recently admitted sequence is preempted (recompute: blocks freed,
+   progress lost, back to the front of the queue). The step lasts max(a + b x batch, c x batch) (c: the
+   compute roofline, 0 for most profiles) + the prefill of the sequences that joined; at its end every
+   running sequence has one more token; those with output_tokens tokens are answered.
 Settings (simulator.settings): max_num_seqs replaces max_batch; gpu_memory_utilization sizes the pool
 and the KV cache. vllm profiles with encoder_mib_per_mpix: the images joining a step are encoded in it and
 their memory stays outside the pool until their answers; when pool + the running images' + theirs exceed
@@ -34,49 +34,21 @@ holds the engine). Load-independent errors (error_rate) are drawn before the pip
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
-from dataclasses import dataclass, field
 
 from simulator.allocator import DeviceMemory
+from simulator.batch import Batch, Job
+from simulator.options import Options
 from simulator.outcomes import Failed, Finished, Outcome, Snapshot, Tokens
-from simulator.profiles import Options, Profile, Work
+from simulator.profiles import Profile
 from simulator.settings import settle, stalled_end
 from simulator.thermal import Thermal
+from simulator.utilisation import BusyTime
+from simulator.work import Work
 
 __all__ = ["Failed", "Finished", "Outcome", "Pipeline", "Snapshot", "Tokens"]
 
 ARRIVE, GW_TIMEOUT, CPU_DONE, STEP_END, RESTART_DONE = range(5)
-UTIL_WINDOW_MS = 1000.0
-
-
-@dataclass(slots=True)
-class _Job:
-    job_id: int
-    work: Work
-    arrival_ms: float
-    stream: bool
-    force_oom: bool
-    stage: str = "new"  # new | gateway | cpu | engine | done
-    in_gateway: bool = False
-    engine_in_ms: float = 0.0
-    admitted_ms: float | None = None
-    first_token_ms: float | None = None
-    tokens: int = 0
-    emitted: int = 0
-    blocks: int = 0
-    holds_mib: float = 0.0
-    encoder_mib: float = 0.0  # vllm: its image's encoder memory, held while it runs
-    preemptions: int = 0
-    slow_first_ms: float = 0.0  # unscaled; added once, to the step it joins (slow_first_requests)
-
-
-@dataclass(slots=True)
-class _Counters:
-    preemptions: int = 0
-    busy: deque[tuple[float, float]] = field(default_factory=deque)
-    busy_total_ms: float = 0.0  # GPU-busy time of every step begun (the truth's utilisation)
-    peak_mem_mib: float = 0.0  # the most device memory the model used (the truth's peak)
 
 
 class Pipeline:
@@ -95,32 +67,30 @@ class Pipeline:
         self._scale = options.time_scale
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = 0
-        self._jobs: dict[int, _Job] = {}
+        self._jobs: dict[int, Job] = {}
         self._gw_inside = 0
         self._gw_queue: deque[int] = deque()
         self._cpu_busy = 0
         self._cpu_queue: deque[int] = deque()
-        self._waiting: deque[int] = deque()
-        self._running: list[int] = []
+        self._batch = Batch(profile, self._jobs)
         self._step_serial = 0
         self._stepping = False
-        self._free_blocks = profile.num_gpu_blocks
         self._held_mib = 0.0
-        self._encoder_mib = 0.0  # vision-encoder memory of the images in the running batch (vllm)
         self.thermal = Thermal(options.heat, options.time_scale, start_temp_c)
         self._step_busy_share = 0.0
         self.memory = DeviceMemory(options.allocator, options.first_request_mib)  # the device's view
         self._slow_left = options.slow_first_requests
         self._leak_mib = 0.0
         self._down_until_ms: float | None = None
-        self._counters = _Counters()
+        self._busy = BusyTime()
+        self._peak_mem_mib = 0.0  # the most device memory the model used (the truth's peak)
         self._out: list[Outcome] = []
 
     # ---- inputs -------------------------------------------------------------------------------
     def submit(
         self, job_id: int, work: Work, now_ms: float, stream: bool = False, force_oom: bool = False
     ) -> None:
-        self._jobs[job_id] = _Job(job_id, work, now_ms, stream, force_oom)
+        self._jobs[job_id] = Job(job_id, work, now_ms, stream, force_oom)
         self._push(now_ms, ARRIVE, job_id)
 
     def add_leak(self, mib: float) -> None:
@@ -142,19 +112,19 @@ class Pipeline:
         if down:
             mem = 0.0
         elif p.kind == "vllm":
-            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._encoder_mib)
+            mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._batch.encoder_mib)
         else:
             mem = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self.memory.device_mib(self._held_mib)
-        used_blocks = p.num_gpu_blocks - self._free_blocks
-        util = self._util_pct(now_ms)
+        used_blocks = p.num_gpu_blocks - self._batch.free_blocks
+        util = self._busy.util_pct(now_ms)
         return Snapshot(
-            running=len(self._running),
-            waiting=len(self._waiting) + len(self._gw_queue) + len(self._cpu_queue),
+            running=len(self._batch.running),
+            waiting=len(self._batch.waiting) + len(self._gw_queue) + len(self._cpu_queue),
             kv_usage=used_blocks / p.num_gpu_blocks if p.kind == "vllm" else 0.0,
             mem_used_mib=mem,
             gpu_util_pct=util,
             down=down,
-            preemptions_total=self._counters.preemptions,
+            preemptions_total=self._batch.preemptions,
             heat=self.thermal.reading(now_ms, util / 100.0),  # power as NVML averages it: the last second
         )
 
@@ -191,7 +161,7 @@ class Pipeline:
             self._start_next_cpu(t)
             self._enter_engine(job, t)
 
-    def _arrive(self, job: _Job, t: float) -> None:
+    def _arrive(self, job: Job, t: float) -> None:
         if self.is_down(t):
             self._fail(job, t, 503, "restarting", "server is restarting after an out-of-memory crash", self.options.retry_after_s)
             return
@@ -209,7 +179,7 @@ class Pipeline:
         else:
             self._fail(job, t, 503, "gateway_full", "gateway queue is full", self.options.retry_after_s)
 
-    def _release_gateway(self, job: _Job, t: float) -> None:
+    def _release_gateway(self, job: Job, t: float) -> None:
         if not job.in_gateway:
             return
         job.in_gateway = False
@@ -220,7 +190,7 @@ class Pipeline:
             nxt.in_gateway = True
             self._enter_cpu(nxt, t)
 
-    def _enter_cpu(self, job: _Job, t: float) -> None:
+    def _enter_cpu(self, job: Job, t: float) -> None:
         if self.options.cpu_workers <= 0:
             self._enter_engine(job, t)
             return
@@ -239,7 +209,7 @@ class Pipeline:
             self._cpu_busy += 1
             self._push(t + job.work.cpu_ms * self._scale, CPU_DONE, job.job_id)
 
-    def _enter_engine(self, job: _Job, t: float) -> None:
+    def _enter_engine(self, job: Job, t: float) -> None:
         p = self.profile
         self.memory.note_request()
         if p.kind == "pytorch" or job.force_oom:
@@ -260,7 +230,7 @@ class Pipeline:
             self._held_mib += need
             self.memory.note_held(self._held_mib)
             self._note_peak(used + need)
-        elif self._blocks_for(job, job.work.output_tokens) > p.num_gpu_blocks:
+        elif self._batch.blocks_for(job, job.work.output_tokens) > p.num_gpu_blocks:
             n = job.work.prompt_tokens + job.work.output_tokens
             msg = f"request needs {n} tokens, more than the KV cache holds ({p.kv_cache_size_tokens}): resize the image"
             self._fail(job, t, 400, "too_long", msg, None)
@@ -270,7 +240,7 @@ class Pipeline:
             job.slow_first_ms = self.options.slow_first_s * 1000.0
         job.stage = "engine"
         job.engine_in_ms = t
-        self._waiting.append(job.job_id)
+        self._batch.waiting.append(job.job_id)
         if not self._stepping:
             self._start_step(t)
 
@@ -281,51 +251,29 @@ class Pipeline:
             self._fail(job, t, 503, "restarting", "server crashed after an out-of-memory error", self.options.retry_after_s)
         self._gw_queue.clear()
         self._cpu_queue.clear()
-        self._waiting.clear()
-        self._running.clear()
+        self._batch.clear()
         self._cpu_busy = 0
         self._gw_inside = 0
         self._stepping = False
         self._step_serial += 1
-        self._free_blocks = self.profile.num_gpu_blocks
         self._held_mib = 0.0
-        self._encoder_mib = 0.0
         self.memory.release_all()
         self._leak_mib = 0.0
         self._down_until_ms = t + self.restart_s * 1000.0 * self._scale
         self._push(self._down_until_ms, RESTART_DONE, 0)
 
     # ---- engine -------------------------------------------------------------------------------
-    def _blocks_for(self, job: _Job, tokens: int) -> int:
-        return math.ceil((job.work.prompt_tokens + tokens) / self.profile.kv_block_size_tokens)
-
     def _start_step(self, t: float) -> None:
         p = self.profile
-        vllm = p.kind == "vllm"
         self.thermal.advance(t, 0.0)  # since the last step ended the GPU idled
-        joined: list[_Job] = []
-        if vllm:
-            self._grow_running_blocks()
-        while self._waiting and len(self._running) < p.max_batch:
-            job = self._jobs[self._waiting[0]]
-            if vllm:
-                need = self._blocks_for(job, 1)
-                if need > self._free_blocks:
-                    break
-                self._free_blocks -= need
-                job.blocks = need
-            self._waiting.popleft()
-            self._running.append(job.job_id)
-            if job.admitted_ms is None:
-                job.admitted_ms = t
-            joined.append(job)
+        joined = self._batch.admit(t)
         if joined and not self._encode(joined, t):
             return
         joined = [job for job in joined if job.stage == "engine"]  # those that failed in the encoder cost nothing
-        if not self._running:
+        if not self._batch.running:
             self._stepping = False
             return
-        n = len(self._running)
+        n = len(self._batch.running)
         decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)
         gpu_ms = (decode_ms + sum(j.work.prefill_ms for j in joined)) * self.thermal.slowdown()
         host_ms = p.step_host_ms + sum(j.slow_first_ms for j in joined)
@@ -339,9 +287,9 @@ class Pipeline:
         self._step_serial += 1
         self._step_busy_share = gpu_ms * self._scale / (end - t) if end > t else 0.0
         self._push(end, STEP_END, self._step_serial)
-        self._note_busy(busy_from, end)
+        self._busy.note(busy_from, end)
 
-    def _encode(self, joined: list[_Job], t: float) -> bool:
+    def _encode(self, joined: list[Job], t: float) -> bool:
         """The vision encoder runs on the images joining this step; each one's memory (activations, its
         embeddings) stays outside the pool while it runs. When the running images' and theirs do not fit,
         every image of the step fails with an OOM. False when the server crashed with them."""
@@ -349,12 +297,10 @@ class Pipeline:
         need = sum(j.work.encoder_mib for j in joined)
         if need <= 0:
             return True
-        used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self._encoder_mib
+        used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self._batch.encoder_mib
         if used + need <= p.total_mib - p.reserved_mib:
-            for job in joined:
-                job.encoder_mib = job.work.encoder_mib
-            self._encoder_mib += need
-            self.memory.note_held(self._encoder_mib)
+            self._batch.hold_encoder(joined, need)
+            self.memory.note_held(self._batch.encoder_mib)
             self._note_peak(used + need)
             return True
         free = max(0.0, p.total_mib - p.reserved_mib - used)
@@ -364,9 +310,7 @@ class Pipeline:
             f" (GPU {gpu}; {p.total_mib:.0f} MiB total capacity; {free:.0f} MiB free)"
         )
         for job in joined:
-            self._running.remove(job.job_id)
-            self._free_blocks += job.blocks
-            job.blocks = 0
+            self._batch.drop(job)
             self._fail(job, t, 500, "oom", msg, None)
         if self.restart_on_oom:
             self._crash(t)
@@ -374,49 +318,20 @@ class Pipeline:
         return True
 
     def _note_peak(self, used_mib: float) -> None:
-        self._counters.peak_mem_mib = max(self._counters.peak_mem_mib, used_mib)
+        self._peak_mem_mib = max(self._peak_mem_mib, used_mib)
 
     @property
     def busy_total_ms(self) -> float:
-        return self._counters.busy_total_ms
+        return self._busy.total_ms
 
     @property
     def peak_mem_mib(self) -> float:
-        return self._counters.peak_mem_mib
-
-    def _grow_running_blocks(self) -> None:
-        """Each running sequence takes the blocks its next token needs; preempt the newest when short."""
-        i = 0
-        while i < len(self._running):
-            job = self._jobs[self._running[i]]
-            need = self._blocks_for(job, job.tokens + 1) - job.blocks
-            while need > self._free_blocks and len(self._running) > i + 1:
-                self._preempt(self._jobs[self._running.pop()])
-            if need > self._free_blocks:  # it is the newest itself
-                self._running.pop(i)
-                self._preempt(job)
-                continue
-            self._free_blocks -= need
-            job.blocks += need
-            i += 1
-
-    def _release_encoder(self, job: _Job) -> None:
-        self._encoder_mib = max(0.0, self._encoder_mib - job.encoder_mib)
-        job.encoder_mib = 0.0
-
-    def _preempt(self, job: _Job) -> None:
-        self._release_encoder(job)
-        self._free_blocks += job.blocks
-        job.blocks = 0
-        job.tokens = 0
-        job.preemptions += 1
-        self._counters.preemptions += 1
-        self._waiting.appendleft(job.job_id)
+        return self._peak_mem_mib
 
     def _end_step(self, t: float) -> None:
         self.thermal.advance(t, self._step_busy_share)
         still: list[int] = []
-        for job_id in self._running:
+        for job_id in self._batch.running:
             job = self._jobs[job_id]
             job.tokens += 1
             if job.first_token_ms is None:
@@ -429,13 +344,12 @@ class Pipeline:
                 self._finish(job, t)
             else:
                 still.append(job_id)
-        self._running = still
+        self._batch.running = still
         self._start_step(t)
 
-    def _finish(self, job: _Job, t: float) -> None:
-        self._free_blocks += job.blocks
+    def _finish(self, job: Job, t: float) -> None:
+        self._batch.release(job)
         self._held_mib -= job.holds_mib
-        self._release_encoder(job)
         job.stage = "done"
         first = job.first_token_ms if job.first_token_ms is not None else t
         admitted = job.admitted_ms if job.admitted_ms is not None else t
@@ -457,22 +371,9 @@ class Pipeline:
         self._release_gateway(job, t)
 
     def _fail(
-        self, job: _Job, t: float, status: int, kind: str, message: str, retry_after_s: int | None
+        self, job: Job, t: float, status: int, kind: str, message: str, retry_after_s: int | None
     ) -> None:
         job.stage = "done"
         self._out.append(Failed(job.job_id, t, status, kind, message, retry_after_s))
         self._jobs.pop(job.job_id, None)
         self._release_gateway(job, t)
-
-    # ---- utilisation --------------------------------------------------------------------------
-    def _note_busy(self, start: float, end: float) -> None:
-        self._counters.busy_total_ms += end - start
-        busy = self._counters.busy
-        busy.append((start, end))
-        while busy and busy[0][1] < start - UTIL_WINDOW_MS * 4:
-            busy.popleft()
-
-    def _util_pct(self, now_ms: float) -> float:
-        lo = now_ms - UTIL_WINDOW_MS
-        total = sum(max(0.0, min(e, now_ms) - max(s, lo)) for s, e in self._counters.busy)
-        return min(100.0, 100.0 * total / UTIL_WINDOW_MS)

@@ -1,4 +1,4 @@
-"""The simulated OCR model: its parameters (each with its unit) and the work one image costs.
+"""The simulated OCR models: their parameters (each with its unit) and the named profiles.
 
 Parameters of a `Profile` (a simulated server on one GPU):
     total_mib                 MiB    memory of the card (24576 for a 24 GB card)
@@ -37,70 +37,16 @@ Parameters of a `Profile` (a simulated server on one GPU):
                                      Options of the same names; flags override, 0 slots: none)
     heat                      bool   the card heats with load and throttles past THROTTLE_C (simulator.thermal)
 
-Options usable with any profile (`Options`, CLI flags of the same names):
-    gateway_slots             reqs   a gateway semaphore in front of the server (0: no gateway)
-    gateway_queue             reqs   bounded queue of the gateway; beyond it: 503 with Retry-After
-    gateway_wait_s            s      longest wait in the gateway queue before a 503
-    cpu_workers               procs  a CPU preprocessing pool (decode/resize) of this size (0: none)
-    cpu_ms_per_mpix           ms     CPU time per megapixel of the original image in that pool
-    max_side                  px     images are resized so their longest side is at most this (0: never)
-    time_scale                1      every duration is multiplied by it (0.5 runs twice as fast)
-    answer_shape              -      how answers are written: text (the page's text), constant ("OK"),
-                                     markdown (a heading and a fenced block), boxes (lines with
-                                     coordinates), blank (newlines only); timing, tokens, memory unchanged
-    allocator                 -      free | caching | caching-empty-cache: how device memory shows what
-                                     requests held (simulator.allocator); the truth does not depend on it
-Habits of real deployments (each changes `truth()` only where it says; see simulator/README.md):
-    error_rate                1      share of requests answered error_status before any work, at every load
-                                     (a balancer dropping 1%); drawn from the --seed RNG (simulator.faults).
-                                     truth: error_rate and error_status recorded; the curve and knee unchanged
-    error_status              HTTP   the status of those errors (502 by default)
-    first_request_mib         MiB    memory the first request loads once and keeps (lazy CUDA modules, cuBLAS
-                                     workspaces, weights on first use). truth: idle_mib = the profile's idle
-                                     + this (the resident memory once the service runs); the increment is the
-                                     same; the estimate and OOM concurrency count it
-    other_card_mib            MiB    a second card, index 0, held by another job (this much memory, steady
-                                     utilisation); the server's card becomes index 1 on the DCGM page.
-                                     truth: server_gpu_index = 1, nothing else changes
-    slow_first_requests       reqs   the first N requests to reach the engine take slow_first_s more (lazy
-                                     init, a first compile: the engine step they join lasts that much longer)
-    slow_first_s              s      that extra time (x time_scale). truth: unchanged (a warm server)
-Settings of the server (flags of the same names; simulator.settings applies them to the profile):
-    max_num_seqs              seqs   engine slots (vLLM --max-num-seqs), overriding max_batch; 0: the profile's
-    gpu_memory_utilization    1      vllm: the pool preallocated = this x total_mib; the KV cache is what the
-                                     pool holds beyond the profile's weights and activations; 0: the profile's
-    retry_after_s             s      the Retry-After of the gateway's 503s (and of starting/restarting)
-    runaway_rate              1      share of answers that run to max_tokens (finish_reason "length", a
-                                     repeated tail), drawn per request; they take that many decode steps
-    stall_every_s, stall_s    s      every stall_every_s the engine stops for stall_s (in-flight requests wait)
-    heat                      bool   temperature rises with utilisation; past THROTTLE_C the SM clock falls
-                                     and steps slow down (simulator.thermal); a profile may turn it on
-
-The work of one image of w x h pixels (after resize to max_side):
-    visual_tokens = ceil(w x h / px_per_visual_token); prompt_tokens = visual_tokens + prompt_text_tokens
-    output_tokens = min(max_tokens, ceil(w x h / px_per_output_token))
-        with output_tokens_sigma > 0 each request draws its own: min(max_tokens, round(page length x factor))
-    pytorch memory held from entering the engine to the answer (a static cache sized up front):
-        increment_mib = base_mib_per_request + act_mib_per_mpix x Mpix + mib_per_token x (prompt + output)
-        (output at its nominal length: the cache is sized before the answer's length is known)
-    vllm KV blocks: ceil((prompt_tokens + generated) / kv_block_size_tokens), growing while decoding.
+Options usable with any profile are simulator.options; the work one image costs is simulator.work.
 """
 
 from __future__ import annotations
 
 import math
-import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["pytorch", "vllm"]
-ANSWER_SHAPES = ("text", "constant", "markdown", "boxes", "blank")
-ALLOCATORS = ("free", "caching", "caching-empty-cache")  # see simulator.allocator
-# habits of real deployments (Options fields, CLI flags of the same names), and those of them that leave
-# the curve, the memory and the estimate alone (truth: `_curve_options`)
-HABITS = ("error_rate", "error_status", "first_request_mib", "other_card_mib", "slow_first_requests", "slow_first_s")
-CURVE_FREE = ("answer_shape", "allocator", "retry_after_s", "heat",
-              *(name for name in HABITS if name != "first_request_mib"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,55 +196,6 @@ PROFILES: dict[str, Profile] = {
 DEFAULT_PROFILE = "pytorch-24g"
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    gateway_slots: int = 0
-    gateway_queue: int = 0
-    gateway_wait_s: float = 30.0
-    cpu_workers: int = 0
-    cpu_ms_per_mpix: float = 150.0
-    max_side: int = 0
-    time_scale: float = 1.0
-    answer_shape: str = "text"  # one of ANSWER_SHAPES; the truth does not depend on it
-    allocator: str = "free"  # one of ALLOCATORS (simulator.allocator): the device view only, not the truth
-    error_rate: float = 0.0  # habits of real deployments: see the module docstring
-    error_status: int = 502
-    first_request_mib: float = 0.0
-    other_card_mib: float = 0.0
-    slow_first_requests: int = 0
-    slow_first_s: float = 0.0
-    max_num_seqs: int = 0  # settings of the server: see the module docstring (0: the profile's)
-    gpu_memory_utilization: float = 0.0
-    retry_after_s: int = 1
-    runaway_rate: float = 0.0
-    stall_every_s: float = 0.0
-    stall_s: float = 0.0
-    heat: bool = False
-
-
-# Options a profile gives a value of its own (a gateway in front, heat); given options override them
-PROFILE_DEFAULTS = ("gateway_slots", "gateway_queue", "gateway_wait_s", "retry_after_s", "heat")
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """What one image costs the model; pure function of the profile, options and size."""
-
-    width_px: int  # after resize
-    height_px: int
-    original_mpix: float
-    prompt_tokens: int
-    visual_tokens: int
-    output_tokens: int  # nominal: the page's length within the budget
-    page_tokens: int  # the page's length before the budget cuts it
-    budget_tokens: int  # max_tokens of the request (or the profile's default)
-    prefill_ms: float  # unscaled
-    cpu_ms: float  # unscaled; 0 without a CPU pool
-    increment_mib: float  # pytorch memory held in the engine; 0 for vllm
-    encoder_mib: float = 0.0  # vllm: vision-encoder activations outside the KV pool while it is encoded
-    runaway: bool = False  # this answer runs to its token budget (runaway_rate)
-
-
 class ProfileError(ValueError):
     """A user asked for a profile or option that does not exist."""
 
@@ -309,124 +206,3 @@ def get_profile(name: str) -> Profile:
     except KeyError:
         known = ", ".join(sorted(PROFILES))
         raise ProfileError(f"unknown profile {name!r}: use one of {known}") from None
-
-
-def make_options(profile: Profile | None = None, **options: object) -> Options:
-    """Options from keyword arguments; an unknown name is a user error. Those of PROFILE_DEFAULTS not given
-    take `profile`'s values (its gateway, its heat)."""
-    known = set(Options.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ProfileError(f"unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(known))}")
-    allocator = options.get("allocator", "free")
-    if allocator not in ALLOCATORS:
-        raise ProfileError(f"unknown allocator {allocator!r}: use one of {', '.join(ALLOCATORS)}")
-    shape = options.get("answer_shape", "text")
-    if shape not in ANSWER_SHAPES:
-        raise ProfileError(f"unknown answer_shape {shape!r}: use one of {', '.join(ANSWER_SHAPES)}")
-    base = Options()
-    if profile is not None:
-        base = replace(base, **{name: getattr(profile, name) for name in PROFILE_DEFAULTS})
-    made = replace(base, **options)  # type: ignore[arg-type]
-    _check_habits(made)
-    _check_settings(made)
-    return made
-
-
-def _check_habits(o: Options) -> None:
-    """One line naming the flag for a habit out of range."""
-    if not 0.0 <= o.error_rate <= 1.0:
-        raise ProfileError(f"--error-rate {o.error_rate} must be between 0 and 1")
-    if not 400 <= o.error_status <= 599:
-        raise ProfileError(f"--error-status {o.error_status} must be an HTTP error status (400-599), e.g. 502")
-    for flag, value in (("--first-request-mib", o.first_request_mib), ("--other-card-mib", o.other_card_mib),
-                        ("--slow-first-requests", o.slow_first_requests), ("--slow-first-s", o.slow_first_s)):  # fmt: skip
-        if value < 0:
-            raise ProfileError(f"{flag} {value} must be >= 0")
-
-
-def _check_settings(o: Options) -> None:
-    """One line naming the flag for a setting out of range."""
-    if o.max_num_seqs < 0:
-        raise ProfileError(f"--max-num-seqs {o.max_num_seqs} must be >= 1 (or 0: the profile's)")
-    if not 0.0 <= o.gpu_memory_utilization <= 1.0:
-        raise ProfileError(f"--gpu-memory-utilization {o.gpu_memory_utilization} must be in (0, 1], e.g. 0.9")
-    if not 0.0 <= o.runaway_rate <= 1.0:
-        raise ProfileError(f"--runaway-rate {o.runaway_rate} must be between 0 and 1")
-    if o.retry_after_s < 0:
-        raise ProfileError(f"--retry-after-s {o.retry_after_s} must be >= 0")
-    if o.stall_s < 0 or o.stall_every_s < 0 or (o.stall_s > 0) != (o.stall_every_s > 0):
-        raise ProfileError("--stall-every-s and --stall-s go together, both > 0 (e.g. --stall-every-s 10 --stall-s 1)")
-    if o.stall_s > 0 and o.stall_s >= o.stall_every_s:
-        raise ProfileError(f"--stall-s {o.stall_s} must be shorter than --stall-every-s {o.stall_every_s}")
-
-
-def resize_to(width_px: int, height_px: int, max_side: int) -> tuple[int, int]:
-    longest = max(width_px, height_px)
-    if max_side <= 0 or longest <= max_side:
-        return width_px, height_px
-    ratio = max_side / longest
-    return max(1, round(width_px * ratio)), max(1, round(height_px * ratio))
-
-
-def work_of(
-    profile: Profile, options: Options, width_px: int, height_px: int, max_tokens: int | None
-) -> Work:
-    w, h = capped_to(*resize_to(width_px, height_px, options.max_side), profile.max_image_px)
-    pixels = w * h
-    visual = math.ceil(pixels / profile.px_per_visual_token)
-    prompt = visual + profile.prompt_text_tokens
-    budget = profile.default_max_tokens if max_tokens is None else max_tokens
-    page = math.ceil(pixels / profile.px_per_output_token)
-    output = max(1, min(budget, page))
-    increment = 0.0
-    if profile.kind == "pytorch":
-        increment = (
-            profile.base_mib_per_request
-            + profile.act_mib_per_mpix * pixels / 1e6
-            + profile.mib_per_token * (prompt + output)
-        )
-    cpu_ms = options.cpu_ms_per_mpix * width_px * height_px / 1e6 if options.cpu_workers > 0 else 0.0
-    return Work(
-        width_px=w,
-        height_px=h,
-        original_mpix=width_px * height_px / 1e6,
-        prompt_tokens=prompt,
-        visual_tokens=visual,
-        output_tokens=output,
-        page_tokens=page,
-        budget_tokens=budget,
-        prefill_ms=profile.prefill_ms_per_1k_tokens * visual / 1000.0,
-        cpu_ms=cpu_ms,
-        increment_mib=increment,
-        encoder_mib=profile.encoder_mib_per_mpix * pixels / 1e6 if profile.kind == "vllm" else 0.0,
-    )
-
-
-def capped_to(width_px: int, height_px: int, max_px: int) -> tuple[int, int]:
-    """The size the model's processor scales an image down to so it has at most max_px pixels (0: none)."""
-    if max_px <= 0 or width_px * height_px <= max_px:
-        return width_px, height_px
-    ratio = math.sqrt(max_px / (width_px * height_px))
-    return max(1, math.floor(width_px * ratio)), max(1, math.floor(height_px * ratio))
-
-
-def drawn_work(profile: Profile, work: Work, rng: random.Random) -> Work:
-    """This request's work: its answer length drawn around the page's (lognormal, median 1).
-
-    Memory stays at the nominal length (sized before the answer is known), so the noise moves latency only.
-    Without noise the work is returned as is and nothing is drawn (runaways: `runaway_work`)."""
-    if profile.output_tokens_sigma <= 0:
-        return work
-    factor = rng.lognormvariate(0.0, profile.output_tokens_sigma)
-    output = max(1, min(work.budget_tokens, round(work.page_tokens * factor)))
-    return replace(work, output_tokens=output)
-
-
-def runaway_work(work: Work, rate: float, rng: random.Random) -> Work:
-    """This request's work when a share `rate` of answers runs away: to its whole token budget.
-
-    Nothing is drawn when rate is 0, so servers and truths without runaways draw as before."""
-    if rate <= 0 or rng.random() >= rate:
-        return work
-    return replace(work, output_tokens=work.budget_tokens, runaway=True)

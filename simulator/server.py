@@ -28,8 +28,9 @@ from simulator.images import (
     placeholder_text,
 )
 from simulator.metrics import ServerStats, render_dcgm_metrics, render_framework_metric, render_vllm_metrics
+from simulator.options import Options
 from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
-from simulator.profiles import Options, Profile, Work, drawn_work, runaway_work, work_of
+from simulator.profiles import Profile
 from simulator.replies import (
     Reset,
     error,
@@ -49,6 +50,7 @@ from simulator.requestlog import (
 )
 from simulator.settings import settle
 from simulator.truth import truth
+from simulator.work import Work, drawn_work, runaway_work, work_of
 
 MIB = 1024 * 1024
 LOOPBACK = {"127.0.0.1", "::1"}

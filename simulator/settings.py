@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from simulator.profiles import Options, Profile, ProfileError
+from simulator.options import Options
+from simulator.profiles import Profile, ProfileError
 
 MIB = 1024 * 1024
 

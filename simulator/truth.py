@@ -50,20 +50,12 @@ import random
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from simulator.options import CURVE_FREE, Options, make_options
 from simulator.pipeline import Failed, Finished, Pipeline
-from simulator.profiles import (
-    CURVE_FREE,
-    Options,
-    Profile,
-    Work,
-    drawn_work,
-    get_profile,
-    make_options,
-    runaway_work,
-    work_of,
-)
+from simulator.profiles import Profile, get_profile
 from simulator.settings import settle
 from simulator.thermal import clock_at, steady_c
+from simulator.work import Work, drawn_work, runaway_work, work_of
 
 HEADROOM = 0.7
 KNEE_FRACTION = 0.95

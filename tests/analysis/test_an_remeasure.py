@@ -1,5 +1,5 @@
 """A wide answer re-measured: which level decides it and for how long (next_level.remeasure_level), and a
-level measured twice pooled into one point (analysis/pooled.py, used by knee.points_of)."""
+level measured twice pooled into one point (analysis/pooled.py, used by knee_points.points_of)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import find_knee, remeasure_level
-from analysis.knee import points_of
+from analysis.knee_points import points_of
 from analysis.pooled import pooled_row
 
 

@@ -19,17 +19,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from PIL import Image, ImageDraw, PngImagePlugin
 
 from simulator import PROFILES
-from simulator.profiles import Options
+from simulator.options import Options
 from simulator.server import ServerConfig, SimServer
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = Options(time_scale=0.2)
+T = TypeVar("T")
 
 
 def png_with_text(width: int, height: int, text: str | None) -> bytes:
@@ -63,6 +64,19 @@ async def served(profile: str = "pytorch-24g", **config: Any) -> AsyncIterator[t
 
 def run(fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(fn())  # type: ignore[arg-type]
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout_s: float = 20.0, every_s: float = 0.01
+) -> T:
+    """Call `probe` until `done` holds for what it returns or `timeout_s` has passed; the last value either
+    way, so the test's own assertions judge it (a loaded machine only makes the wait longer, never wrong)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if done(value) or time.monotonic() >= deadline:
+            return value
+        await asyncio.sleep(every_s)
 
 
 def b64(data: bytes) -> str:

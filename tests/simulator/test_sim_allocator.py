@@ -12,8 +12,10 @@ from simtest_support import FAST, b64, png_with_text, run, served, session_of
 from simulator import PROFILES, truth
 from simulator.allocator import DeviceMemory
 from simulator.cli import build_parser, config_from_args
+from simulator.options import Options, make_options
 from simulator.pipeline import Failed, Pipeline
-from simulator.profiles import Options, ProfileError, make_options, work_of
+from simulator.profiles import ProfileError
+from simulator.work import work_of
 
 PT = PROFILES["pytorch-24g"]
 WORK = work_of(PT, Options(), 1000, 700, None)

@@ -15,6 +15,7 @@ from simtest_support import (
     FAST,
     b64,
     chat_body,
+    eventually,
     jpeg_with_text,
     png_with_text,
     run,
@@ -24,7 +25,7 @@ from simtest_support import (
 
 from simulator import PROFILES, truth
 from simulator.faults import Faults
-from simulator.profiles import Options
+from simulator.options import Options
 
 TEXT = "Invoice 2024-001 total 42.00 EUR"
 
@@ -229,6 +230,10 @@ def test_admin_faults_error_oom_slow_start_leak_spike_reset() -> None:
         async with s.post(f"{url}/ocr", json={"image": b64(png)}) as r:
             return r.status, await r.json(), (loop.time() - t0) * 1000.0
 
+    async def health(s: aiohttp.ClientSession, url: str) -> int:
+        async with s.get(f"{url}/health") as r:
+            return r.status
+
     async def body() -> None:
         async with served() as (url, dcgm, server):
             s = session_of(server)
@@ -285,9 +290,7 @@ def test_admin_faults_error_oom_slow_start_leak_spike_reset() -> None:
                 assert r.status == 503  # down for 2 s x 0.2
             async with s.get(dcgm) as r:
                 assert "DCGM_FI_DEV_FB_USED" in await r.text()
-            await asyncio.sleep(0.6)
-            async with s.get(f"{url}/health") as r:
-                assert r.status == 200
+            assert await eventually(lambda: health(s, url), lambda status: status == 200) == 200  # restarted
             assert (await post(s, url))[0] == 200
 
     run(body)

@@ -12,14 +12,16 @@ from collections import Counter
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from simtest_support import b64, png_with_text, run, served, session_of
+from simtest_support import b64, eventually, png_with_text, run, served, session_of
 
 from gpu_sampler.scrape import DcgmReader
 from simulator import PROFILES, truth
 from simulator.cli import UserError, build_parser, config_from_args
 from simulator.metrics import OTHER_CARD_UTIL_PCT
+from simulator.options import Options, make_options
 from simulator.pipeline import Failed, Pipeline
-from simulator.profiles import Options, ProfileError, make_options, work_of
+from simulator.profiles import ProfileError
+from simulator.work import work_of
 
 PT = PROFILES["pytorch-24g"]
 SMALL = png_with_text(64, 64, "x")
@@ -136,6 +138,11 @@ def test_an_allocation_fails_when_the_memory_loaded_once_leaves_no_room() -> Non
 
 
 # ---- another job's card ------------------------------------------------------------------------------
+def _moved(page: dict[tuple[str, str], float]) -> bool:
+    """The server's card (index 1) shows requests in service: its memory and utilisation have risen."""
+    return page[("DCGM_FI_DEV_FB_USED", "1")] > PT.idle_mib + 4 * 1000 and page[("DCGM_FI_DEV_GPU_UTIL", "1")] > 0
+
+
 def test_another_jobs_card_stays_steady_while_the_servers_card_moves() -> None:
     other = 20000.0
     options = Options(time_scale=0.5, other_card_mib=other)
@@ -145,8 +152,7 @@ def test_another_jobs_card_stays_steady_while_the_servers_card_moves() -> None:
             s = session_of(server)
             idle = await _gpus(s, dcgm)
             load = asyncio.create_task(_statuses(s, url, 8, 8, PAGE))
-            await asyncio.sleep(0.15)
-            busy = await _gpus(s, dcgm)
+            busy = await eventually(lambda: _gpus(s, dcgm), lambda page: load.done() or _moved(page))
             assert await load == [200] * 8
             reader = DcgmReader(dcgm)
             samples = await asyncio.get_running_loop().run_in_executor(None, reader.read)

@@ -13,9 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from simulator import PROFILES, truth
 from simulator.answers import ocr_fields, page_lines, shaped_text
 from simulator.metrics import ServerStats, render_vllm_metrics
+from simulator.options import Options
 from simulator.pipeline import Failed, Finished, Pipeline
-from simulator.profiles import Options, Profile, ProfileError, drawn_work, work_of
+from simulator.profiles import Profile, ProfileError
 from simulator.truth import KNEE_FRACTION, simulate_closed_loop, truth_of
+from simulator.work import drawn_work, work_of
 
 NEW = ("smooth-24g", "noisy-24g", "vllm-far", "oom-first-24g")
 

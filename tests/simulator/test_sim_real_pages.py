@@ -15,8 +15,9 @@ from simtest_support import b64, png_with_text, run, served, session_of
 from gpu_sampler.scrape import SERVER_NAMES, VLLM_KV_USAGE, parse_server_metrics
 from simulator import PROFILES
 from simulator.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
+from simulator.options import Options
 from simulator.pipeline import Pipeline
-from simulator.profiles import Options, work_of
+from simulator.work import work_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "gpu_sampler" / "fixtures"
 REAL_VLLM = ("vllm-0.32-cpu-metrics-under-load.txt", "vllm-0.32-cpu-metrics-after-load.txt")

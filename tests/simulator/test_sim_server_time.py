@@ -13,7 +13,7 @@ from pathlib import Path
 
 from simtest_support import b64, chat_body, png_with_text, run, served, session_of, sim_process
 
-from simulator.profiles import Options
+from simulator.options import Options
 from simulator.requestlog import COLUMNS
 
 PAGE = png_with_text(1000, 700, "Receipt 7 coffee 3.20")

@@ -1,0 +1,59 @@
+"""The plateau of a throughput curve and the smallest level that reaches it (the knee's rules 2 and 3).
+
+    plateau      = the mean of the points within NEAR_SE (2) standard errors of the highest (the highest
+                   alone is the luckiest)
+    recommended  = the first point (sorted by level) whose throughput reaches `knee_share` of the plateau;
+                   the plateau is seen when that point is below the highest
+    confidence   = rule 2 rerun on `draws` throughputs drawn within their standard errors (seed 0: pure);
+                   the 2.5% and 97.5% quantiles of the recommended level, within the engine's limit
+The points are the clean, trusted ones analysis.knee hands over; the words are analysis.knee's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+NEAR_SE = 2.0  # plateau points: within this many standard errors of the highest
+
+
+def plateau_and_reach(thr: np.ndarray, se: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """(plateau, index of the first point reaching `share` of it) for each row of throughputs.
+
+    The plateau is the mean of the points within two standard errors of the highest, not the highest
+    alone: with several levels on a noisy plateau the highest is the luckiest, and 95% of it was more
+    than the plateau's own levels reached (on the family of curves in bench/curves.py, 1 standard
+    error let one low outlier on a noisy plateau push the answer to 5x the truth)."""
+    thr2 = np.atleast_2d(thr)
+    err = np.nan_to_num(np.broadcast_to(se, thr2.shape), nan=0.0)
+    best = thr2.argmax(axis=1)
+    rows = np.arange(thr2.shape[0])
+    top, top_err = thr2[rows, best][:, None], err[rows, best][:, None]
+    near = thr2 >= top - NEAR_SE * np.sqrt(err**2 + top_err**2)
+    plateau = (thr2 * near).sum(axis=1) / near.sum(axis=1)
+    first = (thr2 >= share * plateau[:, None]).argmax(axis=1)
+    return plateau, first
+
+
+def recommend(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any]) -> tuple[int, bool, float]:
+    """(recommended level, plateau seen, plateau rps) from clean, trusted points sorted by level (rule 2):
+    the plateau is seen when a point below the highest already reaches `knee_share` of it."""
+    plateau, first = plateau_and_reach(thr, se, p["knee_share"])
+    index = int(first[0])
+    return int(levels[index]), index < levels.size - 1, float(plateau[0])
+
+
+def confidence_interval(
+    levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any], cap: int | None = None
+) -> tuple[int, int]:
+    """95% interval of the recommended level under the throughputs' own errors (rule 3): rule 2 run on
+    every draw at once (one row of throughputs per draw), within the engine's limit (`cap`, rule 2b)."""
+    rng = np.random.default_rng(0)
+    noise = np.nan_to_num(se, nan=0.0)
+    draws = np.maximum(thr + noise * rng.standard_normal((p["draws"], thr.size)), 0.0)
+    picks = levels[plateau_and_reach(draws, noise, p["knee_share"])[1]].astype(np.float64)
+    if cap is not None:
+        picks = np.minimum(picks, cap)
+    low, high = np.quantile(picks, [0.025, 0.975], method="inverted_cdf")
+    return int(low), int(high)
