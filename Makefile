@@ -46,6 +46,10 @@ ARRIVALS ?=
 MAX_IN_FLIGHT ?=
 VERIFY ?=
 VERIFY_WINDOW_S ?=
+TARGET_RPS ?=
+PEAK_FACTOR ?=
+GPU_HOUR_COST ?=
+REPLICAS ?=
 RATE ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
@@ -73,7 +77,9 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
   $(call opt,--max-side,$(MAX_SIDE)) \
   $(call opt,--rates,$(RATES)) $(call opt,--arrivals,$(ARRIVALS)) $(call opt,--max-in-flight,$(MAX_IN_FLIGHT)) \
-  $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S))
+  $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S)) \
+  $(call opt,--target-rps,$(TARGET_RPS)) $(call opt,--peak-factor,$(PEAK_FACTOR)) \
+  $(call opt,--gpu-hour-cost,$(GPU_HOUR_COST)) $(call opt,--replicas,$(REPLICAS))
 SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
   $(call opt,--server-cmd,$(SERVER_CMD)) $(call opt,--server-health,$(SERVER_HEALTH))
 

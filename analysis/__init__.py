@@ -15,6 +15,7 @@ from analysis.estimate import (
     parse_levels,
     plan_levels,
 )
+from analysis.fleet import Fleet, fleet_summary, plan_fleet
 from analysis.goodput import goodput_peak, runaway_summary, with_goodput
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
@@ -36,6 +37,7 @@ __all__ = [
     "CardChoice",
     "Diagnosis",
     "Estimate",
+    "Fleet",
     "Knee",
     "MemorySlope",
     "RunData",
@@ -57,6 +59,7 @@ __all__ = [
     "find_knee",
     "fit_memory_slope",
     "flat_steps",
+    "fleet_summary",
     "gpu_of",
     "goodput_peak",
     "gpus_named",
@@ -65,6 +68,7 @@ __all__ = [
     "memory_slope",
     "next_refine_level",
     "parse_levels",
+    "plan_fleet",
     "plan_levels",
     "predicted_memory",
     "probe_level",

@@ -17,6 +17,7 @@ from analysis.alerts import alert_rules, alerts_yaml, runbook
 from analysis.config import config_yaml
 from analysis.diagnosis import comparison_rows
 from analysis.estimate import Estimate
+from analysis.fleet import fleet_markdown
 from analysis.loader import RunData, load_run
 from analysis.open_loop import capacity_rows
 from analysis.soak import scenario_name
@@ -160,6 +161,7 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
                          f" | {_fmt(r['p95_ms'])} | {_fmt(r['throughput_rps'], '.2f')} |")  # fmt: skip
         knee, diag = summary["knee"], summary["diagnosis"]
         lines += ["", f"Knee: {knee['reason']}", "", f"Diagnosis ({diag['case']}): {diag['text']}"]
+    lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
     return "\n".join(lines) + "\n"
 
 

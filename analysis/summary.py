@@ -20,6 +20,7 @@ from analysis.estimate import (
     gpus_named,
     parse_levels,
 )
+from analysis.fleet import FLEET_SETTINGS, fleet_summary
 from analysis.goodput import GOODPUT_COLUMNS, cer_limits, goodput_peak, runaway_summary, with_goodput
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
@@ -318,6 +319,8 @@ def analyze_run(
         "soak": soak_trend(run.gpu, run.steps, run.manifest),
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
         **proven,  # goodput, runaway, verify (analysis/goodput.py, analysis/verify.py)
+        # the replicas for TARGET_RPS, the per-replica share, the cost (analysis/fleet.py)
+        "fleet": fleet_summary(table, knee, {k: manifest_setting(run.manifest, k) for k in FLEET_SETTINGS}),
         "events": events,
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),

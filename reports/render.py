@@ -15,6 +15,7 @@ import jinja2
 import yaml
 
 from analysis.driver import DRIVER_BUSY_PCT
+from analysis.fleet import ASSUMPTIONS, figure, fleet_rows
 from analysis.open_loop import behind_schedule, rejected_from
 from reports.figures import Chart, build_charts
 from reports.points import ReportFrames, error_examples, mapping, num, whole
@@ -75,6 +76,12 @@ def fmt_pct(value: Any, digits: int = 0) -> str:
     """A fraction 0..1 as a percentage."""
     x = num(defined(value))
     return "—" if x is None else f"{x * 100:.{digits}f}%"
+
+
+def fmt_figure(value: Any) -> str:
+    """A setting's number as given: 40, 1.5, 2.75 ('—' when unknown)."""
+    x = num(defined(value))
+    return "—" if x is None else figure(x)
 
 
 def fmt_value(value: Any) -> str:
@@ -139,7 +146,8 @@ def make_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.tests["rows"] = is_rows
-    env.filters.update(num=fmt_num, ms=fmt_ms, pct=fmt_pct, value=fmt_value, sentence=fmt_sentence, check=fmt_check)
+    env.filters.update(num=fmt_num, ms=fmt_ms, pct=fmt_pct, value=fmt_value, sentence=fmt_sentence, check=fmt_check,
+                       figure=fmt_figure)  # fmt: skip
     return env
 
 
@@ -294,6 +302,9 @@ def build_context(
         "slo": summary.get("slo"),
         "verify": mapping(summary.get("verify")) or None,
         "verify_note": verify_note(summary),
+        "fleet": mapping(summary.get("fleet")) or None,  # TARGET_RPS, REPLICAS, GPU_HOUR_COST (analysis/fleet.py)
+        "fleet_rows": fleet_rows(mapping(summary.get("fleet")) or None),
+        "fleet_assumptions": ASSUMPTIONS,
         "goodput": mapping(summary.get("goodput")) or None,
         "runaway": mapping(summary.get("runaway")) or None,
         "soak": summary.get("soak"),

@@ -3,6 +3,7 @@ ConfigError from here, so the message names the setting and its fix."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -71,3 +72,25 @@ def check_server_time_config(header: str, path: str) -> None:
         raise ConfigError(f"bad SERVER_TIME_HEADER={header!r}: give a header name, e.g. X-Process-Time-Ms")
     if path and any(not part for part in path.split(".")):
         raise ConfigError(f"bad SERVER_TIME_PATH={path!r}: give a dotted JSON path, e.g. usage.server_ms")
+
+
+def check_fleet_config(target_rps: float, peak_factor: float, gpu_hour_cost: float, replicas: int) -> None:
+    """One line for a fleet setting (TARGET_RPS, PEAK_FACTOR, GPU_HOUR_COST, REPLICAS) that cannot plan."""
+    if not (math.isfinite(target_rps) and target_rps >= 0):
+        raise ConfigError(
+            f"bad TARGET_RPS={target_rps}: give the traffic to serve in requests a second (e.g. 40), or 0 for no"
+            " fleet plan"
+        )
+    if not (math.isfinite(peak_factor) and peak_factor >= 1):
+        raise ConfigError(
+            f"bad PEAK_FACTOR={peak_factor}: give the peak as a multiple of TARGET_RPS, at least 1 (e.g. 1.5)"
+        )
+    if not (math.isfinite(gpu_hour_cost) and gpu_hour_cost >= 0):
+        raise ConfigError(
+            f"bad GPU_HOUR_COST={gpu_hour_cost}: give what one GPU costs an hour (e.g. 2.5), or 0 for none"
+        )
+    if replicas < 1:
+        raise ConfigError(
+            f"bad REPLICAS={replicas}: give how many replicas the balancer at HOST spreads the run over, at least 1"
+            " (1: one server)"
+        )

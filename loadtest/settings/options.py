@@ -110,6 +110,19 @@ FIELD_HELP = {
     ),
     "verify_window_s": "seconds of the verify phase's overload",
     "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
+    "target_rps": (
+        "the traffic to serve, requests a second: the report plans the replicas for it (ceil(TARGET_RPS x PEAK_FACTOR"
+        " / the throughput at the recommended level)); 0: no fleet plan"
+    ),
+    "peak_factor": "the peak traffic as a multiple of TARGET_RPS (at least 1): the fleet is sized for the peak",
+    "gpu_hour_cost": (
+        "what one GPU costs an hour, any currency: the report adds the cost per 1,000 pages and the fleet's per hour;"
+        " 0: none"
+    ),
+    "replicas": (
+        "replicas behind the balancer at HOST that the run measured: the answer is then the fleet's, and the report"
+        " gives each replica's share"
+    ),
 }
 
 

@@ -18,6 +18,7 @@ from gpu_sampler.tls import CaBundleError, TlsSettings, read_ca_bundle
 from loadtest.settings.checks import (
     METRIC_NAME,
     ConfigError,
+    check_fleet_config,
     check_metrics_config,
     check_server_time_config,
     masked,
@@ -103,6 +104,11 @@ class RunConfig:
     verify: bool = True  # after the recommendation: open-loop load at 1.5x the plateau throughput, then drain
     verify_window_s: float = 30.0
     verify_rate_rps: float = 0.0  # set by `python -m loadtest verify --rate R`: a baseline, then verify at R only
+    # --- fleet (issue 29): replicas for a target traffic, read by the analysis (analysis/fleet.py) -----------
+    target_rps: float = 0.0  # the traffic to serve, requests a second; 0 = no fleet plan
+    peak_factor: float = 1.0  # the peak as a multiple of target_rps, >= 1
+    gpu_hour_cost: float = 0.0  # one GPU for an hour, any currency; 0 = no cost
+    replicas: int = 1  # replicas behind the balancer at HOST that the run measured
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -212,6 +218,7 @@ class RunConfig:
                               " e.g. 1024), or 0 to send images as they are")  # fmt: skip
         check_metrics_config(self.metrics_port, self.metrics_host)
         check_server_time_config(self.server_time_header, self.server_time_path)
+        check_fleet_config(self.target_rps, self.peak_factor, self.gpu_hour_cost, self.replicas)
 
         check_open_loop(self, ConfigError)
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
