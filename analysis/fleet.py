@@ -39,7 +39,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.knee import Knee, points_of
+from analysis.knee import Knee
+from analysis.knee_points import points_of
 from analysis.stats import num
 
 SECONDS_PER_HOUR = 3600.0
