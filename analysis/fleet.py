@@ -4,7 +4,7 @@ Data in, data out (no files, no clocks). Inputs:
     recommended_level  the run's answer (summary.json `recommended_level`)
     throughput_rps     the throughput measured at that level: successful answers a second, a level's
                        measurements pooled (analysis.knee.points_of); one answer is one page
-    target_rps         TARGET_RPS, the traffic to serve in requests a second; 0: no replica count
+    target_rps         TARGET_RPS, the traffic to serve in requests a second; empty (0 here): no replica count
     peak_factor        PEAK_FACTOR (>= 1, default 1): the peak as a multiple of the target; the fleet is sized
                        for the peak
     measured_replicas  REPLICAS (>= 1, default 1): the replicas behind the balancer the run measured

@@ -74,12 +74,12 @@ def check_server_time_config(header: str, path: str) -> None:
         raise ConfigError(f"bad SERVER_TIME_PATH={path!r}: give a dotted JSON path, e.g. usage.server_ms")
 
 
-def check_fleet_config(target_rps: float, peak_factor: float, gpu_hour_cost: float, replicas: int) -> None:
+def check_fleet_config(target_rps: float | None, peak_factor: float, gpu_hour_cost: float, replicas: int) -> None:
     """One line for a fleet setting (TARGET_RPS, PEAK_FACTOR, GPU_HOUR_COST, REPLICAS) that cannot plan."""
-    if not (math.isfinite(target_rps) and target_rps >= 0):
+    if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
         raise ConfigError(
-            f"bad TARGET_RPS={target_rps}: give the traffic to serve in requests a second (e.g. 40), or 0 for no"
-            " fleet plan"
+            f"bad TARGET_RPS={target_rps:g}: give the traffic to serve in requests a second, above 0 (e.g. 40),"
+            " or leave it empty for no fleet plan"
         )
     if not (math.isfinite(peak_factor) and peak_factor >= 1):
         raise ConfigError(

@@ -112,7 +112,7 @@ FIELD_HELP = {
     "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
     "target_rps": (
         "the traffic to serve, requests a second: the report plans the replicas for it (ceil(TARGET_RPS x PEAK_FACTOR"
-        " / the throughput at the recommended level)); 0: no fleet plan"
+        " / the throughput at the recommended level)); empty: no fleet plan"
     ),
     "peak_factor": "the peak traffic as a multiple of TARGET_RPS (at least 1): the fleet is sized for the peak",
     "gpu_hour_cost": (

@@ -105,7 +105,7 @@ class RunConfig:
     verify_window_s: float = 30.0
     verify_rate_rps: float = 0.0  # set by `python -m loadtest verify --rate R`: a baseline, then verify at R only
     # --- fleet (issue 29): replicas for a target traffic, read by the analysis (analysis/fleet.py) -----------
-    target_rps: float = 0.0  # the traffic to serve, requests a second; 0 = no fleet plan
+    target_rps: float | None = None  # the traffic to serve, requests a second; None (empty) = no fleet plan
     peak_factor: float = 1.0  # the peak as a multiple of target_rps, >= 1
     gpu_hour_cost: float = 0.0  # one GPU for an hour, any currency; 0 = no cost
     replicas: int = 1  # replicas behind the balancer at HOST that the run measured
@@ -159,8 +159,9 @@ class RunConfig:
     def from_mapping(cls, data: dict[str, Any]) -> RunConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names and v is not None}
-        if "cer_fail_above" in kwargs:  # a web UI form or a worker message may carry it as text
-            kwargs["cer_fail_above"] = parse_optional_float(kwargs["cer_fail_above"], "CER_FAIL_ABOVE")
+        for name in ("cer_fail_above", "target_rps"):  # a web UI form or a worker message may carry them as text
+            if name in kwargs:
+                kwargs[name] = parse_optional_float(kwargs[name], name.upper())
         return with_ca_pem(cls(**kwargs)).checked()
 
     def checked(self) -> RunConfig:

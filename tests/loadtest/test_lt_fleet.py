@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     ("fields", "words"),
     [
-        ({"target_rps": -5.0}, "bad TARGET_RPS=-5.0: give the traffic to serve in requests a second"),
+        ({"target_rps": -5.0}, "bad TARGET_RPS=-5: give the traffic to serve in requests a second, above 0"),
+        ({"target_rps": 0.0}, "bad TARGET_RPS=0: give the traffic to serve in requests a second, above 0"),
+        ({"target_rps": "0"}, "bad TARGET_RPS=0: give the traffic"),
         ({"target_rps": float("nan")}, "bad TARGET_RPS=nan"),
         ({"peak_factor": 0.5}, "bad PEAK_FACTOR=0.5: give the peak as a multiple of TARGET_RPS, at least 1"),
         ({"gpu_hour_cost": -1.0}, "bad GPU_HOUR_COST=-1.0: give what one GPU costs an hour"),
@@ -34,7 +36,7 @@ def test_bad_fleet_settings_are_refused_with_one_line(fields: dict[str, float], 
 def test_the_fleet_settings_default_to_no_plan_and_travel_with_the_config() -> None:
     default = RunConfig().checked()
     assert (default.target_rps, default.peak_factor, default.gpu_hour_cost, default.replicas) == (
-        0.0,
+        None,
         1.0,
         0.0,
         1,
