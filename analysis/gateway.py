@@ -59,11 +59,16 @@ class Upstream:
 
     @property
     def address(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return address_of(self.host, self.port)
 
     @property
     def url(self) -> str:
         return f"{'https' if self.https else 'http'}://{self.address}"
+
+
+def address_of(host: str, port: int) -> str:
+    """HOST:PORT as HAProxy (and a URL) writes it: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _is_ip(host: str) -> bool:
@@ -151,7 +156,7 @@ def haproxy_config(
 
     bound = size * n
     per = f" per replica x {n} replicas" if n > 1 else ""
-    where = _address(host, port)
+    where = address_of(host, port)
     lines = [line for h in header.splitlines() if h.strip() for line in _note(h, 0)]
     lines += [
         *_note(f"Clients send to http://{where} instead of the server; every number below says where it came from.", 0),
@@ -220,10 +225,6 @@ def _note(text: str, indent: int = 4) -> list[str]:
     """A comment, wrapped: HAProxy reads each line whole, a person reads 110 columns."""
     lead = " " * indent + "# "
     return textwrap.wrap(" ".join(text.split()), COMMENT_WIDTH, initial_indent=lead, subsequent_indent=lead)
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _tls(upstream: Upstream) -> str:

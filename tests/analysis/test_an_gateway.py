@@ -5,9 +5,7 @@ every config written (`make test` installs haproxy; skipped, saying so, where it
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import ssl
 import subprocess
 from collections.abc import Callable
@@ -27,9 +25,10 @@ from analysis.gateway import (
     run_gateway,
     run_upstreams,
 )
+from loadtest.commands.gateway import find_haproxy
 from runfolder import GATEWAY_FILE
 
-HAPROXY = shutil.which("haproxy", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+HAPROXY = find_haproxy()
 needs_haproxy = pytest.mark.skipif(
     HAPROXY is None, reason="haproxy missing: apt-get install haproxy (make test installs it as root)"
 )
