@@ -51,6 +51,10 @@ REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
 MASTER ?=
 RUN ?=
+# make gateway: where HAProxy listens (HOST:PORT; empty: 127.0.0.1:8080) and the replicas behind it
+# (URL,URL,...; empty: the run's own server)
+GATEWAY_BIND ?=
+SERVERS ?=
 A ?=
 B ?=
 PROFILE ?= pytorch-24g
@@ -86,7 +90,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest verify master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -131,6 +135,19 @@ command -v promtool >/dev/null 2>&1 || { \
   fi; }
 endef
 
+# Debian's haproxy for the gateway tests (make gateway's HAProxy). Installed where we may (root, apt-get);
+# elsewhere one line, and those tests skip saying so. Debian puts it in /usr/sbin, off a user's PATH.
+define ENSURE_HAPROXY
+{ command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy; } || { \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+    echo "installing Debian's haproxy for the gateway tests (apt-get, once)"; \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; } >/dev/null 2>&1 \
+      || echo "warning: installing haproxy failed: the gateway tests will skip (apt-get install haproxy)" >&2; \
+  else \
+    echo "warning: no haproxy: the gateway tests will skip (sudo apt-get install haproxy)" >&2; \
+  fi; }
+endef
+
 # Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
 # The suite runs as TEST_SHARDS pytest processes side by side, whole files each (tests/shards.py), and ends
 # with the ten slowest tests and one line of counts.
@@ -138,6 +155,7 @@ TEST_SHARDS ?= 3
 test:
 	@$(ENSURE_BROWSER)
 	@$(ENSURE_PROMETHEUS)
+	@$(ENSURE_HAPROXY)
 	@$(MAKE) --no-print-directory lint
 	$(PY) tests/shards.py --shards $(TEST_SHARDS) -- -q -m 'not slow'
 
@@ -171,6 +189,12 @@ demo-sweep: $(STAMP)
 
 verify: $(STAMP)
 	@$(PY) -m loadtest verify $(RUN_FLAGS) $(call opt,--rate,$(RATE))
+
+# HAProxy in front of the server, enforcing a run's recommended config (its haproxy.cfg; another bind or
+# replicas: haproxy-gateway.cfg beside it): make gateway RUN=results/<id> [GATEWAY_BIND=0.0.0.0:8080]
+# [SERVERS=http://gpu-a:8000,http://gpu-b:8000]; in the foreground until Ctrl-C
+gateway: $(STAMP)
+	@$(PY) -m loadtest gateway $(call opt,--run,$(RUN)) $(call opt,--bind,$(GATEWAY_BIND)) $(call opt,--servers,$(SERVERS))
 
 master: $(STAMP)
 	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host '$(MASTER_BIND)' --master-port 5557 $(RUN_FLAGS)
