@@ -122,31 +122,22 @@ command -v chromium >/dev/null 2>&1 || { \
   fi; }
 endef
 
-# promtool and prometheus (Debian's prometheus package) for the alert rules, /metrics and dashboard tests.
-# Installed where we may (root, apt-get); elsewhere one line, and those tests skip saying so.
-define ENSURE_PROMETHEUS
-command -v promtool >/dev/null 2>&1 || { \
+# A Debian package some tests need, installed where we may (root, apt-get); elsewhere one line, and those
+# tests skip saying so. $(call ENSURE_DEBIAN,COMMAND,PACKAGE,WHICH TESTS): COMMAND found on PATH or in
+# /usr/sbin (where Debian puts daemons such as haproxy, off a user's PATH) means installed.
+define ENSURE_DEBIAN
+{ command -v $(1) >/dev/null 2>&1 || test -x /usr/sbin/$(1); } || { \
   if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-    echo "installing Debian's prometheus for the alert rule tests (apt-get, once)"; \
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; } >/dev/null 2>&1 \
-      || echo "warning: installing prometheus failed: the promtool tests will skip (apt-get install prometheus)" >&2; \
+    echo "installing Debian's $(2) for $(3) (apt-get, once)"; \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2); } >/dev/null 2>&1 \
+      || echo "warning: installing $(2) failed: $(3) will skip (apt-get install $(2))" >&2; \
   else \
-    echo "warning: no promtool: the alert rule and Prometheus tests will skip (sudo apt-get install prometheus)" >&2; \
+    echo "warning: no $(1): $(3) will skip (sudo apt-get install $(2))" >&2; \
   fi; }
 endef
-
-# Debian's haproxy for the gateway tests (make gateway's HAProxy). Installed where we may (root, apt-get);
-# elsewhere one line, and those tests skip saying so. Debian puts it in /usr/sbin, off a user's PATH.
-define ENSURE_HAPROXY
-{ command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy; } || { \
-  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-    echo "installing Debian's haproxy for the gateway tests (apt-get, once)"; \
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; } >/dev/null 2>&1 \
-      || echo "warning: installing haproxy failed: the gateway tests will skip (apt-get install haproxy)" >&2; \
-  else \
-    echo "warning: no haproxy: the gateway tests will skip (sudo apt-get install haproxy)" >&2; \
-  fi; }
-endef
+# promtool and prometheus for the alert rules, /metrics and dashboard tests; haproxy for the gateway tests
+ENSURE_PROMETHEUS = $(call ENSURE_DEBIAN,promtool,prometheus,the alert rule and Prometheus tests)
+ENSURE_HAPROXY = $(call ENSURE_DEBIAN,haproxy,haproxy,the gateway tests)
 
 # Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
 # The suite runs as TEST_SHARDS pytest processes side by side, whole files each (tests/shards.py), and ends
