@@ -7,13 +7,16 @@ server; the numbers the gateway enforces are read back from the run's own analys
 A burst above slots + queue, all at once: the admitted answer 200, the excess 503 with Retry-After well
 under a second, the server sees exactly the admitted requests and never more than max_concurrency at once.
 SIGTERM stops the command and leaves no haproxy; so does SIGKILL of the command (the parent-death signal).
-Skipped only where haproxy is missing (`make test` installs it as root)."""
+Over https the health checks and requests go over TLS checked against the run's CA bundle, and a bundle
+that does not trust the server keeps it out. Skipped only where haproxy is missing (`make test` installs
+it as root)."""
 
 from __future__ import annotations
 
 import http.client
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -26,6 +29,7 @@ from typing import Any
 
 import psutil
 import pytest
+from it_certs import make_self_signed
 from it_procs import REPO, spawn_cli
 from waits import wait_until
 
@@ -50,17 +54,20 @@ class SlotServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, slots: int, service_s: float) -> None:
+    def __init__(self, slots: int, service_s: float, tls: ssl.SSLContext | None = None) -> None:
         self.slots, self.service_s = threading.Semaphore(slots), service_s
         self.lock = threading.Lock()
-        self.served = self.arrived = self.most_at_once = 0
+        self.served = self.arrived = self.most_at_once = self.health_checks = 0
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.scheme = "https" if tls else "http"
+        if tls:  # HTTPS only: a plain-HTTP health check would never be counted
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}"
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a health check closes its connection at once; not an error of the test
@@ -75,6 +82,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: SlotServer
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        with self.server.lock:
+            self.server.health_checks += 1
         self._answer(b"ok")
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
@@ -143,9 +152,9 @@ def start_gateway() -> Iterator[Any]:
             stop_process(gw.proc)
 
 
-def _run_folder(tmp_path: Path, host: str) -> tuple[Path, dict[str, Any]]:
+def _run_folder(tmp_path: Path, host: str, **settings: Any) -> tuple[Path, dict[str, Any]]:
     run = synth_run(tmp_path / "run-1", levels=(1, 2, 3, 4), true_knee=2, base_ms=400.0, step_s=10.0,
-                    extra_manifest={"config": {"host": host}})  # fmt: skip
+                    extra_manifest={"config": {"host": host, **settings}})  # fmt: skip
     config: dict[str, Any] = analyze(load_run(run))["config"]["server"]
     assert config["max_concurrency"] == 2, config  # the synthetic knee, as the analysis reads it
     return run, config
@@ -248,3 +257,30 @@ def test_replicas_share_the_load_and_a_killed_command_takes_haproxy_with_it(
     finally:
         for s in servers:
             s.stop()
+
+
+def test_https_to_the_server_checks_its_certificate_with_the_runs_ca_bundle(tmp_path: Path, start_gateway: Any) -> None:
+    """The run went over https with CA_BUNDLE: the gateway's health checks and requests go over TLS, checked
+    against that bundle; a bundle that does not trust the server keeps it out (503 with Retry-After)."""
+    cert, wrong = make_self_signed(tmp_path, "server"), make_self_signed(tmp_path, "other")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert.cert, cert.key)
+    server = SlotServer(slots=2, service_s=0.05, tls=tls)
+    try:
+        run, config = _run_folder(tmp_path, server.url, ca_bundle=str(cert.cert))
+        gw = start_gateway(run)
+        pid = gw.haproxy_pid()
+        wait_until(lambda: server.health_checks >= 2, 10, what="two health checks over TLS")
+        [answer] = _burst(gw.port, 1)
+        assert answer.status == 200 and server.served == 1, answer
+        text = (run / "haproxy-gateway.cfg").read_text()
+        assert f"maxconn 2 check ssl verify required ca-file {cert.cert}" in text
+        gw.proc.send_signal(signal.SIGTERM)
+        gw.proc.wait(timeout=15)
+        wait_until(lambda: _gone(pid), 5, what=f"haproxy {pid} gone after SIGTERM")
+        distrusted = start_gateway(run, "--ca-bundle", str(wrong.cert))
+        distrusted.haproxy_pid()
+        [refused] = _burst(distrusted.port, 1)
+        assert (refused.status, refused.retry_after) == (503, str(config["retry_after_s"])) and server.served == 1
+    finally:
+        server.stop()
