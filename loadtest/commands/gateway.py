@@ -18,11 +18,6 @@ recommendation.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import socket
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +35,16 @@ from analysis.gateway import (
     run_upstreams,
 )
 from analysis.outputs import missing_ca_file
-from loadtest.launch.procs import die_with_parent, fail, stop_process
+from loadtest.launch.haproxy import (
+    STOP_GRACE_S,
+    HaproxyError,
+    find_haproxy,
+    port_taken,
+    start_haproxy,
+    write_checked,
+)
+from loadtest.launch.procs import fail, stop_process
 from runfolder import GATEWAY_FILE, GATEWAY_VARIANT_FILE, MANIFEST_FILE
-
-HAPROXY_DIRS = ("/usr/sbin", "/usr/local/sbin")  # Debian puts haproxy in /usr/sbin, off a user's PATH
-CHECK_TIMEOUT_S = 30.0
-LISTEN_TIMEOUT_S = 10.0
-STOP_GRACE_S = 5.0
 
 
 def add_parser(sub: Any) -> None:
@@ -63,11 +61,6 @@ def add_parser(sub: Any) -> None:
                     help="PEM file of the CAs to check https servers against (default the run's CA_BUNDLE)")  # fmt: skip
 
 
-def find_haproxy() -> str | None:
-    """haproxy on PATH, or where Debian installs it."""
-    return shutil.which("haproxy", path=os.pathsep.join([os.environ.get("PATH", ""), *HAPROXY_DIRS]))
-
-
 def _server_urls(text: str) -> list[str]:
     """--servers' URLs, each one a server line can express (GatewayError otherwise)."""
     urls = [u.strip() for u in text.split(",") if u.strip()]
@@ -76,50 +69,6 @@ def _server_urls(text: str) -> list[str]:
     for url in urls:
         parse_server(url)
     return urls
-
-
-def port_taken(host: str, port: int) -> str:
-    """The one line why nothing can listen on host:port here ("" when something can)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        return f"cannot listen on {host}:{port}: {host} does not resolve here ({exc.strerror}): give --bind HOST:PORT"
-    family, kind, proto, _name, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as HAProxy binds: a lingering close is no user
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            return (f"cannot listen on {host}:{port} ({exc.strerror}): another process holds it or the address is not"
-                    f" this machine's; give a free one with --bind HOST:PORT (GATEWAY_BIND)")  # fmt: skip
-    return ""
-
-
-def _checked_file(haproxy: str, text: str, path: Path) -> str:
-    """Write `text` to `path` once `haproxy -c` accepted it; "" then, else the one line why (nothing replaced)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    try:
-        checked = subprocess.run([haproxy, "-c", "-f", str(tmp)], capture_output=True, text=True,
-                                 timeout=CHECK_TIMEOUT_S, check=False)  # fmt: skip
-        if checked.returncode != 0:
-            alerts = [line for line in (checked.stderr + checked.stdout).splitlines() if "[ALERT]" in line]
-            said = (alerts[0] if alerts else "no reason given").split(" : ", 1)[-1].replace(str(tmp), path.name)
-            return (f"haproxy -c refused the gateway's config: {said}; fix that (a server name that does not resolve"
-                    " here: give its address in --servers)")  # fmt: skip
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return ""
-
-
-def _listening(host: str, port: int) -> bool:
-    target = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    try:
-        with socket.create_connection((target, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _config(ns: argparse.Namespace) -> tuple[str, Path, list[Upstream], tuple[str, int]]:
@@ -162,25 +111,19 @@ def _gateway(ns: argparse.Namespace) -> int:
         return fail("haproxy is not installed: apt-get install haproxy (Debian's package), then run this again")
     try:
         text, path, upstreams, (host, port) = _config(ns)
-    except (GatewayError, RunFolderError) as exc:
+        write_checked(haproxy, text, path)
+    except (GatewayError, RunFolderError, HaproxyError) as exc:
         return fail(str(exc))
-    bind = address_of(host, port)
-    refused = _checked_file(haproxy, text, path)
-    if refused:
-        return fail(refused)
-    proc = subprocess.Popen([haproxy, "-f", str(path), "-db"], start_new_session=True, preexec_fn=die_with_parent)
+    try:
+        proc = start_haproxy(haproxy, path, host, port)
+    except HaproxyError as exc:
+        fail(str(exc))
+        return 1
     code: int | None = None
     try:
-        deadline = time.monotonic() + LISTEN_TIMEOUT_S
-        while not _listening(host, port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                fail(f"haproxy did not start listening on {bind} (exit status {proc.poll()}; its lines above say"
-                     f" why): check {path} with haproxy -c -f")  # fmt: skip
-                return 1
-            time.sleep(0.05)
         servers = ", ".join(u.url for u in upstreams)
-        print(f"gateway: haproxy (pid {proc.pid}) listens on http://{bind} in front of {servers}; config {path};"
-              " Ctrl-C or SIGTERM stops it", flush=True)  # fmt: skip
+        print(f"gateway: haproxy (pid {proc.pid}) listens on http://{address_of(host, port)} in front of {servers};"
+              f" config {path}; Ctrl-C or SIGTERM stops it", flush=True)  # fmt: skip
         code = proc.wait()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (python -m loadtest turns it into this)
         pass

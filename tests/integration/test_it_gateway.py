@@ -34,7 +34,7 @@ from it_procs import REPO, spawn_cli
 from waits import wait_until
 
 from analysis import analyze, load_run
-from loadtest.commands.gateway import find_haproxy
+from loadtest.launch.haproxy import find_haproxy
 from loadtest.launch.procs import free_port, stop_process
 
 sys.path.insert(0, str(REPO / "tests" / "analysis"))

@@ -14,6 +14,7 @@ import pytest
 
 from loadtest.commands import gateway
 from loadtest.commands.main import build_parser
+from loadtest.launch import haproxy
 from loadtest.launch.procs import free_port
 from runfolder import GATEWAY_FILE, GATEWAY_VARIANT_FILE
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 from synth_runs import synth_run  # noqa: E402  (the analysis tests' synthetic run folders)
 
 needs_haproxy = pytest.mark.skipif(
-    gateway.find_haproxy() is None, reason="haproxy missing: apt-get install haproxy (make test installs it as root)"
+    haproxy.find_haproxy() is None, reason="haproxy missing: apt-get install haproxy (make test installs it as root)"
 )
 
 
@@ -112,7 +113,7 @@ def test_haproxy_missing_names_the_package(
     run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(gateway, "HAPROXY_DIRS", ())
+    monkeypatch.setattr(haproxy, "HAPROXY_DIRS", ())
     code, err = _gateway(capsys, "--run", str(run_dir))
     assert code == 2 and err == (
         "error: haproxy is not installed: apt-get install haproxy (Debian's package), then run this again"
