@@ -89,7 +89,7 @@ def parse_server(url: str, insecure: bool = False, ca_file: str = "") -> Upstrea
         raise GatewayError(f"server URL {url!r} is not http:// or https://: {fix}")
     if parts.username is not None or parts.password is not None:
         raise GatewayError(f"server URL {url!r} carries credentials, which a server line cannot send: {fix}"
-                           " (and the credentials in a header of the client)")  # fmt: skip
+                           " (clients' own Authorization headers pass through the gateway)")  # fmt: skip
     if parts.path not in ("", "/") or parts.query or parts.fragment or text.endswith(("?", "#")):
         raise GatewayError(f"server URL {url!r} has a path or query ({parts.path or ''}{parts.query and '?'}"
                            f"{parts.query}), which HAProxy passes through but cannot add: {fix}, and send"
