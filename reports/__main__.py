@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from reports.output import ReportError, write_compare, write_report
+from reports.output import ReportError, gateway_note, write_compare, write_report
 from reports.sweep import write_sweep
 
 USER_ERROR_EXIT = 2
@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             args = parse_report_args(args_in)
             path = write_report(args.run_dir, headroom=args.headroom, slo_p95_s=args.slo_p95_s)
+            note = gateway_note(path.parent)  # what the run wrote, beside `report:`
+            if note:
+                print(note)
     except user_errors() as exc:
         print(f"reports: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT

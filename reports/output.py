@@ -7,6 +7,7 @@ and replaces report.html atomically (a reader never sees half a file).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from reports.compare import CompareSide, render_compare
 from reports.points import ReportFrames
 from reports.render import render_report
+from runfolder import GATEWAY_FILE
 
 REPORT_FILE = "report.html"
 CONFIG_FILE = "recommended-config.yaml"
@@ -69,6 +71,20 @@ def write_report(
     files = sorted(p.name for p in path.iterdir() if p.is_file()) + [REPORT_FILE]
     html = render_report(summary, frames, config_annotated=annotated, files=files)
     return write_atomic(path / REPORT_FILE, html)
+
+
+def gateway_note(run_dir: Path) -> str:
+    """The line saying why a rendered run has no haproxy.cfg beside its config; "" when it has one."""
+    if (run_dir / GATEWAY_FILE).is_file():
+        return ""
+    from analysis.outputs import SUMMARY_FILE, gateway_why
+
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    why = gateway_why(summary) if isinstance(summary, dict) else ""
+    return f"no {GATEWAY_FILE}: {why}" if why else ""
 
 
 def default_compare_path(a: Path, b: Path) -> Path:

@@ -1,4 +1,5 @@
-"""The edge of the sweep report: a sweep folder in; sweep.csv, sweep.html and recommended-config.yaml out.
+"""The edge of the sweep report: a sweep folder in; sweep.csv, sweep.html and recommended-config.yaml out, with
+the pick's alerts.yaml and haproxy.cfg beside it.
 
 A sweep folder (issue 22) holds sweep.json, one run folder per setting (its `dir`) with setting.json in
 it, and these three files above them. `write_sweep` reads only the folder and may be called after every
@@ -22,6 +23,7 @@ from analysis.outputs import ALERTS_FILE
 from analysis.sweep import FAILED, OK, PENDING, SWEEP_COLUMNS, Pick, pick, run_counts, sweep_table, with_pick
 from reports.output import REPORT_FILE, ReportError, write_atomic
 from reports.sweep_page import render_sweep
+from runfolder import GATEWAY_FILE
 
 SWEEP_FILE = "sweep.json"
 SETTING_FILE = "setting.json"
@@ -163,13 +165,22 @@ def _text_of(file: Path) -> str | None:
     return file.read_text(encoding="utf-8") if file.is_file() else None
 
 
-def _write_alerts(path: Path, alerts: str | None) -> None:
-    """The pick's alerts.yaml beside the sweep's recommended-config.yaml: the water marks of the setting to
-    deploy. Without a pick, none (an older one from a partial sweep is removed: it was another setting's)."""
-    if alerts is None:
-        (path / ALERTS_FILE).unlink(missing_ok=True)
+def _write_picked(path: Path, name: str, text: str | None) -> None:
+    """The pick's alerts.yaml (its water marks) or haproxy.cfg (its gateway) beside the sweep's
+    recommended-config.yaml: the setting to deploy. Without a pick, or a pick whose run folder has none, none
+    (an older one from a partial sweep is removed: it was another setting's)."""
+    if text is None:
+        (path / name).unlink(missing_ok=True)
     else:
-        write_atomic(path / ALERTS_FILE, alerts)
+        write_atomic(path / name, text)
+
+
+def _picked_gateway(sweep_name: str, setting: str, text: str | None) -> str | None:
+    """The pick's haproxy.cfg with a first line saying which setting it is."""
+    if text is None:
+        return None
+    label = " ".join(setting.split())
+    return f"# Sweep {sweep_name}: picked {label}: its run folder's haproxy.cfg\n{text}"
 
 
 def write_sweep(sweep_dir: Path | str) -> Path:
@@ -184,14 +195,17 @@ def write_sweep(sweep_dir: Path | str) -> Path:
     table = sweep_table(settings)
     chosen = pick(table, slo_p95_s)
     table = with_pick(table, chosen, slo_p95_s)
-    run_config = alerts = None
+    run_config = alerts = gateway = None
     if chosen.setting is not None:
         picked = next(s for s in settings if s["setting"] == chosen.setting)
         run_config = _text_of(path / picked["dir"] / CONFIG_FILE)
         alerts = _text_of(path / picked["dir"] / ALERTS_FILE)
+        picked_cfg = _text_of(path / picked["dir"] / GATEWAY_FILE)
+        gateway = _picked_gateway(path.resolve().name, chosen.setting, picked_cfg)
     config = config_text(path.resolve().name, table, chosen, run_config)
     write_atomic(path / SWEEP_CSV, csv_text(table))
     write_atomic(path / CONFIG_FILE, config)
-    _write_alerts(path, alerts)
+    _write_picked(path, ALERTS_FILE, alerts)
+    _write_picked(path, GATEWAY_FILE, gateway)
     html = render_sweep(meta, table, chosen, settings, config, slo_p95_s, name=path.resolve().name)
     return write_atomic(path / SWEEP_HTML, html)

@@ -6,6 +6,8 @@ readers (analysis, reports) agree on file names and columns here and nowhere els
 
 from runfolder.schema import (
     EVENTS_FILE,
+    GATEWAY_FILE,
+    GATEWAY_VARIANT_FILE,
     GPU_FILE,
     HOST_FILE,
     MANIFEST_FILE,
@@ -26,6 +28,8 @@ from runfolder.sink import CsvAppender, JsonlAppender, new_run_folder, read_mani
 
 __all__ = [
     "EVENTS_FILE",
+    "GATEWAY_FILE",
+    "GATEWAY_VARIANT_FILE",
     "GPU_FILE",
     "HOST_FILE",
     "MANIFEST_FILE",

@@ -12,7 +12,9 @@ A run folder (`results/<run-id>/`) holds, appended while the run goes:
 `RequestRow` is a NamedTuple, the others frozen dataclasses: a request row is built once per request
 on the load generator's hot path and shipped to the master as it is (msgpack packs a tuple natively).
 Analysis outputs land beside them: summary.json, steps.csv (the measured step table),
-capacity.md, recommended-config.yaml, report.html.
+capacity.md, recommended-config.yaml, report.html, and beside the config the gateway that enforces it
+(`haproxy.cfg`; `python -m loadtest gateway` writes its variants for another bind or replicas to
+`haproxy-gateway.cfg`).
 
 A field that is unknown is None and written as an empty CSV cell.
 """
@@ -33,6 +35,8 @@ GPU_FILE = "gpu.csv"
 SERVER_FILE = "server.csv"
 HOST_FILE = "host.csv"
 EVENTS_FILE = "events.jsonl"
+GATEWAY_FILE = "haproxy.cfg"  # the recommended config as an HAProxy gateway (analysis/gateway.py)
+GATEWAY_VARIANT_FILE = "haproxy-gateway.cfg"  # the same for another --bind or --servers (loadtest gateway)
 
 
 class Phase(StrEnum):

@@ -1,2 +1,2 @@
 """`python -m loadtest`: each command's flags and what it does (run, demo, ui, worker, merge-rows, verify,
-sweep, demo-sweep)."""
+sweep, demo-sweep, gateway)."""

@@ -1,4 +1,4 @@
-"""`python -m loadtest run|demo|ui|worker|merge-rows|sweep|demo-sweep`: pre-flight checks, Locust master and workers, analysis, report.
+"""`python -m loadtest run|demo|ui|worker|merge-rows|sweep|demo-sweep|verify|gateway`: pre-flight checks, Locust master and workers, analysis, report.
 
     run     the real job from a driver machine (each RunConfig field is a flag: --host, --levels, ...)
     demo    the whole method against the built-in simulator, ending with `report: <path>`
@@ -6,6 +6,7 @@
     worker, merge-rows  a driver machine that is not the master (loadtest/commands/worker.py)
     sweep, demo-sweep   the whole method per server or client setting, side by side (loadtest/commands/sweep.py)
     verify  a server already set up, open loop at --rate R for --window-s (loadtest/commands/verify.py)
+    gateway HAProxy in front of the server with a run's recommended config (loadtest/commands/gateway.py)
 
 Every user error ends in one line on stderr and exit status 2, before any load.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import signal
 
-from loadtest.commands import run, sweep, ui, verify, worker
+from loadtest.commands import gateway, run, sweep, ui, verify, worker
 from loadtest.launch.procs import OneLineParser
 
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_parser(sub)
     worker.add_parsers(sub)
     sweep.add_parsers(sub)
+    gateway.add_parser(sub)
     return parser
 
 
@@ -50,6 +52,7 @@ COMMANDS = {
     "merge-rows": worker.cmd_merge_rows,
     "sweep": sweep.cmd_sweep,
     "demo-sweep": sweep.cmd_demo_sweep,
+    "gateway": gateway.cmd_gateway,
 }
 
 

@@ -10,8 +10,6 @@ closes its run folder and tells the workers to quit), then any worker left. SIGT
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import signal
 import subprocess
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 from gpu_sampler import SamplerError
 from loadtest.launch.preflight import PreflightError
-from loadtest.launch.procs import fail, free_port, locust_base, worker_cmd
+from loadtest.launch.procs import die_with_parent, fail, free_port, locust_base, worker_cmd
 from loadtest.launch.run import add_run_flags, config_from_args, locust_env, preflight, render
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.manifest import REPO_ROOT
@@ -30,7 +28,6 @@ from scenarios import ScenarioError
 
 MASTER_QUIT_EXTRA_S = 30.0  # beyond the stop timeout, for the master's final rows and its run folder
 WORKER_QUIT_S = 15.0
-PR_SET_PDEATHSIG = 1
 
 
 def add_parser(sub: Any) -> None:
@@ -38,12 +35,6 @@ def add_parser(sub: Any) -> None:
     add_run_flags(ui)
     ui.add_argument("--web-host", default="127.0.0.1", help="where Locust's web UI listens (WEB_HOST)")
     ui.add_argument("--web-port", type=int, default=8089, help="its port, 0 for a free one (WEB_PORT)")
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the `ui` process dies, even by SIGKILL (Linux)."""
-    with contextlib.suppress(OSError):  # not Linux: the ordered stop still ends the children
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class UiProcesses:
@@ -58,7 +49,7 @@ class UiProcesses:
             "--web-host", ns.web_host, "--web-port", str(web_port), "--host", cfg.host,
             "--loglevel", "WARNING", "--stop-timeout", str(cfg.stop_timeout_s),
         ] + to_argv(cfg)  # fmt: skip
-        spawn: dict[str, Any] = {"cwd": REPO_ROOT, "start_new_session": True, "preexec_fn": _die_with_parent}
+        spawn: dict[str, Any] = {"cwd": REPO_ROOT, "start_new_session": True, "preexec_fn": die_with_parent}
         self.master = subprocess.Popen(master_cmd, env=env, **spawn)
         worker_argv = worker_cmd("127.0.0.1", port) + ["--loglevel", "WARNING"]
         local = {**env, LOCAL_WORKER_ENV: "1"}  # their copies in each run's workers/

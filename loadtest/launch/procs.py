@@ -1,9 +1,12 @@
 """What every command of `python -m loadtest` shares: the one-line error (and a parser that ends in one),
-free ports, Locust's command line, a child process stopped."""
+free ports, Locust's command line, a child process stopped, a child that dies with its command."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +15,7 @@ from typing import Any, NoReturn
 from loadtest.settings.manifest import REPO_ROOT
 
 LOCUSTFILE = REPO_ROOT / "locustfile.py"
+PR_SET_PDEATHSIG = 1
 
 
 def fail(message: str) -> int:
@@ -43,6 +47,13 @@ def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def die_with_parent() -> None:
+    """A child's `preexec_fn`: SIGTERM to it when the command that started it dies, even by SIGKILL (Linux),
+    so no child is left behind."""
+    with contextlib.suppress(OSError):  # not Linux: the command's ordered stop still ends its children
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class OneLineParser(argparse.ArgumentParser):

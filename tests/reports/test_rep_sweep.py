@@ -24,13 +24,18 @@ import pandas as pd
 import pytest
 import yaml
 
+import analysis
 from loadtest.launch.procs import stop_process
 from loadtest.launch.run import start_simulator
 from reports import ReportError
 from reports.__main__ import main as reports_main
 from reports.sweep import write_sweep
+from runfolder import GATEWAY_FILE
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "analysis"))
+from synth_runs import synth_run  # noqa: E402  (the analysis tests' synthetic run folders)
+
 RUN_TIMEOUT_S = 150.0
 EVIL = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -234,3 +239,24 @@ def test_the_page_shows_the_pick_the_table_and_working_links(sweep_dir: Path, ch
     assert errors == []
     others = [u for u in requests if not u.startswith(("data:", "file://"))]
     assert others == [], f"the page made network requests: {others}"
+
+
+def test_the_picks_haproxy_cfg_sits_beside_the_sweeps_config(tmp_path: Path) -> None:
+    """Fast, on synthetic run folders: the pick's own gateway is copied up, headed by which setting it is;
+    a pick whose folder has none (its run named no server) leaves none, an older one removed."""
+    sweep_dir = tmp_path / "sweep-x"
+    settings = []
+    for slots, knee in ((2, 6), (4, 4)):
+        run = synth_run(sweep_dir / f"slots-{slots}", true_knee=knee, step_s=10.0,
+                        extra_manifest={"config": {"host": f"http://127.0.0.1:{8000 + slots}"}})  # fmt: skip
+        analysis.write_outputs(run)
+        (run / "setting.json").write_text(json.dumps({"status": "ok"}))
+        settings.append({"setting": f"slots={slots}", "values": {"slots": str(slots)}, "dir": run.name})
+    (sweep_dir / "sweep.json").write_text(json.dumps({"keys": ["slots"], "settings": settings}))
+    write_sweep(sweep_dir)
+    assert yaml.safe_load((sweep_dir / "recommended-config.yaml").read_text())["picked"] == "slots=2"
+    own = (sweep_dir / "slots-2" / GATEWAY_FILE).read_text()
+    assert (sweep_dir / GATEWAY_FILE).read_text() == f"# Sweep sweep-x: picked slots=2: its run folder's haproxy.cfg\n{own}"
+    (sweep_dir / "slots-2" / GATEWAY_FILE).unlink()
+    write_sweep(sweep_dir)
+    assert not (sweep_dir / GATEWAY_FILE).exists()
