@@ -46,6 +46,7 @@ ARRIVALS ?=
 MAX_IN_FLIGHT ?=
 VERIFY ?=
 VERIFY_WINDOW_S ?=
+GATEWAY ?=
 RATE ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
@@ -73,7 +74,8 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
   $(call opt,--max-side,$(MAX_SIDE)) \
   $(call opt,--rates,$(RATES)) $(call opt,--arrivals,$(ARRIVALS)) $(call opt,--max-in-flight,$(MAX_IN_FLIGHT)) \
-  $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S))
+  $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S)) \
+  $(call opt,--gateway,$(GATEWAY))
 SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
   $(call opt,--server-cmd,$(SERVER_CMD)) $(call opt,--server-health,$(SERVER_HEALTH))
 

@@ -110,6 +110,11 @@ FIELD_HELP = {
     ),
     "verify_window_s": "seconds of the verify phase's overload",
     "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
+    "gateway": (
+        "after the verify window, run it again through HAProxy started here with the recommended config in front"
+        " of the server (haproxy.cfg): auto (where haproxy is installed and the server turned nothing away itself)"
+        " | haproxy (always; haproxy must be installed) | none"
+    ),
 }
 
 

@@ -103,6 +103,8 @@ class RunConfig:
     verify: bool = True  # after the recommendation: open-loop load at 1.5x the plateau throughput, then drain
     verify_window_s: float = 30.0
     verify_rate_rps: float = 0.0  # set by `python -m loadtest verify --rate R`: a baseline, then verify at R only
+    # --- gateway (issue 29): the verify window again through HAProxy from the recommended config ------
+    gateway: str = "auto"  # auto (haproxy where installed and the server turns nothing away) | haproxy | none
 
     # --- derived -------------------------------------------------------------------------
     @property
