@@ -50,6 +50,7 @@ TARGET_RPS ?=
 PEAK_FACTOR ?=
 GPU_HOUR_COST ?=
 REPLICAS ?=
+GATEWAY ?=
 RATE ?=
 REMOTE_WORKERS ?= 1
 MASTER_BIND ?= 127.0.0.1
@@ -83,7 +84,8 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--rates,$(RATES)) $(call opt,--arrivals,$(ARRIVALS)) $(call opt,--max-in-flight,$(MAX_IN_FLIGHT)) \
   $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S)) \
   $(call opt,--target-rps,$(TARGET_RPS)) $(call opt,--peak-factor,$(PEAK_FACTOR)) \
-  $(call opt,--gpu-hour-cost,$(GPU_HOUR_COST)) $(call opt,--replicas,$(REPLICAS))
+  $(call opt,--gpu-hour-cost,$(GPU_HOUR_COST)) $(call opt,--replicas,$(REPLICAS)) \
+  $(call opt,--gateway,$(GATEWAY))
 SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
   $(call opt,--server-cmd,$(SERVER_CMD)) $(call opt,--server-health,$(SERVER_HEALTH))
 
@@ -169,7 +171,10 @@ vllm-cpu:
 test-vllm: $(STAMP)
 	$(PY) -m pytest -q -s -m realvllm tests/realvllm
 
+# The whole loop on the simulator: the knee, the config, haproxy.cfg, and the verify window again through
+# that HAProxy (GATEWAY=auto), where the server as it is fails it.
 demo: $(STAMP)
+	@$(call ENSURE_DEBIAN,haproxy,haproxy,the demo's verify through the recommended gateway)
 	@$(PY) -m loadtest demo --profile $(PROFILE) $(RUN_FLAGS)
 
 loadtest: $(STAMP)

@@ -5,8 +5,13 @@ server.request_timeout_s = ceil(timeout_multiple (3) x P95 at that level, in s):
                            least ceil(wait_timeout_s + P95) (a request the queue admitted must not time out)
 server.queue.wait_timeout_s = ceil(wait_multiple (2) x P95 at that level): a queued request waits about
                            two service times before a 503, so callers back off early instead of timing out
-server.queue.max_size    = ceil(throughput at that level x wait_timeout_s), at least max_concurrency:
-                           what the server drains within the wait timeout (Little's law); more only waits
+server.queue.max_size    = ceil(throughput at that level x wait_timeout_s x QUEUE_WAIT_SHARE (0.5)), at least
+                           max_concurrency: what the server drains within half the wait timeout (Little's law).
+                           Under overload the queue stays full and its last request waits max_size /
+                           throughput: a queue as long as the whole wait timeout makes its back time out (503 only
+                           after the wait: seen behind HAProxy, 46 of 202 turned away, 31% of them at ~1 s), half
+                           of it leaves the other half for the spread of service times, and the excess gets its
+                           503 at once, at the door
 server.reject_status     = 503, retry_after_s = ceil(P95 at that level), at least 1: about when a slot frees
 vllm_args                = ["--max-num-seqs", max_concurrency] for a vLLM server
 circuit_breaker          = seed 001's degrade limits: p95_ms = BREAKER_P95_MULTIPLE (1.5) x P95 at that level,
@@ -27,6 +32,7 @@ from analysis.knee import Knee
 
 TIMEOUT_MULTIPLE = 3.0
 WAIT_MULTIPLE = 2.0
+QUEUE_WAIT_SHARE = 0.5  # a full queue's last request waits about this share of wait_timeout_s
 BREAKER_P95_MULTIPLE = 1.5  # also alerts.yaml's P95 margin: the breaker trips where the alert fires
 BREAKER_TEMP_MARGIN_C = 5.0
 BREAKER_WINDOW_S = 60
@@ -95,7 +101,7 @@ def build_config(
     # the last request a full queue admits waits wait_timeout_s, then runs about one P95: a shorter timeout
     # would drop work the gateway admitted (with wait = ceil(2 x P95), 3 x P95 falls below that sum: 2.3 s -> 7 < 7.3)
     timeout = max(_ceil(timeout_multiple * p95_s), _ceil(wait + p95_s))
-    drained = thr * wait if not math.isnan(thr) else 4.0 * concurrency
+    drained = thr * wait * QUEUE_WAIT_SHARE if not math.isnan(thr) else 4.0 * concurrency
     queue = max(concurrency, _ceil(drained))
     retry = _ceil(p95_s)
     comments["server.request_timeout_s"] = (
@@ -104,7 +110,8 @@ def build_config(
         else f"the queue's wait {wait} s + {where}, rounded up: what a request the queue admitted may take"
     )
     comments["server.queue.max_size"] = (
-        f"{thr:.2f} rps x {wait} s wait, rounded up: what drains within the wait timeout"
+        f"{thr:.2f} rps x {wait} s wait x {QUEUE_WAIT_SHARE:g}, rounded up: what drains within half the wait"
+        " timeout, so the excess gets 503 at once instead of timing out at the back of the queue"
         if not math.isnan(thr)
         else "4 x max_concurrency: no throughput measured"
     )

@@ -141,8 +141,11 @@ def cap_of(manifest: dict[str, Any]) -> int | None:
 
 def rejected_from(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The first measured step (in step order) where the server turned load away (503/429): {"step_index",
-    "phase", "level", "rate_rps", "rejected", "share"}; None when it never did."""
+    "phase", "level", "rate_rps", "rejected", "share"}; None when it never did. A step through a gateway
+    (`via`: the verify window behind HAProxy) is not the server's own doing."""
     for row in sorted(steps, key=lambda r: num(r, "step_index")):
+        if row.get("via"):
+            continue
         rejected = num(row, "rejected")
         if rejected > 0:
             requests = num(row, "requests")

@@ -32,7 +32,7 @@ from runfolder import Event, GpuSample, HostSample, ServerSample
 MEASURED_PHASES = ("baseline", "step", "verify", "drain")  # knee and config read phase "step" rows only
 
 STEP_COLUMNS = [
-    "step_index", "phase", "level", "status", "t_start_unix_s", "t_end_unix_s", "duration_s",
+    "step_index", "phase", "level", "status", "via", "t_start_unix_s", "t_end_unix_s", "duration_s",
     "requests", "ok_requests", "failed_requests", "cut_requests", "error_rate",
     "throughput_rps", "throughput_se_rps", "throughput_ci_low_rps", "throughput_ci_high_rps",
     "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "latency_cv", "p95_all_ms", "p95_ci_low_ms",
@@ -152,6 +152,7 @@ def step_table(run: RunData) -> pd.DataFrame:
         duration = t1 - t0
         row: dict[str, Any] = {
             "step_index": index, "phase": str(step.phase), "level": int(step.level), "status": str(step.status),
+            "via": str(getattr(step, "via", None) or "") or None,  # the gateway it went through (verify)
             "t_start_unix_s": float(step.t_start_unix_s), "t_end_unix_s": float(step.t_end_unix_s),
             "duration_s": duration,
         }  # fmt: skip

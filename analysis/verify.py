@@ -26,6 +26,11 @@ Checks (over the verify phase's logical requests: final attempts):
 A server with no admission control (none turned away, the excess queued or timed out) fails with a plain
 `why` and an `advice` naming what the recommended config would change; `admission_control` is True when
 the server turned requests away, False when it queued the excess, None when the load never exceeded it.
+
+Through a gateway (GATEWAY, loadtest/method/gateway.py): the plan runs the window a second time through
+HAProxy started with the recommended config; its phases carry the gateway's URL (steps.jsonl `via`). The
+summary's `verify` then holds the server as it is at its top level and as `raw`, the window through the
+gateway as `gateway` (the same keys, and `via`), and `compared`: the two in one line for the first screen.
 """
 
 from __future__ import annotations
@@ -227,7 +232,8 @@ def advice(config: Mapping[str, Any]) -> str:
         f" with Retry-After {s.get('retry_after_s')} s. Then at most {s.get('max_concurrency')} run and"
         f" {queue.get('max_size')} wait; a request past the queue or its wait timeout is answered"
         f" {s.get('reject_status', 503)} at once instead of waiting, so admitted requests finish within"
-        f" request_timeout_s {s.get('request_timeout_s')} s and callers back off instead of timing out"
+        f" request_timeout_s {s.get('request_timeout_s')} s and callers back off instead of timing out."
+        " HAProxy does exactly that from haproxy.cfg beside the config: python -m loadtest gateway --run RUN_DIR"
     )
 
 
@@ -263,6 +269,7 @@ def verify_summary(
         "plateau_rps": plateau_rps,
         "window_s": w.duration_s, "requests": int(len(w.rows)), "answered_ok": int(w.ok.sum()), "rejected": rejected,
         "timed_out": w.count(TIMEOUT), "admission_control": True if rejected else False if no_admission else None,
+        "rejected_p95_ms": percentile(w.latency_ms[~w.ok & (w.kind == REJECTED)], 95) if rejected else None,
         "why": _verdict_text(w, checks, no_admission, plateau_rps),
         "advice": advice(config) if not passed else "", "checks": checks,
     }  # fmt: skip
@@ -294,3 +301,40 @@ def _verdict_text(
     if not failed:
         return f"The recommended config held at {load}: every check passed"
     return f"The recommended config did not hold at {load}: {', '.join(failed)} failed"
+
+
+def split_by_gateway(steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the phases against the server as it is, the phases through a gateway: steps.jsonl's `via`)."""
+    if steps.empty or "via" not in steps.columns:
+        return steps, steps.iloc[0:0]
+    through = steps["via"].notna() & (steps["via"].astype(str) != "")
+    return steps[~through], steps[through]
+
+
+def with_gateway(raw: dict[str, Any], gateway: dict[str, Any] | None, gateway_steps: pd.DataFrame) -> dict[str, Any]:
+    """summary.json's `verify` (module doc): `raw` at the top level and as `raw`; `gateway` and `compared`
+    when the window also ran through a gateway."""
+    out = {**raw, "raw": dict(raw)}
+    if gateway is None:
+        return out
+    gateway["via"] = str(gateway_steps["via"].dropna().iloc[0])
+    out["gateway"] = gateway
+    out["compared"] = f"as it is: {_in_words(raw)}; behind the recommended HAProxy: {_in_words(gateway)}"
+    return out
+
+
+def _in_words(verdict: Mapping[str, Any]) -> str:
+    """ "failed, turned nothing away and queued everything, admitted P95 11,247 ms" and the like."""
+    checks = {c["name"]: c for c in verdict.get("checks", [])}
+    words = ["passed" if verdict.get("passed") else "failed"]
+    if verdict.get("admission_control") is False:
+        oom = not checks.get("no_oom", {}).get("passed", True)
+        words.append("turned nothing away and " + ("ran out of GPU memory" if oom else "queued everything"))
+    elif verdict.get("rejected"):
+        fast = verdict.get("rejected_p95_ms")
+        words.append(f"{verdict['rejected']} of {verdict.get('requests')} turned away"
+                     + (f" within {fast:,.0f} ms (P95)" if fast is not None else ""))  # fmt: skip
+    admitted = checks.get("admitted_p95_within_timeout", {}).get("value")
+    if admitted is not None:
+        words.append(f"admitted P95 {admitted:,.0f} ms")
+    return ", ".join(words)

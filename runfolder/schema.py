@@ -98,6 +98,7 @@ class StepRow:
     status: str  # "complete" | "degraded" | "past_knee" (ended early: our own load timed out) | "aborted"
     note: str  # why this step exists ("estimate x0.25", "refine between 6 and 8") or what went wrong
     rate_rps: float | None = None  # openloop: the step's open-loop rate (whole run), None for a closed loop
+    via: str | None = None  # the gateway's URL when the phase's requests went through one (verify), else None
 
 
 @dataclass(frozen=True, slots=True)

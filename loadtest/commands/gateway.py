@@ -38,12 +38,12 @@ from analysis.outputs import missing_ca_file
 from loadtest.launch.haproxy import (
     STOP_GRACE_S,
     HaproxyError,
-    find_haproxy,
     port_taken,
     start_haproxy,
     write_checked,
 )
 from loadtest.launch.procs import fail, stop_process
+from loadtest.method.gateway import find_haproxy
 from runfolder import GATEWAY_FILE, GATEWAY_VARIANT_FILE, MANIFEST_FILE
 
 

@@ -6,7 +6,6 @@ so may anything else that puts the gateway in front of a server."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -14,8 +13,8 @@ from pathlib import Path
 
 from analysis.gateway import address_of
 from loadtest.launch.procs import die_with_parent, stop_process
+from loadtest.method.gateway import listening  # with find_haproxy: shared with the run's verify window
 
-HAPROXY_DIRS = ("/usr/sbin", "/usr/local/sbin")  # Debian puts haproxy in /usr/sbin, off a user's PATH
 CHECK_TIMEOUT_S = 30.0
 LISTEN_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
@@ -23,11 +22,6 @@ STOP_GRACE_S = 5.0
 
 class HaproxyError(Exception):
     """haproxy refused a config or did not start: one line saying why."""
-
-
-def find_haproxy() -> str | None:
-    """haproxy on PATH, or where Debian installs it; None when neither has it."""
-    return shutil.which("haproxy", path=os.pathsep.join([os.environ.get("PATH", ""), *HAPROXY_DIRS]))
 
 
 def port_taken(host: str, port: int) -> str:
@@ -63,16 +57,6 @@ def write_checked(haproxy: str, text: str, path: Path) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def listening(host: str, port: int) -> bool:
-    """Whether host:port accepts a connection (a wildcard bind is reached on loopback)."""
-    target = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    try:
-        with socket.create_connection((target, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def start_haproxy(

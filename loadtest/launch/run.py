@@ -21,6 +21,7 @@ from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.launch.idle import read_idle, record_idle
 from loadtest.launch.preflight import PreflightError, check_first_answer
 from loadtest.launch.procs import fail, free_port, locust_base, stop_process, worker_cmd
+from loadtest.method.gateway import find_haproxy
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.manifest import REPO_ROOT, build_manifest
 from loadtest.settings.options import add_arguments, secret_env, to_argv, with_env_secrets
@@ -42,6 +43,9 @@ def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:
     `answer_check`: {"enabled": true}, or {"enabled": false, "why": <the warning>} when the first answer's
     text is empty or far from its expected text (printed as one `warning:` line; the run goes on); and
     the GPU samples read before the first request reached the server (loadtest.launch.idle)."""
+    if cfg.verify and cfg.gateway == "haproxy" and find_haproxy() is None:
+        raise ConfigError("GATEWAY=haproxy: HAProxy is not installed on this machine: apt-get install haproxy,"
+                          " or GATEWAY=auto (verify through it where it is installed) or GATEWAY=none")  # fmt: skip
     payloads = build_payloads(cfg)  # every image is read and encoded now: a bad file stops the run here
     # a malformed GPU spec is refused at once, before waiting on the server
     monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None,

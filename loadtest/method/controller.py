@@ -19,7 +19,7 @@ from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
 from loadtest.method.levels import LevelChoice
-from loadtest.method.live import LiveSteps, level_label, level_position, panel_row
+from loadtest.method.live import LiveSteps, panel_row, phase_name
 from loadtest.method.overload import ABORT, OVERLOAD, OverloadWatch, Verdict
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec, plan_phases
@@ -107,8 +107,9 @@ class Controller(PlanDecisions):
         self.live = LiveSteps()
         self._plan = plan_phases(
             cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
-            self._remeasure_level, self._verify_plan,
+            self._remeasure_level, self._verify_plan, self._gateway_plan,
         )  # fmt: skip
+        self._raw_verify_step = -2  # the verify window against the server as it is (no gateway)
         self._last_progress = 0.0
         # live view (web UI panel): bounded
         self.estimate: dict[str, Any] | None = None
@@ -134,6 +135,8 @@ class Controller(PlanDecisions):
             self.watch.on_row(row)
             if row.ok:
                 self.last_ok_at = self.clock()
+            elif row.step_index == self._raw_verify_step and row.failure_kind == "rejected":
+                self.verify_rejected += 1  # the server's own admission control: GATEWAY=auto needs none
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
@@ -281,7 +284,9 @@ class Controller(PlanDecisions):
         self.timing.reset()
         self.live_latency_ms = []
         self.live_errors = 0
-        tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps)
+        if spec.phase == Phase.VERIFY and not spec.via:
+            self._raw_verify_step = self.step_index
+        tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via)
         STATE.tag = tag
         self.broadcast(tag)
         if self.monitor is not None:
@@ -298,18 +303,13 @@ class Controller(PlanDecisions):
     def level_name(self) -> str:
         """The current phase as a user counts it: "level 3 of 5, step (8 users)" (loadtest.method.live.level_position);
         the total is known once the estimate chose the levels and follows the knee and refinement."""
-        spec = self.spec
-        phase, level = (str(spec.phase), spec.level) if spec else ("starting", 0)
-        stepped = [row["level"] for row in self.completed if row["phase"] == Phase.STEP]
-        if spec is None and self.finished:
-            how = "stopped: reached" if self.aborted else "done: measured"
-            users = f" ({', '.join(map(str, stepped))} users)" if stepped else ""
-            return f"{how} {len(stepped)} level{'s' if len(stepped) != 1 else ''} after the baseline{users}"
         knee = self.knee_seen
-        knee_level = knee.knee_level if knee is not None and knee.found else None
-        number, total = level_position(phase, level, self.levels_planned, stepped, knee_level,
-                                       before_baseline=not self.measured_levels)  # fmt: skip
-        return level_label(phase, level, number, total)
+        return phase_name(
+            self.spec, [row["level"] for row in self.completed if row["phase"] == Phase.STEP],
+            finished=self.finished, aborted=bool(self.aborted), planned=self.levels_planned,
+            knee_level=knee.knee_level if knee is not None and knee.found else None,
+            before_baseline=not self.measured_levels,
+        )  # fmt: skip
 
     def _close_phase(self, now: float) -> float:
         """Write the phase's row; its end, which is after the flush: while the flush waits for workers
@@ -324,7 +324,7 @@ class Controller(PlanDecisions):
         status = "aborted" if self.aborted else ended
         note = self.aborted or self.phase_past_knee or self.phase_degraded or spec.note  # why a step ended early
         row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note,
-                      rate_rps=spec.rate_rps or None)  # fmt: skip
+                      rate_rps=spec.rate_rps or None, via=spec.via or None)  # fmt: skip
         self.steps.append([row])
         self.live.close(row)
         if spec.phase in MEASURED:
@@ -337,6 +337,8 @@ class Controller(PlanDecisions):
             self.timing.finalize_rows()  # every request of the steps before is back or cut: their rows are final
         if spec.phase == Phase.IDLE and self.monitor is not None:
             self.idle_mib = self.monitor.latest_mem_used_mib()
+        if spec.phase == Phase.DRAIN and spec.via:
+            self.stop_gateway()  # its window and drain are over
         self.spec = None
         return now
 
@@ -389,6 +391,7 @@ class Controller(PlanDecisions):
     def close(self) -> None:
         if not self.finished:
             self._finish(self.clock())
+        self.stop_gateway()  # whatever ended the run
         if self.monitor is not None:
             self.monitor.stop()
         gpu = self.last_gpu  # the timeline ends on the reading the panel's cards show

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import analysis
+from analysis.gateway import GatewayError as ConfigCannotBeSaid
+from analysis.gateway import haproxy_config, parse_server
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch, card_line
+from loadtest.method.gateway import Gateway, GatewayError, skip_reason, unused_port
 from loadtest.method.levels import (
     LevelChoice,
     choose_levels,
@@ -52,6 +55,9 @@ class PlanDecisions:
     live_latency_ms: list[float]
     _drain_base_s: float | None = None  # the baseline's latency, read once when the verify phase is planned
     _knee_cache: tuple[Any, tuple[Any, Any]] | None = None  # (the live table's revision, (table, knee))
+    _verify_planned: tuple[float, float] | None = None  # the raw verify window's (rate_rps, drain_max_s)
+    verify_rejected = 0  # requests the server itself turned away (503/429) in the raw verify window
+    gateway: Gateway | None = None  # HAProxy in front of the server for the gateway's verify window
 
     if TYPE_CHECKING:
 
@@ -220,7 +226,43 @@ class PlanDecisions:
         rate = VERIFY_FACTOR * plateau
         self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) for"
                    f" {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
+        self._verify_planned = rate, drain_s
         return rate, drain_s
+
+    def _gateway_plan(self) -> tuple[str, float, float] | None:
+        """(its URL, rate_rps, drain_max_s) of the verify window through HAProxy, started here with the
+        recommended config in front of the server (loadtest/method/gateway.py); None, said as an event,
+        when there is none."""
+        if self._verify_planned is None or self.cfg.verify_rate_rps > 0:
+            return None  # no raw window to compare with, or `verify --rate` (a server already set up)
+        why_not = skip_reason(self.cfg.gateway, self.verify_rejected)
+        found = None if why_not else self._knee()
+        if found is None:
+            self.event("gateway", f"no verify through a gateway: {why_not or 'the knee could not be read'}")
+            return None
+        table, knee = found
+        estimate = self.estimate_now or analysis.Estimate("none", None, reason="no estimate")
+        config, comments = analysis.config.build_config(table, knee, estimate, "unknown")
+        port = unused_port()
+        try:
+            upstream = parse_server(self.cfg.host, self.cfg.insecure, self.cfg.ca_bundle)
+            text = haproxy_config(config, comments, [upstream], bind=f"127.0.0.1:{port}",
+                                  header="The verify window's gateway: the recommended config, as the run measured it")  # fmt: skip
+            self.gateway = Gateway.start(text, self.run_dir, "127.0.0.1", port)
+        except (ConfigCannotBeSaid, GatewayError, OSError) as exc:
+            self.event("warning", f"no verify through a gateway: {exc}")
+            return None
+        server = config["server"]
+        self.event("gateway", f"verify again through HAProxy at {self.gateway.url} ({self.gateway.config_path.name}:"
+                   f" maxconn {server['max_concurrency']}, queue {server['queue']['max_size']}, wait"
+                   f" {server['queue']['wait_timeout_s']} s, Retry-After {server['retry_after_s']} s)")  # fmt: skip
+        rate, drain_s = self._verify_planned
+        return self.gateway.url, rate, drain_s
+
+    def stop_gateway(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+            self.gateway = None
 
     def _verify_given(self) -> tuple[float, float] | None:
         """`python -m loadtest verify --rate R`: R as given, the drain capped at WAIT_MULTIPLE x the baseline's

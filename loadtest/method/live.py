@@ -194,3 +194,19 @@ def level_label(phase: str, level: int, number: int, total: int | None) -> str:
         return f"{phase} ({users})"
     of = f" of {total}" if total else ""
     return f"level {number}{of}, {phase} ({users})"
+
+
+def phase_name(
+    spec: Any, stepped: list[int], *, finished: bool, aborted: bool, planned: list[int], knee_level: int | None,
+    before_baseline: bool,
+) -> str:
+    """The current phase (a PhaseSpec, or None between phases) as a user counts it: "level 3 of 5, step (8
+    users)"; once the run ended, what it measured ("done: measured 4 levels after the baseline (2, 4, 6, 8
+    users)"). `stepped`: the levels of the steps done so far."""
+    phase, level = (str(spec.phase), spec.level) if spec else ("starting", 0)
+    if spec is None and finished:
+        how = "stopped: reached" if aborted else "done: measured"
+        users = f" ({', '.join(map(str, stepped))} users)" if stepped else ""
+        return f"{how} {len(stepped)} level{'s' if len(stepped) != 1 else ''} after the baseline{users}"
+    number, total = level_position(phase, level, planned, stepped, knee_level, before_baseline=before_baseline)
+    return level_label(phase, level, number, total)

@@ -55,6 +55,7 @@ class PhaseSpec:
     # and, up to target_max_s, for as many as the step's own spread needs for a precise throughput
     target_max_s: float = 0.0
     rate_rps: float = 0.0  # open loop: the whole run's rate (level is then the users held in reserve)
+    via: str = ""  # the gateway's base URL the phase's requests go through instead of the server ("": none)
 
 
 REMEASURE_BUDGET = 4  # re-measures of a level that decides a wide answer, at most
@@ -103,6 +104,22 @@ def verify_phases(cfg: RunConfig, verify_plan: Callable[[], tuple[float, float] 
     yield _cooldown(cfg)
 
 
+def gateway_phases(
+    cfg: RunConfig, gateway_plan: Callable[[], tuple[str, float, float] | None]
+) -> Iterator[PhaseSpec]:
+    """The verify window again, through the gateway `gateway_plan` started ((its URL, rate_rps, drain_max_s),
+    or None when there is none: loadtest/method/gateway.py), with its drain through it too."""
+    planned = gateway_plan()
+    if planned is None:
+        return
+    via, rate_rps, drain_max_s = planned
+    yield PhaseSpec(Phase.VERIFY, cfg.max_in_flight, f"verify at {rate_rps:.2f} rps through the gateway at {via}",
+                    cfg.verify_window_s, cfg.verify_window_s, rate_rps=rate_rps, via=via)  # fmt: skip
+    yield PhaseSpec(Phase.DRAIN, 1, f"drain through the gateway, at most {drain_max_s:.0f} s",
+                    min(1.0, drain_max_s), drain_max_s, via=via)  # fmt: skip
+    yield _cooldown(cfg)
+
+
 def _remeasure(cfg: RunConfig, level: int, window_s: float, why: str) -> Iterator[PhaseSpec]:
     """A level measured once more for `window_s` (a longer window than a step's: see plan_phases)."""
     if cfg.warmup_s > 0:
@@ -124,13 +141,16 @@ def plan_phases(
     probe_level: Callable[[], int | None] = lambda: None,
     remeasure_level: Callable[[float], tuple[int, float, str] | None] = lambda max_window_s: None,
     verify_plan: Callable[[], tuple[float, float] | None] = lambda: None,
+    gateway_plan: Callable[[], tuple[str, float, float] | None] = lambda: None,
 ) -> Iterator[PhaseSpec]:
     """Yield the phases of the run one at a time; callbacks are called between phases.
     `remeasure_level(max_window_s)` gives (level, window_s, why) while the answer's interval is wide;
-    `verify_plan()` (rate_rps, drain_max_s) of the verify phase, or None when there is none."""
+    `verify_plan()` (rate_rps, drain_max_s) of the verify phase, or None when there is none;
+    `gateway_plan()` (via URL, rate_rps, drain_max_s) of the verify window through the gateway, or None."""
     yield from _capacity_phases(cfg, choose_levels, knee_now, refine_level, probe_level, remeasure_level)
     if cfg.verify and cfg.scenario != "soak":
         yield from verify_phases(cfg, verify_plan)
+        yield from gateway_phases(cfg, gateway_plan)
 
 
 def _capacity_phases(

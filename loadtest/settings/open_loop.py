@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 ARRIVALS = ("poisson", "constant")
+GATEWAYS = ("auto", "haproxy", "none")  # GATEWAY: the verify window through HAProxy (loadtest/method/gateway.py)
 VERIFY_FACTOR = 1.5  # the verify phase's rate: this x the measured plateau throughput (overload on purpose)
 
 
@@ -49,6 +50,8 @@ def check_open_loop(cfg: Any, error: type[ValueError]) -> None:
         raise error(f"bad --rate {cfg.verify_rate_rps:g}: the verify load in requests a second (> 0)")
     if not cfg.verify_window_s > 0:
         raise error(f"bad VERIFY_WINDOW_S={cfg.verify_window_s}: give the verify window in seconds (> 0), e.g. 30")
+    if cfg.gateway not in GATEWAYS:
+        raise error(f"unknown GATEWAY={cfg.gateway!r}: use one of {', '.join(GATEWAYS)}")
 
 
 def window_too_short(window_s: float, latency_s: float | None) -> str:

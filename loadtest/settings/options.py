@@ -123,6 +123,11 @@ FIELD_HELP = {
         "replicas behind the balancer at HOST that the run measured: the answer is then the fleet's, and the report"
         " gives each replica's share"
     ),
+    "gateway": (
+        "after the verify window, run it again through HAProxy started here with the recommended config in front"
+        " of the server (haproxy.cfg): auto (where haproxy is installed and the server turned nothing away itself)"
+        " | haproxy (always; haproxy must be installed) | none"
+    ),
 }
 
 

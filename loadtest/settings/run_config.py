@@ -109,6 +109,8 @@ class RunConfig:
     peak_factor: float = 1.0  # the peak as a multiple of target_rps, >= 1
     gpu_hour_cost: float = 0.0  # one GPU for an hour, any currency; 0 = no cost
     replicas: int = 1  # replicas behind the balancer at HOST that the run measured
+    # --- gateway (issue 29): the verify window again through HAProxy from the recommended config ------
+    gateway: str = "auto"  # auto (haproxy where installed and the server turns nothing away) | haproxy | none
 
     # --- derived -------------------------------------------------------------------------
     @property

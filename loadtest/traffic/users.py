@@ -131,23 +131,25 @@ class OcrUser(FastHttpUser):
         self._rng = random.Random(f"{cfg.seed}-{STATE.worker_id}-{id(self)}")
         self._agent = self.client.client
         self._fire = self.environment.events.request.fire
-        self._targets: dict[int, tuple[str, dict[str, str]]] = {}
+        self._targets: dict[tuple[str, int], tuple[str, dict[str, str]]] = {}
         self._targets_of: Payloads | None = None
 
-    def _target(self, payloads: Payloads, enc: EncodedRequest) -> tuple[str, dict[str, str]]:
-        """The URL and headers of a request, built once per user and payload (they never change)."""
+    def _target(self, payloads: Payloads, enc: EncodedRequest, via: str = "") -> tuple[str, dict[str, str]]:
+        """The URL and headers of a request, built once per user, payload and gateway (they never change);
+        `via`: a gateway's base URL that takes the place of HOST (the verify window through HAProxy)."""
         if payloads is not self._targets_of:  # a new run from the web UI brings new payloads
             self._targets, self._targets_of = {}, payloads
-        target = self._targets.get(id(enc))
+        target = self._targets.get((via, id(enc)))
         if target is None:
             session = self.client
-            url = enc.path if _ABSOLUTE_URL.match(enc.path) else f"{session.base_url or ''}{enc.path}"
+            base = via or session.base_url or ""
+            url = enc.path if _ABSOLUTE_URL.match(enc.path) else f"{base}{enc.path}"
             headers = {"Content-Type": enc.content_type, **payloads.headers}
             if session.auth_header:  # credentials in the host URL, as FastHttpSession sends them
                 headers["Authorization"] = session.auth_header
             if not any(k.lower() == "accept-encoding" for k in headers):
                 headers["Accept-Encoding"] = "gzip, deflate, br"
-            target = self._targets[id(enc)] = (url, headers)
+            target = self._targets[(via, id(enc))] = (url, headers)
         return target
 
     def wait_time(self) -> float:
@@ -202,8 +204,8 @@ class OcrUser(FastHttpUser):
         """Send one request; its exact row and the server's Retry-After (when it gave one). An open loop's
         request belongs to the step whose schedule it came from (`scheduled`), even if sent after its end."""
         cfg = payloads.config
-        url, headers = self._target(payloads, enc)
         tag = scheduled or STATE.tag  # the step current when this request starts
+        url, headers = self._target(payloads, enc, tag.via)
         t_start = STATE.now()  # this worker's clock; the master corrects its offset
         t0 = time.perf_counter()
         try:

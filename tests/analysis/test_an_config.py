@@ -22,7 +22,7 @@ def test_values_follow_the_recommended_level() -> None:
     assert server["max_concurrency"] == 4
     assert server["request_timeout_s"] == 8  # ceil(5 s wait + 2.3 s): above ceil(3 x 2.3 s), the admitted must fit
     assert server["queue"]["wait_timeout_s"] == 5  # ceil(2 x 2.3 s)
-    assert server["queue"]["max_size"] == 10  # ceil(1.9 rps x 5 s)
+    assert server["queue"]["max_size"] == 5  # ceil(1.9 rps x 5 s x 0.5): what drains in half the wait
     assert server["reject_status"] == 503 and server["retry_after_s"] == 3  # ceil(2.3 s)
     assert "vllm_args" not in config
 

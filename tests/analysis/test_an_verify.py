@@ -192,3 +192,25 @@ def test_a_verify_only_run_is_complete_without_measured_steps(make_run):
     summary = analyze(load_run(run_dir))
     assert summary["missing"] == [] and summary["complete"]
     assert summary["verify"] is not None and summary["verify"]["plateau_rps"] is None
+
+
+def test_a_window_through_the_gateway_is_judged_apart_and_compared_in_one_line() -> None:
+    from analysis.verify import split_by_gateway, with_gateway
+
+    raw_req, raw_steps = serve(gateway=False)  # the server as it is: queues everything
+    gw_req, gw_steps = serve(gateway=True, t0=T0 + 100.0, first=30)  # the same load through a bounded queue
+    steps = pd.concat([raw_steps.assign(via=None), gw_steps.assign(via="http://127.0.0.1:8080")], ignore_index=True)
+    requests = pd.concat([raw_req, gw_req], ignore_index=True)
+    raw_part, gw_part = split_by_gateway(steps)
+    assert raw_part["step_index"].tolist() == [20, 21] and gw_part["step_index"].tolist() == [30, 31]
+    raw = verify_summary(requests, raw_part, CONFIG, BASELINE_P95_MS, PLATEAU_RPS)
+    gateway = verify_summary(requests, gw_part, CONFIG, BASELINE_P95_MS, PLATEAU_RPS)
+    assert raw is not None and gateway is not None
+    verify = with_gateway(raw, gateway, gw_part)
+    assert verify["passed"] is False and verify["raw"]["passed"] is False and verify["gateway"]["passed"] is True
+    assert verify["gateway"]["via"] == "http://127.0.0.1:8080" and verify["gateway"]["rejected_p95_ms"] == 5.0
+    assert verify["compared"].startswith("as it is: failed, turned nothing away and queued everything, admitted P95")
+    assert "behind the recommended HAProxy: passed, " in verify["compared"] and "turned away within 5 ms (P95)" in verify["compared"]
+    # a run without a gateway window: the same verdict, `raw` beside it, no `gateway`
+    alone = with_gateway(raw, None, gw_part.iloc[0:0])
+    assert alone["raw"] == raw and "gateway" not in alone and "compared" not in alone

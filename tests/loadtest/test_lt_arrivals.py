@@ -170,3 +170,37 @@ def test_verify_follows_a_closed_loop_run_unless_verify_is_off_or_nothing_was_me
 def test_the_verify_command_plans_a_baseline_and_the_verify_phase_only():
     phases = [p.phase for p in _plan(RunConfig(verify_rate_rps=5.0, refine=False))]
     assert "step" not in phases and phases.count("baseline") == 1 and phases[-3:] == ["verify", "drain", "cooldown"]
+
+
+def test_the_gateway_window_follows_the_verify_window_through_the_gateway_it_was_given():
+    from loadtest.method.levels import LevelChoice
+    from loadtest.method.plan import plan_phases
+
+    knee = type("K", (), {"found": True, "at_least": False, "criterion": "", "confirm_level": None,
+                          "server_limit": None, "recommended_level": 2})()  # fmt: skip
+    cfg = RunConfig(refine=False, verify_window_s=9.0)
+    phases = list(plan_phases(cfg, lambda: LevelChoice([2, 4], "test"), lambda: knee, lambda: None,
+                              verify_plan=lambda: (12.0, 7.0), gateway_plan=lambda: ("http://127.0.0.1:8080", 12.0, 7.0)))
+    tail = [(p.phase, p.via, p.rate_rps) for p in phases[-6:]]
+    assert tail == [("verify", "", 12.0), ("drain", "", 0.0), ("cooldown", "", 0.0),
+                    ("verify", "http://127.0.0.1:8080", 12.0), ("drain", "http://127.0.0.1:8080", 0.0), ("cooldown", "", 0.0)]
+    assert phases[-3].min_s == phases[-3].max_s == 9.0 and phases[-2].max_s == 7.0
+    # no gateway started (GATEWAY=none, no haproxy, a server with admission control): the plan ends as before
+    without = list(plan_phases(cfg, lambda: LevelChoice([2, 4], "test"), lambda: knee, lambda: None,
+                               verify_plan=lambda: (12.0, 7.0), gateway_plan=lambda: None))
+    assert [p.phase for p in without][-3:] == ["verify", "drain", "cooldown"] and not any(p.via for p in without)
+
+
+def test_gateway_auto_skips_a_server_with_admission_control_and_a_machine_without_haproxy(monkeypatch):
+    import shutil
+
+    from loadtest.method import gateway
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/sbin/haproxy")
+    assert gateway.skip_reason("auto", 0) == "" and gateway.skip_reason("haproxy", 12) == ""
+    assert "admission control of its own" in gateway.skip_reason("auto", 12)
+    assert gateway.skip_reason("none", 0) == "GATEWAY=none"
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert "apt-get install haproxy" in gateway.skip_reason("auto", 0)
+    with pytest.raises(ConfigError, match="unknown GATEWAY='maybe'"):
+        RunConfig(gateway="maybe").checked()

@@ -16,13 +16,14 @@ from loadtest.commands import gateway
 from loadtest.commands.main import build_parser
 from loadtest.launch import haproxy
 from loadtest.launch.procs import free_port
+from loadtest.method.gateway import find_haproxy
 from runfolder import GATEWAY_FILE, GATEWAY_VARIANT_FILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 from synth_runs import synth_run  # noqa: E402  (the analysis tests' synthetic run folders)
 
 needs_haproxy = pytest.mark.skipif(
-    haproxy.find_haproxy() is None, reason="haproxy missing: apt-get install haproxy (make test installs it as root)"
+    find_haproxy() is None, reason="haproxy missing: apt-get install haproxy (make test installs it as root)"
 )
 
 
