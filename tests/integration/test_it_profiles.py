@@ -1,7 +1,7 @@
 """The whole method, as real processes, against our default server and servers unlike it, each with its truth.
 
-One `python -m loadtest demo` per server, WAVE of them started together (each its own simulator, master
-and worker; short steps, the simulator at --time-scale 0.5) so the module takes two runs' time:
+One `python -m loadtest demo` per server, all started together (each its own simulator, master and
+worker; short steps, the simulator at --time-scale 0.5) so the module takes one run's time:
     pytorch-24g     the demo's own server: a hockey stick at 8 slots; every run-folder file is checked,
                     and the framework's peak (ocr_framework_peak_bytes) is recorded beside the device's
     caching         pytorch-24g whose caching allocator keeps memory (--allocator caching): the estimate,
@@ -9,7 +9,7 @@ and worker; short steps, the simulator at --time-scale 0.5) so the module takes 
     smooth-24g      continuous batching that bends slowly (no corner)
     noisy-24g       answers of varying length: latency CV ~0.4
     vllm-far        vLLM whose KV estimate (519; its /metrics, like vLLM 0.32's, has no max_num_seqs) is 47x the compute knee; the
-                    first level is bounded by what a window measures (plan.window_bound)
+                    first level is bounded by what a window measures (loadtest/method/levels.py: window_bound)
     oom-first-24g   memory runs out (fast 500 "CUDA out of memory") before compute saturates
     constant        pytorch-24g answering "OK" to every page: a healthy server whose answers we cannot
                     match must be measured, with one warning, not called "saturated at one user"
@@ -33,9 +33,6 @@ from it_procs import spawn_cli
 from simulator import truth
 
 SCALE = 0.5
-# Demos at once: seven at once on two cores (the suite's other shards beside them) saturated the driver,
-# and a run that sees its own driver saturated rightly climbs on (a smooth run reached 39 users for 12)
-WAVE = 4
 COOLDOWN_CAP_S = 8.0  # the caching case's cap: its cooldowns must end well before it
 CASES: dict[str, tuple[str, str, list[str]]] = {  # name: (profile, extra simulator flags, extra CLI flags)
     "pytorch-24g": ("pytorch-24g", "", []),
@@ -54,16 +51,8 @@ EXPECTED_FILES = ["manifest.json", "requests.csv", "steps.jsonl", "gpu.csv", "se
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    names, results = list(CASES), {}
-    for first in range(0, len(names), WAVE):
-        results.update(_run_wave(tmp_path_factory, names[first : first + WAVE]))
-    return results
-
-
-def _run_wave(tmp_path_factory: pytest.TempPathFactory, names: list[str]) -> dict[str, dict[str, Any]]:
     procs = {}
-    for name in names:
-        profile, extra, cli = CASES[name]
+    for name, (profile, extra, cli) in CASES.items():
         out = tmp_path_factory.mktemp(name)
         args = ["demo", "--profile", profile, "--out", str(out), "--workers", "1", "--step-s", "4",
                 "--cooldown-s", "4", "--idle-s", "1", "--warmup-s", "1",
@@ -118,7 +107,7 @@ def test_a_far_estimate_without_a_cap_is_no_level_and_is_probed_downward(runs: d
     assert "capped" not in run["summary"]["estimate"]["reason"]  # vLLM 0.32 exports no max_num_seqs
     levels, manifest = _levels(run["summary"]), run["summary"]["manifest"]
     assert "is no level" in manifest["levels_why"], manifest["levels_why"]
-    # x0.25 of 519 is 130, above what a 4 s window measures at the baseline's ~0.17 s a request (plan.window_bound:
+    # x0.25 of 519 is 130, above what a 4 s window measures at the baseline's ~0.17 s a request (levels.window_bound:
     # about 46): the plan starts at that bound, then probes half of it, not 2x
     first = int(manifest["levels"][0])
     assert levels[0] == first < 64 and levels[1] == first // 2, levels

@@ -8,16 +8,12 @@ Needs `python -m loadtest verify` (loadtest/commands/verify.py, from the open-lo
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from it_procs import run_cli
+from it_slots import serving
 
 pytest.importorskip("loadtest.commands.verify", reason="python -m loadtest verify comes with the open-loop branch")
 
@@ -25,50 +21,6 @@ SLOTS, SERVICE_S = 2, 0.1  # 20 answers a second at most
 RATE_RPS = 40.0
 QUICK = ["--workers", "1", "--idle-s", "1", "--warmup-s", "1", "--cooldown-s", "1", "--baseline-rounds", "1",
          "--baseline-round-requests", "10", "--window-s", "6"]  # fmt: skip
-ANSWER = json.dumps({"text": "INVOICE 2026-11-30 Total due 1,234.00 EUR"}).encode()
-
-
-def _handler(gate: bool) -> type[BaseHTTPRequestHandler]:
-    slots = threading.BoundedSemaphore(SLOTS)
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if not slots.acquire(blocking=not gate):  # the gateway: no free slot, no queue, 503 at once
-                self._send(503, b'{"error": "busy"}', {"Retry-After": "1"})
-                return
-            try:
-                time.sleep(SERVICE_S)
-            finally:
-                slots.release()
-            self._send(200, ANSWER, {})
-
-        def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-            self.send_response(status)
-            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    return Handler
-
-
-@contextmanager
-def _serving(gate: bool) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(gate))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _verify(url: str, out: Path) -> tuple[int, dict[str, Any], str]:
@@ -83,15 +35,15 @@ def _checks(verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_admission_control_in_front_passes_and_a_server_that_queues_everything_fails(tmp_path):
-    with _serving(gate=True) as url:
-        code, held, stderr = _verify(url, tmp_path / "gated")
+    with serving(gate=True, slots=SLOTS, service_s=SERVICE_S) as srv:
+        code, held, stderr = _verify(srv.url, tmp_path / "gated")
     assert code == 0 and held["passed"], (held, stderr[-2000:])
     assert held["admission_control"] is True and held["rejected"] > 0
     checks = _checks(held)
     assert checks["excess_rejected_fast"]["value"] >= 0.95 and checks["admitted_p95_within_timeout"]["passed"]
 
-    with _serving(gate=False) as url:
-        code, queued, stderr = _verify(url, tmp_path / "queued")
+    with serving(gate=False, slots=SLOTS, service_s=SERVICE_S) as srv:
+        code, queued, stderr = _verify(srv.url, tmp_path / "queued")
     assert code == 1 and not queued["passed"], queued
     assert queued["admission_control"] is False and queued["rejected"] == 0
     checks = _checks(queued)

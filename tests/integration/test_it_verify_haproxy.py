@@ -13,77 +13,21 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from it_procs import run_cli
+from it_slots import serving
 
 HAPROXY = shutil.which("haproxy")
 pytestmark = pytest.mark.skipif(HAPROXY is None, reason="needs Debian's haproxy (make test installs it)")
 
 SLOTS, SERVICE_S = 2, 0.1  # 20 answers a second at most, the rest wait for a slot
 PREFLIGHT = 1  # the one request the pre-flight sends before the run (no row: it checks the answer)
-ANSWER = json.dumps({"text": "INVOICE 2026-12-03 Total due 1,234.00 EUR"}).encode()
 QUICK = ["--gpu", "none", "--workers", "1", "--idle-s", "1", "--warmup-s", "1", "--step-s", "3", "--cooldown-s", "1",
          "--cooldown-min-s", "1", "--baseline-rounds", "1", "--baseline-round-requests", "10", "--refine", "false",
          "--verify-window-s", "6", "--gateway", "haproxy"]  # fmt: skip
-
-
-class Served:
-    """What the server itself counted: the answers it sent."""
-
-    def __init__(self) -> None:
-        self.ok = 0
-        self.lock = threading.Lock()
-
-
-def _handler(served: Served) -> type[BaseHTTPRequestHandler]:
-    slots = threading.BoundedSemaphore(SLOTS)
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self._send(404, b'{"detail": "Not Found"}')
-
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            with slots:  # no admission control: every request waits for a slot
-                time.sleep(SERVICE_S)
-            self._send(200, ANSWER)
-            with served.lock:
-                served.ok += 1
-
-        def _send(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    return Handler
-
-
-@contextmanager
-def _serving(served: Served) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _haproxy_pids() -> set[int]:
@@ -93,9 +37,9 @@ def _haproxy_pids() -> set[int]:
 
 @pytest.mark.timeout(300)
 def test_the_verify_window_fails_as_the_server_is_and_passes_behind_the_recommended_haproxy(tmp_path: Path) -> None:
-    served, before = Served(), _haproxy_pids()
-    with _serving(served) as url:
-        done = run_cli(["run", "--host", url, "--out", str(tmp_path), *QUICK], 240.0)
+    before = _haproxy_pids()
+    with serving(gate=False, slots=SLOTS, service_s=SERVICE_S) as served:  # no admission control: queues all
+        done = run_cli(["run", "--host", served.url, "--out", str(tmp_path), *QUICK], 240.0)
     (run_dir,) = [p for p in tmp_path.iterdir() if (p / "summary.json").is_file()]
     verify = json.loads((run_dir / "summary.json").read_text())["verify"]
     assert verify is not None, done.stdout[-3000:] + done.stderr[-3000:]

@@ -196,11 +196,11 @@ def test_gateway_auto_skips_a_server_with_admission_control_and_a_machine_withou
 
     from loadtest.method import gateway
 
-    monkeypatch.setattr(shutil, "which", lambda name: "/usr/sbin/haproxy")
+    monkeypatch.setattr(shutil, "which", lambda name, **_kw: "/usr/sbin/haproxy")
     assert gateway.skip_reason("auto", 0) == "" and gateway.skip_reason("haproxy", 12) == ""
     assert "admission control of its own" in gateway.skip_reason("auto", 12)
     assert gateway.skip_reason("none", 0) == "GATEWAY=none"
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name, **_kw: None)
     assert "apt-get install haproxy" in gateway.skip_reason("auto", 0)
     with pytest.raises(ConfigError, match="unknown GATEWAY='maybe'"):
         RunConfig(gateway="maybe").checked()

@@ -92,7 +92,8 @@ def test_the_dcgm_page_and_reader_carry_temperature_clock_power_and_reasons() ->
         assert hot["DCGM_FI_DEV_GPU_TEMP"] > THROTTLE_C and hot["DCGM_FI_DEV_SM_CLOCK"] < MAX_SM_CLOCK_MHZ
         assert int(hot["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]) & REASON_SW_THERMAL
         assert hot["DCGM_FI_DEV_POWER_USAGE"] > cold["DCGM_FI_DEV_POWER_USAGE"]
-        assert sample.temp_c is not None and sample.temp_c > THROTTLE_C and sample.power_w is not None
+        # read just after: throttling holds the card at its throttle point, so at it or past it
+        assert sample.temp_c is not None and sample.temp_c >= THROTTLE_C and sample.power_w is not None
 
     run(body)
 
