@@ -34,7 +34,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import locust  # noqa: F401 - gevent's patch first: see below
 import pytest
+
+# Locust patches the process with gevent when it is imported. The whole suite always ran patched from the
+# start: pytest imports every test file before the first test, and some import Locust. A shard of files
+# (tests/shards.py) that imported aiohttp first and Locust only inside a test failed on gevent's
+# MonkeyPatchWarning ("Monkey-patching ssl after ssl has already been imported"), and the half-patched
+# process failed the next test's threads. So the patch comes first here, as it did for the whole suite.
 
 
 def _original(module: str, name: str) -> Any:

@@ -123,7 +123,7 @@ class PlanDecisions:
             self._update_manifest(estimate=self.estimate)
 
     def _baseline_latency_s(self) -> float | None:
-        """One request alone (the baseline's mean latency): what a window can measure (plan.window_bound)."""
+        """One request alone (the baseline's mean latency): what a window can measure (levels.window_bound)."""
         try:
             base = self.live.table(self.clock()).query("phase == 'baseline'")
             mean_ms = None if base.empty else float(base["mean_ms"].iloc[-1])

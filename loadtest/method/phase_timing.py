@@ -3,7 +3,7 @@
 - a warm-up before a step: bounds from the latencies measured so far (`timing.warmup_bounds`);
 - the baseline's warm-up: ends once latency has settled (`timing.latency_settled`), so a few slow first
   requests (lazy initialisation, a first compile) stay out of the baseline's latency and spread;
-- a step: its request target follows its own latency spread so far (`plan.target_requests`);
+- a step: its request target follows its own latency spread so far (`timing.target_requests`);
 - a cooldown: first every user stopped (requests back or cut), then memory; the rows of the steps before
   it become final once it drained, after the step-end flush brought every worker's rows in.
 """

@@ -44,7 +44,7 @@ def test_a_far_estimate_searches_downward_without_climbing_far_past_the_knee() -
     curve = Curve("vllm-like", slots=8, estimate=300)  # vLLM's KV estimate far above the compute knee
     run = run_plan(curve, seed=0)
     assert run.recommended == curve.truth() == 8
-    # x0.25 of 300 is 75, above what a 10 s window measures at the baseline's latency (plan.window_bound):
+    # x0.25 of 300 is 75, above what a 10 s window measures at the baseline's latency (levels.window_bound):
     # the plan starts at that bound, and no level goes above the first one
     assert run.levels[0] < 75 and max(run.levels) == run.levels[0], run.levels
     assert len(run.levels) <= 9, run.levels
