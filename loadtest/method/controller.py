@@ -337,8 +337,10 @@ class Controller(PlanDecisions):
             self.timing.finalize_rows()  # every request of the steps before is back or cut: their rows are final
         if spec.phase == Phase.IDLE and self.monitor is not None:
             self.idle_mib = self.monitor.latest_mem_used_mib()
-        if spec.phase == Phase.DRAIN and spec.via:
-            self.stop_gateway()  # its window and drain are over
+        if spec.phase == Phase.COOLDOWN:
+            # the gateway's window and drain are over and every user stopped: an open loop's late tickets still
+            # go through it while its users stop (stopped at the drain's end, 121 were refused in a row)
+            self.stop_gateway()
         self.spec = None
         return now
 
