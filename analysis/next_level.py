@@ -92,10 +92,12 @@ def _deciding_row(
     return best
 
 
-def _plateau_level(steps: list[dict[str, Any]], rec: int, high: int, max_window_s: float) -> Remeasure | None:
+def _plateau_level(
+    steps: list[dict[str, Any]], rec: int, high: int, max_window_s: float, above: bool
+) -> Remeasure | None:
     """Rules 1-2 of remeasure_level: the plateau's own evidence, when it is what makes the interval wide."""
     top = max(steps, key=lambda r: int(r["level"]))
-    if high >= int(top["level"]) and num(top, "duration_s") > 0:
+    if above and high >= int(top["level"]) and num(top, "duration_s") > 0:
         level = max(int(top["level"]) + 2, math.ceil(1.5 * int(top["level"])))
         why = f"up to the highest level measured: the plateau rests on level {top['level']} alone; measuring {level}"
         return Remeasure(level, min(num(top, "duration_s"), max_window_s), why)
@@ -107,7 +109,9 @@ def _plateau_level(steps: list[dict[str, Any]], rec: int, high: int, max_window_
     return None
 
 
-def remeasure_level(table: pd.DataFrame, knee: Knee, max_window_s: float, **params: Any) -> Remeasure | None:
+def remeasure_level(
+    table: pd.DataFrame, knee: Knee, max_window_s: float, above: bool = True, **params: Any
+) -> Remeasure | None:
     """What to measure once more, and for how long, when the knee's 95% interval (rule 3) is wider than
     +-1 level around the answer; None when it is not, or there is nothing to narrow (no plateau, an errors
     knee). The plan asks again after each re-measure, within its budget (loadtest/method/plan.py).
@@ -117,6 +121,8 @@ def remeasure_level(table: pd.DataFrame, knee: Knee, max_window_s: float, **para
     looked at in this order:
     1. it reaches the highest level measured: the plateau rests on that level alone, which may still be
        climbing; a level above it is measured (1.5x, for a step's window): the plan then refines again;
+       once a run (`above` False after it): the plateau then rests on two levels, and a second climb
+       would chase their noise (a smooth server's run on a loaded machine went 17, 26, 39 on a knee at 12);
     2. the plateau's highest throughput is the luckiest of several (a winner's curse: the highest of
        several noisy readings is the most likely to be high) and sets the bar: it is measured again for
        the whole `max_window_s`, once;
@@ -134,7 +140,7 @@ def remeasure_level(table: pd.DataFrame, knee: Knee, max_window_s: float, **para
     if rec is None or (low >= rec - 1 and high <= rec + 1) or not steps:
         return None
     head = f"the answer {rec} is {low}-{high} at 95%"
-    plateau = _plateau_level(steps, rec, high, max_window_s)
+    plateau = _plateau_level(steps, rec, high, max_window_s, above)
     if plateau is not None:
         return plateau._replace(why=f"{head}, {plateau.why}")
     share = float(params.get("knee_share", 0.95))

@@ -103,6 +103,7 @@ class Controller(PlanDecisions):
         self.stopped_by_user = ""  # how the user stopped the run (the panel, Locust's STOP, Ctrl-C, SIGTERM)
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
+        self._climbed_above = False
         self.finished = False
         self.live = LiveSteps()
         self._plan = plan_phases(

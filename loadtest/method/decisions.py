@@ -52,6 +52,7 @@ class PlanDecisions:
     knee_seen: Any  # the knee as last evaluated, for the live panel (analysis.Knee or None)
     _first_level_step: int
     _refined: int
+    _climbed_above: bool  # a re-measure went above the highest level (once a run)
     live_latency_ms: list[float]
     _drain_base_s: float | None = None  # the baseline's latency, read once when the verify phase is planned
     _knee_cache: tuple[Any, tuple[Any, Any]] | None = None  # (the live table's revision, (table, knee))
@@ -193,8 +194,11 @@ class PlanDecisions:
 
     def _remeasure_level(self, max_window_s: float) -> tuple[int, float, str] | None:
         found = self._knee()
-        again = None if found is None else analysis.remeasure_level(*found, max_window_s=max_window_s)
+        above = not self._climbed_above
+        again = None if found is None else analysis.remeasure_level(*found, max_window_s, above)
         if again is not None:
+            table = found[0]
+            self._climbed_above |= again.level > int(table.loc[table["phase"] == "step", "level"].max())
             self._refined += 1  # one more step in the count shown
             self.event("remeasure", again.why)
         return again

@@ -83,6 +83,15 @@ def test_an_interval_up_to_the_highest_level_measures_above_it() -> None:
     assert "plateau rests on level 8 alone" in again.why
 
 
+def test_a_second_climb_above_the_highest_level_is_not_asked() -> None:
+    """Once a run: after one climb the plateau rests on two levels, and the wide interval is narrowed on
+    the levels measured (rules 2-3), never by a level further up."""
+    rows = [_row(2, 6.6, 0.3, 10), _row(4, 12.0, 0.4, 13), _row(6, 14.4, 0.5, 16), _row(8, 15.0, 0.5, 19)]
+    knee = find_knee(_table(rows))
+    again = remeasure_level(_table(rows), knee, max_window_s=60.0, above=False)
+    assert again is not None and again.level == 8 and "luckiest" in again.why, again  # rule 2 instead
+
+
 def test_a_narrow_interval_is_answered_as_it_is() -> None:
     table = _table(_smooth(se=0.02))
     knee = find_knee(table)

@@ -84,8 +84,10 @@ def test_the_controller_asks_analysis_and_says_why_in_an_event(tmp_path):
         ctl._knee = lambda: (table, analysis.find_knee(table))  # the live table, without a run behind it
         assert ctl._remeasure_level(60.0) == (12, 10.0, analysis.remeasure_level(table, ctl._knee()[1], 60.0).why)
         assert ctl._refined == 1
+        again = ctl._remeasure_level(60.0)  # the same table: above the highest once a run, so rule 2 now
+        assert again is not None and again[0] == 8 and ctl._refined == 2
         ctl._knee = lambda: None  # the knee could not be evaluated: nothing to re-measure
-        assert ctl._remeasure_level(60.0) is None and ctl._refined == 1
+        assert ctl._remeasure_level(60.0) is None and ctl._refined == 2
     finally:
         ctl.close()
     events = (tmp_path / EVENTS_FILE).read_text()
