@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, eventually, png_with_text, run, served, session_of
 
-from runfolder.schema import GpuSample
 from gpu_sampler.scrape import DcgmReader
+from runfolder.schema import GpuSample
 from simulator import PROFILES, truth
 from simulator.metrics import render_dcgm_metrics
 from simulator.options import Options, make_options
@@ -87,7 +87,9 @@ def test_the_dcgm_page_and_reader_carry_temperature_clock_power_and_reasons() ->
             hot = await eventually(lambda: _dcgm(s, dcgm), _throttling, timeout_s=60.0, every_s=0.1)
             # the reader's own sample of the hot card (a loaded machine can let it cool past the point
             # between two reads, so it is read until it too shows the throttle)
-            sample = await eventually(lambda: asyncio.to_thread(_read_first, dcgm), _sample_throttling, 60.0, 0.1)
+            sample = await eventually(
+                lambda: asyncio.to_thread(_read_first, dcgm), _sample_throttling, 60.0, 0.1
+            )
             loaded.set()
             await asyncio.gather(*users)
         assert cold["DCGM_FI_DEV_GPU_TEMP"] < 40 and cold["DCGM_FI_DEV_SM_CLOCK"] == MAX_SM_CLOCK_MHZ
