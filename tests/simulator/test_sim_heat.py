@@ -11,7 +11,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, eventually, png_with_text, run, served, session_of
 
 from gpu_sampler.scrape import DcgmReader
-from runfolder.schema import GpuSample
 from simulator import PROFILES, truth
 from simulator.metrics import render_dcgm_metrics
 from simulator.options import Options, make_options
@@ -74,7 +73,7 @@ def test_the_dcgm_page_and_reader_carry_temperature_clock_power_and_reasons() ->
         options = make_options(PROFILES["hot-24g"], time_scale=0.1)  # the thermal constant: 20 s x 0.1
         async with served("hot-24g", options=options) as (url, dcgm, server):
             s = session_of(server)
-            cold = await _dcgm(s, dcgm)
+            cold = _fields(await _page(s, dcgm))
             loaded = asyncio.Event()
 
             async def user() -> None:
@@ -84,14 +83,13 @@ def test_the_dcgm_page_and_reader_carry_temperature_clock_power_and_reasons() ->
 
             users = [asyncio.create_task(user()) for _ in range(8)]
             # under load until the card is past its throttle point (~5 s): a slow machine only waits longer
-            hot = await eventually(lambda: _dcgm(s, dcgm), _throttling, timeout_s=60.0, every_s=0.1)
-            # the reader's own sample of the hot card (a loaded machine can let it cool past the point
-            # between two reads, so it is read until it too shows the throttle)
-            sample = await eventually(
-                lambda: asyncio.to_thread(_read_first, dcgm), _sample_throttling, 60.0, 0.1
-            )
+            hot_page = await eventually(lambda: _page(s, dcgm), lambda t: _throttling(_fields(t)), 60.0, 0.1)
             loaded.set()
             await asyncio.gather(*users)
+        hot = _fields(hot_page)
+        # the reader on that same page (as read over HTTP: its text, so a loaded machine's cooling between
+        # two reads cannot tell them apart): every field it maps, as DCGM gave it
+        sample = DcgmReader(dcgm, fetch=lambda _url: hot_page).read()[0]
         assert cold["DCGM_FI_DEV_GPU_TEMP"] < 40 and cold["DCGM_FI_DEV_SM_CLOCK"] == MAX_SM_CLOCK_MHZ
         assert int(cold["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]) & 0x1  # GPU idle
         assert hot["DCGM_FI_DEV_GPU_TEMP"] > THROTTLE_C and hot["DCGM_FI_DEV_SM_CLOCK"] < MAX_SM_CLOCK_MHZ
@@ -99,28 +97,26 @@ def test_the_dcgm_page_and_reader_carry_temperature_clock_power_and_reasons() ->
         assert hot["DCGM_FI_DEV_POWER_USAGE"] > cold["DCGM_FI_DEV_POWER_USAGE"]
         assert sample.temp_c is not None and sample.temp_c >= THROTTLE_C and sample.power_w is not None
         assert sample.throttle_reasons is not None and sample.throttle_reasons & REASON_SW_THERMAL
+        assert (sample.temp_c, sample.power_w, sample.sm_clock_mhz, sample.throttle_reasons) == (
+            hot["DCGM_FI_DEV_GPU_TEMP"], hot["DCGM_FI_DEV_POWER_USAGE"], hot["DCGM_FI_DEV_SM_CLOCK"],
+            int(hot["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]))  # fmt: skip
 
     run(body)
 
 
 def _throttling(page: dict[str, float]) -> bool:
-    """The card is hot enough to throttle, with a margin so the reading after it is still past the point."""
+    """The card is past its throttle point and its reasons say so."""
     return page["DCGM_FI_DEV_GPU_TEMP"] > THROTTLE_C + 0.5 and bool(
         int(page["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]) & REASON_SW_THERMAL
     )
 
 
-def _read_first(url: str) -> GpuSample:
-    return DcgmReader(url).read()[0]
-
-
-def _sample_throttling(sample: GpuSample) -> bool:
-    return (sample.temp_c or 0.0) >= THROTTLE_C and bool((sample.throttle_reasons or 0) & REASON_SW_THERMAL)
-
-
-async def _dcgm(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+async def _page(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(url) as r:
-        text = await r.text()
+        return await r.text()
+
+
+def _fields(text: str) -> dict[str, float]:
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
 
 
