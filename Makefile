@@ -176,7 +176,7 @@ test-vllm: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
-# The pictures in docs/img/, renewed from real short runs on the simulator in a headless chromium (~10 min)
+# The pictures in docs/img/, renewed from real short runs on the simulator in a headless chromium (~13 min)
 docs-images: $(STAMP)
 	@$(ENSURE_BROWSER)
 	$(PY) tools/docs_images.py

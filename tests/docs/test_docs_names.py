@@ -101,8 +101,8 @@ def _other_commands_flags() -> set[str]:
         for call in calls:
             with contextlib.suppress(SystemExit):
                 call()
-    # scripts run as files (bench/, the real-vLLM server): their add_argument calls as written
-    for path in [*ROOT.glob("bench/*.py"), *ROOT.glob("tests/realvllm/*.py")]:
+    # scripts run as files (bench/, tools/, the real-vLLM server): their add_argument calls as written
+    for path in [*ROOT.glob("bench/*.py"), *ROOT.glob("tools/*.py"), *ROOT.glob("tests/realvllm/*.py")]:
         seen.update(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", path.read_text(encoding="utf-8")))
     return seen
 
