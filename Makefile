@@ -98,7 +98,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint demo demo-sweep sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint docs docs-images demo demo-sweep sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -171,6 +171,16 @@ vllm-cpu:
 test-vllm: $(STAMP)
 	$(PY) -m pytest -q -s -m realvllm tests/realvllm
 
+# The documentation site (docs/, mkdocs.yml): site/ (ignored); --strict makes a broken link, a missing page or
+# a missing picture fail. make test builds it too (tests/docs/test_docs_site.py).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+# The pictures in docs/img/, renewed from real short runs on the simulator in a headless chromium (~13 min)
+docs-images: $(STAMP)
+	@$(ENSURE_BROWSER)
+	$(PY) tools/docs_images.py
+
 # The whole loop on the simulator: the knee, the config, haproxy.cfg, and the verify window again through
 # that HAProxy (GATEWAY=auto), where the server as it is fails it.
 demo: $(STAMP)
@@ -232,4 +242,4 @@ gpu-check: $(STAMP)
 	@$(PY) bench/gpu_check.py
 
 clean:
-	rm -rf results test-artifacts .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf results site test-artifacts .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -46,7 +46,7 @@ VLLM_CACHE_INFO = "vllm:cache_config_info"
 VLLM_E2E_BUCKET = "vllm:e2e_request_latency_seconds_bucket"  # the server's own time per request (histogram)
 SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO, VLLM_E2E_BUCKET)
 # The framework's memory view (torch.cuda.max_memory_allocated()): read when a server exports it under this
-# name and FRAMEWORK_METRIC is not set (the simulator's pytorch profiles and the README's FastAPI example).
+# name and FRAMEWORK_METRIC is not set (the simulator's pytorch profiles and the FastAPI example in docs/real-use.md).
 FRAMEWORK_AUTO = "ocr_framework_peak_bytes"
 MIB_BYTES = 1024 * 1024
 

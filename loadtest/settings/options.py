@@ -150,7 +150,7 @@ def with_env_secrets(cfg: RunConfig, environ: dict[str, str]) -> RunConfig:
 
 def worker_options(cfg: RunConfig) -> dict[str, str]:
     """Options the master sets for Locust to send each worker with every spawn (a channel with no auth,
-    no encryption: see the README): HEADERS, unless HEADERS_FROM_WORKERS (each worker reads its own
+    no encryption: see docs/distributed.md, "Exposing the master"): HEADERS, unless HEADERS_FROM_WORKERS (each worker reads its own
     OCRCAP_HEADERS), and CA_BUNDLE's text (a remote worker needs no file). METRICS_HEADERS and the GPU
     token never travel: only the master scrapes."""
     return {

@@ -81,7 +81,7 @@ def _simulated_page(profile: str) -> str:
 def test_every_name_and_label_key_the_simulator_writes_is_on_a_real_vllm_page(profile: str) -> None:
     real_keys, real_kinds = _real()
     keys, kinds = _shape(_simulated_page(profile))
-    keys.pop("ocr_framework_peak_bytes", None)  # the framework's gauge: our README's FastAPI example, not vLLM
+    keys.pop("ocr_framework_peak_bytes", None)  # the framework's gauge: the FastAPI example in docs/real-use.md, not vLLM
     kinds.pop("ocr_framework_peak_bytes", None)
     extra_names = sorted(set(keys) - set(real_keys))
     assert not extra_names, f"names real vLLM 0.32 does not write: {extra_names}"
