@@ -272,6 +272,8 @@ def fleet_rows(fleet: Mapping[str, Any] | None) -> list[tuple[str, str]]:
             ("replicas needed", f"ceil({figure(peak)} / {figure(share)}) = {needed}"),
             ("capacity", f"{needed} x {figure(share)} = {figure(num(fleet, 'capacity_rps'))} rps,"
              f" {num(fleet, 'headroom_frac'):.0%} headroom over the peak"),
+            ("gateway for them", f"python -m loadtest gateway --run RUN_DIR --servers {_replica_urls(needed)}:"
+             " one server line a replica, each with one replica's numbers"),
         ]  # fmt: skip
     if fleet.get("gpu_hour_cost") is not None:
         rows.append(("GPU-hour cost", money(num(fleet, "gpu_hour_cost"))))
@@ -283,6 +285,12 @@ def fleet_rows(fleet: Mapping[str, Any] | None) -> list[tuple[str, str]]:
                 ("fleet per 1,000 pages at the target", money(num(fleet, "fleet_cost_per_1000_pages")))
             )
     return rows
+
+
+def _replica_urls(n: int) -> str:
+    """--servers' placeholder for n replicas: http://replica-1:8000,... (three named, then the last)."""
+    names = [f"http://replica-{i}:8000" for i in range(1, n + 1)]
+    return ",".join(names if n <= 4 else [*names[:3], "...", names[-1]])
 
 
 def fleet_lead(fleet: Mapping[str, Any] | None) -> list[str]:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis import write_outputs
-from analysis.fleet import balancer_replicas, figure, plan_fleet
+from analysis.fleet import balancer_replicas, figure, fleet_rows, plan_fleet
 from runfolder import SERVER_FILE, CsvAppender, ServerSample, columns_of
 
 
@@ -121,7 +121,9 @@ def test_summary_json_and_capacity_md_carry_the_fleet_from_the_run_folder(
     )
     assert re.search(r"\| replicas needed \| ceil\(50 / [\d.]+\) = 2 \|", section)
     for words in ("| traffic | 40 rps x peak factor 1.25 = 50 rps |",
-                  "| fleet per hour | 5.00 |", "| GPU-hour cost | 2.50 |", "each on one GPU"):  # fmt: skip
+                  "| fleet per hour | 5.00 |", "| GPU-hour cost | 2.50 |", "each on one GPU",
+                  "| gateway for them | python -m loadtest gateway --run RUN_DIR --servers"
+                  " http://replica-1:8000,http://replica-2:8000: one server line a replica"):  # fmt: skip
         assert words in section, words
 
 
@@ -175,3 +177,12 @@ def test_a_run_through_a_balancer_that_counts_its_replicas_is_the_fleets_answer_
         f" is the fleet's; each replica's share is 2 in flight and {figure(fleet['throughput_rps'] / 3)} rps."
         " The estimate below is one replica's card; the plan is under Fleet."
     ), lead
+
+
+def test_the_plan_names_the_replicas_for_the_gateway_command() -> None:
+    rows = dict(fleet_rows(plan_fleet(6, 10.0, target_rps=75).to_dict()))  # type: ignore[union-attr]  # 8 replicas
+    assert rows["gateway for them"].startswith(
+        "python -m loadtest gateway --run RUN_DIR --servers"
+        " http://replica-1:8000,http://replica-2:8000,http://replica-3:8000,...,http://replica-8:8000:"
+    )
+    assert "gateway for them" not in dict(fleet_rows(plan_fleet(6, 10.0, measured_replicas=3).to_dict()))  # type: ignore[union-attr]
