@@ -7,7 +7,9 @@ Data in, data out (no files, no clocks). Inputs:
     target_rps         TARGET_RPS, the traffic to serve in requests a second; empty (0 here): no replica count
     peak_factor        PEAK_FACTOR (>= 1, default 1): the peak as a multiple of the target; the fleet is sized
                        for the peak
-    measured_replicas  REPLICAS (>= 1, default 1): the replicas behind the balancer the run measured
+    measured_replicas  the replicas behind the balancer the run measured: the balancer's own count where
+                       SERVER_METRICS is its page and it exports one (server.csv `balancer_replicas`: HAProxy's
+                       haproxy_backend_active_servers), else REPLICAS (>= 1, default 1) as the user told it
     gpu_hour_cost      GPU_HOUR_COST, one GPU for an hour in any currency; 0: no cost. One GPU per replica:
                        for a replica on k GPUs give k x the price of one
 
@@ -23,9 +25,13 @@ Arithmetic (each replica alike, the balancer spreading the load evenly):
     fleet_cost_per_1000_pages  = fleet_cost_per_hour / (target_rps x 3600) x 1000: the fleet at the target
                                  traffic, its peak headroom paid for
 
-Measured through a balancer of N replicas (REPLICAS=N), the run's answer, level and throughput, is the
-fleet's, and each replica's share is 1/N of it. Only REPLICAS says N: a server's /metrics does not (vLLM's
-`engine` label counts the engines of one server, and a scrape through a balancer reaches one replica).
+Measured through a balancer of N replicas, the run's answer, level and throughput, is the fleet's, and each
+replica's share is 1/N of it. N comes from the balancer's /metrics where SERVER_METRICS is that page and it
+counts its servers: HAProxy's built-in exporter does (haproxy_backend_active_servers, servers up and not
+backup; the median over the run's load samples, its range said when a replica went down or came back), and
+it wins over REPLICAS, which may be stale (the disagreement is said). Otherwise only REPLICAS says N: a
+server's own /metrics does not (vLLM exports no replica count; its `engine` label numbers the engines inside
+one server, and a scrape through a balancer reaches one replica).
 Where the run found no knee the recommended level is a lower bound: each replica may serve more, so the
 replica count is at most the one given.
 """
@@ -62,6 +68,7 @@ class Fleet:
     throughput_rps: float | None  # at the recommended level, as measured (the whole balanced fleet's)
     at_least: bool = False  # no knee: the level is a lower bound, the replica count an upper one
     measured_as: str = ""  # measured through a balancer of N replicas: whose answer it is, and each share
+    replicas_from: str = "REPLICAS"  # who said N: "REPLICAS" (the user) or "balancer /metrics"
     per_replica_level: float | None = None
     per_replica_throughput_rps: float | None = None
     peak_rps: float | None = None
@@ -102,12 +109,34 @@ def _refused(target_rps: float, peak_factor: float, replicas: int, gpu_hour_cost
     return ""
 
 
-def _measured_as(level: int, throughput_rps: float, replicas: int) -> str:
+def _measured_as(level: int, throughput_rps: float, replicas: int, told_by: str) -> str:
     return (
-        f"Measured through a balancer of {replicas} replicas (REPLICAS={replicas}): the run's answer, {level} in"
-        f" flight at {figure(throughput_rps)} rps, is the fleet's; each replica's share is"
+        f"Measured through a balancer of {replicas} replicas ({told_by or f'REPLICAS={replicas}'}): the run's"
+        f" answer, {level} in flight at {figure(throughput_rps)} rps, is the fleet's; each replica's share is"
         f" {figure(level / replicas)} in flight and {figure(throughput_rps / replicas)} rps."
     )
+
+
+BALANCER_METRIC = "haproxy_backend_active_servers"  # gpu_sampler.scrape's HAPROXY_ACTIVE: server.csv's source
+
+
+def balancer_replicas(server: pd.DataFrame, told: int) -> tuple[int, str] | None:
+    """(N, who said it) from server.csv's `balancer_replicas` over the run's load samples (step_index >= 0):
+    their median, the range and REPLICAS' disagreement said; None where the balancer's page was not scraped."""
+    if server.empty or "balancer_replicas" not in server.columns:
+        return None
+    load = server[server["step_index"] >= 0] if "step_index" in server.columns else server
+    counts = pd.to_numeric(load["balancer_replicas"], errors="coerce").dropna()
+    counts = counts[counts >= 1]
+    if counts.empty:
+        return None
+    n, low, high = int(round(float(counts.median()))), int(counts.min()), int(counts.max())
+    words = [f"the balancer's /metrics: {BALANCER_METRIC} {n}"]
+    if low != high:
+        words.append(f"{low} to {high} during the run, a replica down or back meanwhile; the shares are per {n}")
+    if told > 1 and told != n:
+        words.append(f"not REPLICAS={told}: the balancer's count is what was measured")
+    return n, ", ".join(words)
 
 
 def plan_fleet(
@@ -118,14 +147,15 @@ def plan_fleet(
     measured_replicas: int = 1,
     gpu_hour_cost: float = 0.0,
     at_least: bool = False,
+    replicas_told_by: str = "",
 ) -> Fleet | None:
     """The fleet for the run's answer (the module docstring's arithmetic); None when nothing asks for one
     (TARGET_RPS 0, REPLICAS 1 and no GPU_HOUR_COST). No recommendation or no throughput: no plan, and the
-    sentence says why."""
+    sentence says why. `replicas_told_by`: who said `measured_replicas` when not REPLICAS (balancer_replicas)."""
     if target_rps == 0 and measured_replicas == 1 and gpu_hour_cost == 0:
         return None
     base = Fleet(False, "", target_rps or None, peak_factor, measured_replicas, recommended_level,
-                 throughput_rps, at_least)  # fmt: skip
+                 throughput_rps, at_least, replicas_from="balancer /metrics" if replicas_told_by else "REPLICAS")  # fmt: skip
     refused = _refused(target_rps, peak_factor, measured_replicas, gpu_hour_cost)
     if refused:
         return replace(base, sentence=f"No fleet plan: {refused}.")
@@ -140,7 +170,9 @@ def plan_fleet(
     balanced = measured_replicas > 1
     fleet = replace(
         base,
-        measured_as=_measured_as(recommended_level, throughput_rps, measured_replicas) if balanced else "",
+        measured_as=_measured_as(recommended_level, throughput_rps, measured_replicas, replicas_told_by)
+        if balanced
+        else "",
         per_replica_level=recommended_level / measured_replicas,
         per_replica_throughput_rps=share,
         gpu_hour_cost=cost,
@@ -180,10 +212,13 @@ def plan_sentence(fleet: Fleet) -> str:
     return "; ".join(words) + tail + "."
 
 
-def fleet_summary(table: pd.DataFrame, knee: Knee, told: Mapping[str, Any]) -> dict[str, Any] | None:
+def fleet_summary(
+    table: pd.DataFrame, knee: Knee, told: Mapping[str, Any], server: pd.DataFrame | None = None
+) -> dict[str, Any] | None:
     """summary.json's `fleet`: the plan for the run's answer, from the step table (the recommended level's
-    throughput, its measurements pooled) and the settings as the run was told them (`told`: FLEET_SETTINGS'
-    keys from the manifest; a missing one, an older run, takes its default)."""
+    throughput, its measurements pooled), the settings as the run was told them (`told`: FLEET_SETTINGS'
+    keys from the manifest; a missing one, an older run, takes its default) and, where SERVER_METRICS was a
+    balancer's page, its count of replicas (`server`, server.csv: balancer_replicas)."""
     values = {key: num(told, key) for key in FLEET_SETTINGS}
     values = {
         key: default if math.isnan(values[key]) else values[key] for key, default in FLEET_SETTINGS.items()
@@ -192,10 +227,14 @@ def fleet_summary(table: pd.DataFrame, knee: Knee, told: Mapping[str, Any]) -> d
     points = points_of(table)[0] if level is not None else []
     at = [p for p in points if num(p, "level") == level]
     throughput = num(at[-1], "throughput_rps") if at else math.nan
+    replicas, told_by = int(values["replicas"]), ""
+    seen = balancer_replicas(server, replicas) if server is not None else None
+    if seen is not None:
+        replicas, told_by = seen
     fleet = plan_fleet(
         level, None if math.isnan(throughput) else throughput, target_rps=values["target_rps"],
-        peak_factor=values["peak_factor"], measured_replicas=int(values["replicas"]),
-        gpu_hour_cost=values["gpu_hour_cost"], at_least=knee.at_least,
+        peak_factor=values["peak_factor"], measured_replicas=replicas,
+        gpu_hour_cost=values["gpu_hour_cost"], at_least=knee.at_least, replicas_told_by=told_by,
     )  # fmt: skip
     return fleet.to_dict() if fleet is not None else None
 
@@ -233,6 +272,8 @@ def fleet_rows(fleet: Mapping[str, Any] | None) -> list[tuple[str, str]]:
             ("replicas needed", f"ceil({figure(peak)} / {figure(share)}) = {needed}"),
             ("capacity", f"{needed} x {figure(share)} = {figure(num(fleet, 'capacity_rps'))} rps,"
              f" {num(fleet, 'headroom_frac'):.0%} headroom over the peak"),
+            ("gateway for them", f"python -m loadtest gateway --run RUN_DIR --servers {_replica_urls(needed)}:"
+             " one server line a replica, each with one replica's numbers"),
         ]  # fmt: skip
     if fleet.get("gpu_hour_cost") is not None:
         rows.append(("GPU-hour cost", money(num(fleet, "gpu_hour_cost"))))
@@ -244,6 +285,21 @@ def fleet_rows(fleet: Mapping[str, Any] | None) -> list[tuple[str, str]]:
                 ("fleet per 1,000 pages at the target", money(num(fleet, "fleet_cost_per_1000_pages")))
             )
     return rows
+
+
+def _replica_urls(n: int) -> str:
+    """--servers' placeholder for n replicas: http://replica-1:8000,... (three named, then the last)."""
+    names = [f"http://replica-{i}:8000" for i in range(1, n + 1)]
+    return ",".join(names if n <= 4 else [*names[:3], "...", names[-1]])
+
+
+def fleet_lead(fleet: Mapping[str, Any] | None) -> list[str]:
+    """capacity.md's lines under its title when the run measured a balanced fleet: the answer is the
+    fleet's, each replica's share, and that the memory estimate is one replica's card; [] otherwise."""
+    if not fleet or not fleet.get("measured_as"):
+        return []
+    return ["", f"**The answer is the fleet's.** {fleet['measured_as']} The estimate below is one replica's card;"
+            " the plan is under Fleet."]  # fmt: skip
 
 
 def fleet_markdown(fleet: Mapping[str, Any] | None) -> list[str]:

@@ -114,7 +114,7 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
     RequestRow: {"answer_kind": "", "server_time_ms": math.nan, "finish_reason": "", "repeated_tail": "",
                  "t_intended_unix_s": math.nan},
-    ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": ""},
+    ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": "", "balancer_replicas": math.nan},
     GpuSample: {"other_mem_mib": math.nan, "sm_clock_mhz": math.nan, "throttle_reasons": math.nan},
 }
 

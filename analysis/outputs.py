@@ -17,7 +17,7 @@ from analysis.alerts import alert_rules, alerts_yaml, runbook
 from analysis.config import config_yaml
 from analysis.diagnosis import comparison_rows
 from analysis.estimate import Estimate
-from analysis.fleet import fleet_markdown
+from analysis.fleet import fleet_lead, fleet_markdown
 from analysis.gateway import GatewayError, Upstream, run_gateway, run_upstreams
 from analysis.loader import RunData, load_run
 from analysis.open_loop import capacity_rows
@@ -116,6 +116,7 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
     date = float(base_steps["t_start_unix_s"].min()) if not base_steps.empty else summary["generated_unix_s"]
     lines = [
         f"# Capacity estimate: {summary['run_id']}",
+        *fleet_lead(summary.get("fleet")),  # through a balancer of N replicas: whose answer it is, first
         "",
         f"Dimension used: **{dims[est.dimension]}**. Estimate: **{_fmt(est.estimate, '')}** concurrent requests.",
         "",

@@ -322,7 +322,7 @@ def analyze_run(
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
         **proven,  # goodput, runaway, verify (analysis/goodput.py, analysis/verify.py)
         # the replicas for TARGET_RPS, the per-replica share, the cost (analysis/fleet.py)
-        "fleet": fleet_summary(table, knee, {k: manifest_setting(run.manifest, k) for k in FLEET_SETTINGS}),
+        "fleet": fleet_summary(table, knee, {k: manifest_setting(run.manifest, k) for k in FLEET_SETTINGS}, run.server),
         "events": events,
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),

@@ -163,7 +163,7 @@ def cpu_ns(pid: int) -> int:
 def stop(proc: subprocess.Popen[str]) -> None:
     # imported here: the --client children import locust, which must come before ssl is imported
     sys.path.insert(0, str(ROOT))
-    from loadtest.launch.procs import stop_process
+    from loadtest.method.child import stop_process
 
     stop_process(proc)
 

@@ -41,7 +41,7 @@ from bench_accuracy import pair  # noqa: E402
 from support import run_bounded, start_stub  # noqa: E402
 from verdict import exit_status  # noqa: E402
 
-from loadtest.launch.procs import stop_process as stop  # noqa: E402
+from loadtest.method.child import stop_process as stop  # noqa: E402
 from runfolder import REQUESTS_FILE  # noqa: E402
 from scenarios import build_image_set  # noqa: E402
 

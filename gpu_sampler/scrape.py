@@ -44,7 +44,13 @@ VLLM_KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new
 VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
 VLLM_CACHE_INFO = "vllm:cache_config_info"
 VLLM_E2E_BUCKET = "vllm:e2e_request_latency_seconds_bucket"  # the server's own time per request (histogram)
-SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO, VLLM_E2E_BUCKET)
+# A balancer's count of the replicas it spreads requests over, where SERVER_METRICS is the balancer's page:
+# HAProxy's built-in exporter (`http-request use-service prometheus-exporter`), one series per backend
+# (`proxy` label), servers UP and not backup. vLLM exports no such count (its `engine` label numbers the
+# engines inside one server), nor does a replica's own page: a scrape through a balancer reaches one replica.
+HAPROXY_ACTIVE = "haproxy_backend_active_servers"
+SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO, VLLM_E2E_BUCKET,
+                HAPROXY_ACTIVE)  # fmt: skip
 # The framework's memory view (torch.cuda.max_memory_allocated()): read when a server exports it under this
 # name and FRAMEWORK_METRIC is not set (the simulator's pytorch profiles and the FastAPI example in docs/real-use.md).
 FRAMEWORK_AUTO = "ocr_framework_peak_bytes"
@@ -274,6 +280,7 @@ def parse_server_metrics(
     framework = framework_metric or FRAMEWORK_AUTO
     framework_values: list[float] = []
     e2e: dict[str, float] = {}  # cumulative count by `le`, summed over engines
+    active: list[float] = []  # per backend: the one serving the load has the most (a stats listen has none)
     keep_all = values_out is not None
     page = text if keep_all else select_lines(text, (*SERVER_NAMES, framework), contains="max_num_seqs")
     for name, labels, value in parse_samples(page):
@@ -287,6 +294,8 @@ def parse_server_metrics(
             kv_usage.setdefault(name, []).append(value)
         elif name == VLLM_E2E_BUCKET and "le" in labels:
             e2e[labels["le"]] = e2e.get(labels["le"], 0.0) + value
+        elif name == HAPROXY_ACTIVE:
+            active.append(value)
         tokens = _kv_tokens(labels)
         if tokens is not None:
             kv_tokens.append(tokens)
@@ -308,6 +317,7 @@ def parse_server_metrics(
         max_num_seqs=_finite(max(max_seqs)) if max_seqs else None,
         framework_peak_mib=_framework_mib(framework, framework_values),
         e2e_buckets_s=" ".join(f"{le}:{count:g}" for le, count in sorted(e2e.items(), key=lambda kv: float(kv[0]))),
+        balancer_replicas=_finite(max(active)) if active else None,
     )
 
 

@@ -141,6 +141,9 @@ class ServerSample:
     # marks: vLLM's vllm:e2e_request_latency_seconds histogram, cumulative counts by upper bound in seconds,
     # summed over engines: "0.3:0 0.5:4 ... +Inf:40"; "" where the server does not export it
     e2e_buckets_s: str = ""
+    # a balancer's /metrics (HAProxy's built-in Prometheus exporter): the replicas it balances over, its
+    # haproxy_backend_active_servers (servers up and active) of the backend with the most; None elsewhere
+    balancer_replicas: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

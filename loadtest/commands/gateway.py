@@ -35,15 +35,16 @@ from analysis.gateway import (
     run_upstreams,
 )
 from analysis.outputs import missing_ca_file
-from loadtest.launch.haproxy import (
+from loadtest.launch.procs import fail
+from loadtest.method.haproxy import (
     STOP_GRACE_S,
     HaproxyError,
+    find_haproxy,
     port_taken,
     start_haproxy,
+    stop_process,
     write_checked,
 )
-from loadtest.launch.procs import fail, stop_process
-from loadtest.method.gateway import find_haproxy
 from runfolder import GATEWAY_FILE, GATEWAY_VARIANT_FILE, MANIFEST_FILE
 
 
@@ -111,7 +112,7 @@ def _gateway(ns: argparse.Namespace) -> int:
         return fail("haproxy is not installed: apt-get install haproxy (Debian's package), then run this again")
     try:
         text, path, upstreams, (host, port) = _config(ns)
-        write_checked(haproxy, text, path)
+        write_checked(haproxy, text, path, fix="fix that (a server name that does not resolve here: give its address in --servers)")
     except (GatewayError, RunFolderError, HaproxyError) as exc:
         return fail(str(exc))
     try:

@@ -7,8 +7,9 @@ import argparse
 from typing import Any
 
 from loadtest.launch.preflight import PreflightError
-from loadtest.launch.procs import fail, stop_process
+from loadtest.launch.procs import fail
 from loadtest.launch.run import add_run_flags, config_from_args, run_method, start_simulator
+from loadtest.method.child import stop_process
 from loadtest.settings.checks import ConfigError
 
 

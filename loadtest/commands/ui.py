@@ -17,8 +17,9 @@ from typing import Any
 
 from gpu_sampler import SamplerError
 from loadtest.launch.preflight import PreflightError
-from loadtest.launch.procs import die_with_parent, fail, free_port, locust_base, worker_cmd
+from loadtest.launch.procs import fail, free_port, locust_base, worker_cmd
 from loadtest.launch.run import add_run_flags, config_from_args, locust_env, preflight, render
+from loadtest.method.child import die_with_parent
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.manifest import REPO_ROOT
 from loadtest.settings.options import to_argv

@@ -1,21 +1,17 @@
 """What every command of `python -m loadtest` shares: the one-line error (and a parser that ends in one),
-free ports, Locust's command line, a child process stopped, a child that dies with its command."""
+free ports, Locust's command line. A child process stopped by PID, and one that dies with its command, are
+loadtest/method/child.py's (stop_process, die_with_parent): the run's verify window starts haproxy too."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import signal
 import socket
-import subprocess
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from loadtest.settings.manifest import REPO_ROOT
 
 LOCUSTFILE = REPO_ROOT / "locustfile.py"
-PR_SET_PDEATHSIG = 1
 
 
 def fail(message: str) -> int:
@@ -36,24 +32,6 @@ def locust_base() -> list[str]:
 
 def worker_cmd(master_host: str, port: int) -> list[str]:
     return locust_base() + ["--worker", "--master-host", master_host, "--master-port", str(port)]
-
-
-def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after `timeout_s`; always reaps."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def die_with_parent() -> None:
-    """A child's `preexec_fn`: SIGTERM to it when the command that started it dies, even by SIGKILL (Linux),
-    so no child is left behind."""
-    with contextlib.suppress(OSError):  # not Linux: the command's ordered stop still ends its children
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class OneLineParser(argparse.ArgumentParser):

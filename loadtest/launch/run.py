@@ -20,8 +20,9 @@ from pathlib import Path
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.launch.idle import read_idle, record_idle
 from loadtest.launch.preflight import PreflightError, check_first_answer
-from loadtest.launch.procs import fail, free_port, locust_base, stop_process, worker_cmd
-from loadtest.method.gateway import find_haproxy
+from loadtest.launch.procs import fail, free_port, locust_base, worker_cmd
+from loadtest.method.child import stop_process
+from loadtest.method.haproxy import find_haproxy
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.manifest import REPO_ROOT, build_manifest
 from loadtest.settings.options import add_arguments, secret_env, to_argv, with_env_secrets

@@ -15,7 +15,8 @@ from analysis.gateway import GatewayError as ConfigCannotBeSaid
 from analysis.gateway import haproxy_config, parse_server
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch, card_line
-from loadtest.method.gateway import Gateway, GatewayError, skip_reason, unused_port
+from loadtest.method.gateway import Gateway, skip_reason, unused_port
+from loadtest.method.haproxy import HaproxyError
 from loadtest.method.levels import (
     LevelChoice,
     choose_levels,
@@ -253,7 +254,7 @@ class PlanDecisions:
             text = haproxy_config(config, comments, [upstream], bind=f"127.0.0.1:{port}",
                                   header="The verify window's gateway: the recommended config, as the run measured it")  # fmt: skip
             self.gateway = Gateway.start(text, self.run_dir, "127.0.0.1", port)
-        except (ConfigCannotBeSaid, GatewayError, OSError) as exc:
+        except (ConfigCannotBeSaid, HaproxyError, OSError) as exc:
             self.event("warning", f"no verify through a gateway: {exc}")
             return None
         server = config["server"]

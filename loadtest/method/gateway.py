@@ -16,40 +16,22 @@ when the run ends whatever happened.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HAPROXY_DIRS = ("/usr/sbin", "/usr/local/sbin")  # Debian puts haproxy in /usr/sbin, off a user's PATH
+from loadtest.method.haproxy import (
+    STOP_GRACE_S,
+    HaproxyError,
+    find_haproxy,
+    start_haproxy,
+    stop_process,
+    write_checked,
+)
+
 CONFIG_FILE = "verify-haproxy.cfg"
 LOG_FILE = "verify-haproxy.log"
-START_S = 10.0  # HAProxy listens within milliseconds; a config it refuses ends it at once
-STOP_S = 5.0
-
-
-class GatewayError(RuntimeError):
-    """HAProxy could not be started: the message says why, with its own last words."""
-
-
-def find_haproxy() -> str | None:
-    """haproxy on PATH, or where Debian installs it; None when neither has it."""
-    return shutil.which("haproxy", path=os.pathsep.join([os.environ.get("PATH", ""), *HAPROXY_DIRS]))
-
-
-def listening(host: str, port: int) -> bool:
-    """Whether host:port accepts a connection (a wildcard bind is reached on loopback)."""
-    target = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    try:
-        with socket.create_connection((target, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def skip_reason(gateway: str, rejected_by_server: int) -> str:
@@ -82,40 +64,16 @@ class Gateway:
 
     @classmethod
     def start(cls, config_text: str, folder: Path, host: str, port: int) -> Gateway:
-        """Check and start `config_text` (it binds host:port) in the foreground; return once it listens."""
+        """Check and start `config_text` (it binds host:port) in the foreground; return once it listens.
+        HaproxyError (one line, haproxy's own words) when it cannot be, nothing left running."""
         haproxy = find_haproxy()
         if haproxy is None:
-            raise GatewayError("haproxy is not installed here (apt-get install haproxy)")
-        path, log_path = folder / CONFIG_FILE, folder / LOG_FILE
-        path.write_text(config_text, encoding="utf-8")
-        check = subprocess.run([haproxy, "-c", "-f", str(path)], capture_output=True, text=True, check=False)
-        if check.returncode != 0:
-            raise GatewayError(f"haproxy refused {path}: {_last_words(check.stdout + check.stderr)}")
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen([haproxy, "-f", str(path), "-db"], stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
-        gateway = cls(proc, f"http://{host}:{port}", path)
-        deadline = time.monotonic() + START_S
-        while not listening(host, port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                gateway.stop()
-                raise GatewayError(f"haproxy did not listen on {host}:{port}: {_last_words(log_path.read_text())}")
-            time.sleep(0.05)
-        return gateway
+            raise HaproxyError("haproxy is not installed here (apt-get install haproxy)")
+        path = folder / CONFIG_FILE
+        write_checked(haproxy, config_text, path)
+        proc = start_haproxy(haproxy, path, host, port, log_path=folder / LOG_FILE)
+        return cls(proc, f"http://{host}:{port}", path)
 
     def stop(self) -> None:
-        """SIGTERM to its group, SIGKILL if it lingers; reaped."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def _last_words(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[-3:]) or "no output"
+        """SIGTERM to its PID, SIGKILL if it lingers; reaped."""
+        stop_process(self.proc, STOP_GRACE_S)

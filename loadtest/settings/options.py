@@ -121,7 +121,7 @@ FIELD_HELP = {
     ),
     "replicas": (
         "replicas behind the balancer at HOST that the run measured: the answer is then the fleet's, and the report"
-        " gives each replica's share"
+        " gives each replica's share; a balancer's SERVER_METRICS page that counts them (HAProxy's exporter) wins"
     ),
     "gateway": (
         "after the verify window, run it again through HAProxy started here with the recommended config in front"

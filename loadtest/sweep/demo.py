@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from gpu_sampler import SamplerError
-from loadtest.launch.procs import stop_process
+from loadtest.method.child import stop_process
 from loadtest.settings.manifest import REPO_ROOT
 
 DEMO_PROFILES = ("hunyuan-vllm-24g", "vllm-24g")  # seed 001's HunyuanOCR on vLLM where this simulator has it

@@ -7,6 +7,10 @@
 Both answer `Restarted` (ok, why, the server's last output lines, seconds taken) and never raise for a
 server that fails to start: the sweep marks that setting failed and goes on. A sidecar or template that
 cannot control a server at all is one `SweepError` line, before any load.
+
+The sidecar's server outlives the sweep (the GPU machine's own), so after the last setting `back_to_pick`
+restarts it with the pick's values: the machine is left serving what the sweep recommends, not whatever
+setting happened to come last. The sweep's own server (SERVER_CMD) stops with it: nothing to put back.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from gpu_sampler.client import SidecarClient
 from gpu_sampler.selection import split_source
 from gpu_sampler.server_control import RestartInProgress, ServerControl, ServerControlError
 from gpu_sampler.tls import TlsSettings
-from loadtest.sweep.grid import SweepError
+from loadtest.sweep.grid import Setting, SweepError
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ def restarted(result: Any) -> Restarted:
 class ServerRestarter(Protocol):
     where: str  # "the sidecar at URL" / "SERVER_CMD": named in the sweep's lines
     template: str  # the server's command template ("" when the sidecar does not say)
+    outlives_sweep: bool  # its server runs on after the sweep (the sidecar's): put back to the pick
 
     @property
     def placeholders(self) -> tuple[str, ...]: ...
@@ -65,6 +70,7 @@ class LocalServer:
             raise SweepError(f"bad SERVER_CMD/SERVER_HEALTH: {exc}") from None
         self.where = "SERVER_CMD"
         self.template = template
+        self.outlives_sweep = False  # close() stops it
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -89,6 +95,7 @@ class SidecarServer:
     def __init__(self, gpu_spec: str, token: str, tls: TlsSettings) -> None:
         url, _selection = split_source(gpu_spec.removeprefix("sidecar:"))
         self.where = f"the sidecar at {url}"
+        self.outlives_sweep = True
         self._client = SidecarClient(url, token or None, timeout_s=10.0, tls=tls)
         try:
             info = self._client.server_info()
@@ -140,3 +147,22 @@ def restarter_for(
     if server_keys and gpu_spec.startswith("sidecar:"):
         return SidecarServer(gpu_spec, token, tls)
     return None
+
+
+def back_to_pick(restarter: ServerRestarter, picked: Setting | None, last: Setting, last_ok: bool) -> str:
+    """After the last setting, the server whose life outlives the sweep put back to the pick's values (one
+    restart, none when it already runs them); the words for the sweep's last line ("" when nothing to say)."""
+    if not restarter.outlives_sweep:
+        return ""
+    if picked is None:
+        return f"no pick to put the server back to: it keeps the last setting tried, {last.label}"
+    values = picked.server_values()
+    if last_ok and values == last.server_values():
+        return f"the server runs the pick's setting, {picked.label}, already (the last one run)"
+    print(f"putting the server back to the pick ({restarter.where}): {values}", flush=True)
+    back = restarter.restart(values)
+    if back.ok:
+        return f"the server is back at the pick, {picked.label} ({restarter.where} restarted it in {back.elapsed_s:.1f} s)"
+    tail = " | ".join(back.output_tail[-3:])
+    return (f"the server could NOT be put back to the pick, {picked.label}: {back.why}"
+            f"{f' (its last lines: {tail})' if tail else ''}; restart it with those values yourself")  # fmt: skip

@@ -24,6 +24,7 @@ server's output tail, start and end), and above them `sweep.csv`, `sweep.html`, 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
@@ -53,7 +54,7 @@ from loadtest.sweep.grid import (
     run_overrides,
     server_keys,
 )
-from loadtest.sweep.restart import Restarted, ServerRestarter, restarter_for
+from loadtest.sweep.restart import Restarted, ServerRestarter, back_to_pick, restarter_for
 from loadtest.traffic.payloads import build_payloads
 
 SWEEP_FILE = "sweep.json"
@@ -212,6 +213,7 @@ def run_sweep(plan: SweepPlan, ns: argparse.Namespace) -> int:
     print(f"sweep folder: {sweep_dir} ({total} setting{'s' * (total != 1)})", flush=True)
     statuses: list[str] = []
     report: Path | None = None
+    restored = ""
     _Stop.requested = False
     with _stop_signals():
         for i, (setting, cfg) in enumerate(zip(plan.settings, plan.configs, strict=True), start=1):
@@ -223,10 +225,37 @@ def run_sweep(plan: SweepPlan, ns: argparse.Namespace) -> int:
             word = "ok" if record["status"] == "ok" else f"failed: {record['why']}"
             print(f"setting {setting.label}: {word}", flush=True)
             report = write_sweep_report(sweep_dir) or report
-    return finish(sweep_dir, statuses, total, report)
+        if plan.restarter is not None and statuses and not _Stop.requested:
+            restored = restore_pick(plan, plan.restarter, sweep_dir, last_ok=statuses[-1] == "ok")
+    return finish(sweep_dir, statuses, total, report, restored)
 
 
-def finish(sweep_dir: Path, statuses: list[str], total: int, report: Path | None) -> int:
+def picked_label(sweep_dir: Path) -> str | None:
+    """The pick's setting label, as the sweep's report marked it in sweep.csv; None without one."""
+    try:
+        with (sweep_dir / "sweep.csv").open(newline="", encoding="utf-8") as f:
+            return next((row["setting"] for row in csv.DictReader(f) if row.get("pick") == "true"), None)
+    except OSError:  # no report was written: no pick is known
+        return None
+
+
+def restore_pick(plan: SweepPlan, restarter: ServerRestarter, sweep_dir: Path, last_ok: bool) -> str:
+    """The server put back to the pick (restart.back_to_pick), recorded in sweep.json as `server_after`;
+    the words for the last line. A Ctrl-C meanwhile is said, the sweep's answer kept."""
+    label = picked_label(sweep_dir)
+    picked = next((s for s in plan.settings if s.label == label), None)
+    try:
+        said = back_to_pick(restarter, picked, plan.settings[-1], last_ok)
+    except KeyboardInterrupt:
+        _Stop.requested = False  # the settings all ran: the sweep's answer stands
+        said = f"stopped while putting the server back to the pick, {label}: it may be down; restart it yourself"
+    if said:
+        meta = json.loads((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
+        write_json(sweep_dir / SWEEP_FILE, {**meta, "server_after": {"pick": label, "said": said}})
+    return said
+
+
+def finish(sweep_dir: Path, statuses: list[str], total: int, report: Path | None, restored: str = "") -> int:
     """The sweep's last lines and exit status (see the module doc)."""
     ok = statuses.count("ok")
     if _Stop.requested:
@@ -235,8 +264,8 @@ def finish(sweep_dir: Path, statuses: list[str], total: int, report: Path | None
         return STOPPED_EXIT
     if not ok:
         fail(f"every setting failed: see why in each {SETTING_FILE} under {sweep_dir}")
-    print(f"report: {report}" if report else f"sweep: {sweep_dir} (its report: python -m reports sweep {sweep_dir})",
-          flush=True)  # fmt: skip
+    last = f"report: {report}" if report else f"sweep: {sweep_dir} (its report: python -m reports sweep {sweep_dir})"
+    print(f"{last}; {restored}" if restored else last, flush=True)
     return 0 if ok else 1
 
 

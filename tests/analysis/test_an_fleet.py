@@ -4,16 +4,19 @@ without a recommendation or a throughput; summary.json's `fleet` and capacity.md
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import write_outputs
-from analysis.fleet import plan_fleet
+from analysis.fleet import balancer_replicas, figure, fleet_rows, plan_fleet
+from runfolder import SERVER_FILE, CsvAppender, ServerSample, columns_of
 
 
 def test_the_plan_rounds_up_and_says_the_headroom_and_the_cost() -> None:
@@ -118,7 +121,9 @@ def test_summary_json_and_capacity_md_carry_the_fleet_from_the_run_folder(
     )
     assert re.search(r"\| replicas needed \| ceil\(50 / [\d.]+\) = 2 \|", section)
     for words in ("| traffic | 40 rps x peak factor 1.25 = 50 rps |",
-                  "| fleet per hour | 5.00 |", "| GPU-hour cost | 2.50 |", "each on one GPU"):  # fmt: skip
+                  "| fleet per hour | 5.00 |", "| GPU-hour cost | 2.50 |", "each on one GPU",
+                  "| gateway for them | python -m loadtest gateway --run RUN_DIR --servers"
+                  " http://replica-1:8000,http://replica-2:8000: one server line a replica"):  # fmt: skip
         assert words in section, words
 
 
@@ -126,3 +131,58 @@ def test_a_run_that_asked_for_no_fleet_has_none(make_run: Callable[..., Path]) -
     path = make_run(levels=(2, 4, 6, 8), true_knee=6)
     summary = write_outputs(path, clock=lambda: 1.0)
     assert summary["fleet"] is None and "## Fleet" not in (path / "capacity.md").read_text()
+
+
+def _balancer_frame(counts: list[float], steps: list[int] | None = None) -> pd.DataFrame:
+    """server.csv as a scrape of a balancer's page gives it: only balancer_replicas is known."""
+    rows = [ServerSample(t_unix_s=100.0 + i, step_index=(steps or [3] * len(counts))[i], num_requests_running=None,
+                         num_requests_waiting=None, kv_cache_usage_frac=None, num_preemptions_total=None,
+                         kv_cache_size_tokens=None, max_num_seqs=None, balancer_replicas=c)
+            for i, c in enumerate(counts)]  # fmt: skip
+    return pd.DataFrame([dataclasses.astuple(r) for r in rows], columns=columns_of(ServerSample))
+
+
+def test_the_balancers_own_count_says_how_many_replicas_were_measured() -> None:
+    assert balancer_replicas(_balancer_frame([3, 3, 3]), told=1) == (
+        3, "the balancer's /metrics: haproxy_backend_active_servers 3")  # fmt: skip
+    # a replica down for a while: the median, and the range said
+    n, said = balancer_replicas(_balancer_frame([3, 2, 3, 3]), told=1) or (0, "")
+    assert n == 3 and "2 to 3 during the run" in said
+    # the user's REPLICAS disagrees: the balancer's count is what was measured
+    assert "not REPLICAS=4" in (balancer_replicas(_balancer_frame([3, 3]), told=4) or (0, ""))[1]
+    # the pre-flight's scrape (step -1) is no load; a page without the count, or a server's page: None
+    assert balancer_replicas(_balancer_frame([5, 3, 3], steps=[-1, 0, 1]), told=1) == (
+        3, "the balancer's /metrics: haproxy_backend_active_servers 3")  # fmt: skip
+    assert balancer_replicas(_balancer_frame([math.nan, math.nan]), told=3) is None
+    assert balancer_replicas(_balancer_frame([]), told=3) is None
+
+
+def test_a_run_through_a_balancer_that_counts_its_replicas_is_the_fleets_answer_in_capacity_md(
+    make_run: Callable[..., Path],
+) -> None:
+    path = make_run(levels=(2, 4, 6, 8, 12), true_knee=6, extra_manifest={"config": {"target_rps": 40}})
+    CsvAppender(path / SERVER_FILE, ServerSample).append(
+        [ServerSample(1_700_000_100.0 + i, i % 5, None, None, None, None, None, None, balancer_replicas=3.0)
+         for i in range(20)]  # fmt: skip
+    )
+    summary = write_outputs(path, clock=lambda: 1.0)
+    fleet = summary["fleet"]
+    assert fleet["measured_replicas"] == 3 and fleet["replicas_from"] == "balancer /metrics"
+    assert fleet["per_replica_throughput_rps"] == pytest.approx(fleet["throughput_rps"] / 3)
+    assert fleet["replicas_needed"] == math.ceil(40 / fleet["per_replica_throughput_rps"] - 1e-9)
+    lead = (path / "capacity.md").read_text().split("\n\nDimension used", 1)[0]
+    assert lead.endswith(
+        f"**The answer is the fleet's.** Measured through a balancer of 3 replicas (the balancer's /metrics:"
+        f" haproxy_backend_active_servers 3): the run's answer, 6 in flight at {figure(fleet['throughput_rps'])} rps,"
+        f" is the fleet's; each replica's share is 2 in flight and {figure(fleet['throughput_rps'] / 3)} rps."
+        " The estimate below is one replica's card; the plan is under Fleet."
+    ), lead
+
+
+def test_the_plan_names_the_replicas_for_the_gateway_command() -> None:
+    rows = dict(fleet_rows(plan_fleet(6, 10.0, target_rps=75).to_dict()))  # type: ignore[union-attr]  # 8 replicas
+    assert rows["gateway for them"].startswith(
+        "python -m loadtest gateway --run RUN_DIR --servers"
+        " http://replica-1:8000,http://replica-2:8000,http://replica-3:8000,...,http://replica-8:8000:"
+    )
+    assert "gateway for them" not in dict(fleet_rows(plan_fleet(6, 10.0, measured_replicas=3).to_dict()))  # type: ignore[union-attr]

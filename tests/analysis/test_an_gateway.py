@@ -25,7 +25,7 @@ from analysis.gateway import (
     run_gateway,
     run_upstreams,
 )
-from loadtest.method.gateway import find_haproxy
+from loadtest.method.haproxy import find_haproxy
 from runfolder import GATEWAY_FILE
 
 HAPROXY = find_haproxy()

@@ -128,3 +128,18 @@ def test_kv_cache_size_from_blocks_when_tokens_are_not_labelled() -> None:
     assert parse_server_metrics(text).kv_cache_size_tokens == 640 * 16
     labelled = text.replace('block_size="16"', 'block_size="16",kv_cache_size_tokens="9999"')
     assert parse_server_metrics(labelled).kv_cache_size_tokens == 9999
+
+
+HAPROXY = (FIXTURES / "haproxy-2.6-exporter-2-of-3-up.txt").read_text()  # Debian 12's haproxy, its own exporter
+
+
+def test_a_balancers_page_gives_the_replicas_it_balances_over_and_a_servers_page_none() -> None:
+    """HAProxy's exporter (`http-request use-service prometheus-exporter`) in front of three replicas, one
+    of them down (its health check refused): 2 active servers in the balancing backend, 0 in `listen
+    stats`; the count is the backend with the most. vLLM's own page has no such count."""
+    values: dict[str, float] = {}
+    sample = parse_server_metrics(HAPROXY, values)
+    assert sample.balancer_replicas == 2.0 and parse_server_metrics(HAPROXY) == sample  # filtered parse agrees
+    assert values['haproxy_backend_active_servers{proxy="stats"}'] == 0.0
+    assert sample.num_requests_running is None and sample.kv_cache_usage_frac is None  # no vLLM numbers there
+    assert parse_server_metrics(VLLM_UNDER_LOAD).balancer_replicas is None

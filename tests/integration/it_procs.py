@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadtest.launch import run
-from loadtest.launch.procs import stop_process
+from loadtest.method.child import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -34,8 +34,9 @@ from it_procs import REPO, spawn_cli
 from waits import wait_until
 
 from analysis import analyze, load_run
-from loadtest.launch.procs import free_port, stop_process
-from loadtest.method.gateway import find_haproxy
+from loadtest.launch.procs import free_port
+from loadtest.method.child import stop_process
+from loadtest.method.haproxy import find_haproxy
 
 sys.path.insert(0, str(REPO / "tests" / "analysis"))
 from synth_runs import synth_run  # noqa: E402  (the analysis tests' synthetic run folders)

@@ -6,6 +6,7 @@ on, sweep.json and setting.json say what ran."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shlex
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 from it_procs import REPO, run_cli, spawn_cli, stop
 
+from gpu_sampler.client import SidecarClient
 from loadtest.launch.procs import free_port
 
 QUICK = ["--levels", "1,2", "--workers", "0", "--verify", "false", "--step-s", "2", "--idle-s", "1", "--warmup-s", "0",
@@ -116,7 +118,9 @@ def test_server_settings_through_the_sidecars_server_control(tmp_path):
         refused = run_cli([*common, "--sweep", "slot=1,2"], timeout_s=30)  # not the template's placeholder
         assert refused.returncode == 2 and "unknown SWEEP key slot" in refused.stderr
         assert "{slots}" in refused.stderr and "\n" not in refused.stderr.strip()
-        res = run_cli([*common, "--sweep", "slots=1,-1,2"], timeout_s=240)
+        # the failing setting last: whichever of the others is picked, the server must be restarted back to it
+        res = run_cli([*common, "--sweep", "slots=1,2,-1"], timeout_s=240)
+        server_after = SidecarClient(url).server_info()  # what the GPU machine runs once the sweep ended
     finally:
         stop(sidecar)  # its server goes with it
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -124,7 +128,7 @@ def test_server_settings_through_the_sidecars_server_control(tmp_path):
     sweep = json.loads((sweep_dir / "sweep.json").read_text())
     assert sweep["keys"] == ["slots"] and sweep["targets"] == {}
     assert [(s["setting"], s["dir"]) for s in sweep["settings"]] == [
-        ("slots=1", "slots-1"), ("slots=-1", "slots--1"), ("slots=2", "slots-2")]  # fmt: skip
+        ("slots=1", "slots-1"), ("slots=2", "slots-2"), ("slots=-1", "slots--1")]  # fmt: skip
     failed = setting_of(sweep_dir, "slots--1")
     assert failed["status"] == "failed" and "did not become healthy" in failed["why"], failed
     assert any("--gateway-slots must be >= 0" in line for line in failed["server_output_tail"]), failed
@@ -136,12 +140,25 @@ def test_server_settings_through_the_sidecars_server_control(tmp_path):
         steps = (sweep_dir / name / "steps.csv").read_text()
         assert steps.count("\n") >= 3  # both levels measured
     assert "setting slots=-1: failed: the server did not become healthy" in res.stdout
-    assert_sweep_report(sweep_dir, res.stdout, ["slots=1", "slots=-1", "slots=2"])
+    picked = _pick_of(sweep_dir)
+    # the server runs the pick again (the sidecar's own word), not the last setting tried, and the last line says so
+    assert server_after["running"] and server_after["values"] == {"slots": picked.split("=")[1]}, server_after
+    assert sweep["server_after"]["pick"] == picked, sweep
+    back = f"the server is back at the pick, {picked} (the sidecar at {url} restarted it in "
+    assert_sweep_report(sweep_dir, res.stdout, ["slots=1", "slots=2", "slots=-1"], then=back)
 
 
-def assert_sweep_report(sweep_dir: Path, stdout: str, settings: list[str]) -> None:
-    """The sweep's report is written and named last."""
-    assert stdout.splitlines()[-1] == f"report: {sweep_dir / 'sweep.html'}"
+def _pick_of(sweep_dir: Path) -> str:
+    """The setting sweep.csv marks as the pick."""
+    with (sweep_dir / "sweep.csv").open(newline="") as f:
+        return next(row["setting"] for row in csv.DictReader(f) if row["pick"] == "true")
+
+
+def assert_sweep_report(sweep_dir: Path, stdout: str, settings: list[str], then: str = "") -> None:
+    """The sweep's report is written and named last (then, after a sidecar sweep, where the server was left)."""
+    last = stdout.splitlines()[-1]
+    assert last == f"report: {sweep_dir / 'sweep.html'}" if not then else last.startswith(
+        f"report: {sweep_dir / 'sweep.html'}; {then}"), last  # fmt: skip
     rows = (sweep_dir / "sweep.csv").read_text().splitlines()[1:]
     assert [row.split(",", 1)[0] for row in rows] == settings
 

@@ -15,7 +15,7 @@ import pytest
 from loadtest.commands import gateway
 from loadtest.commands.main import build_parser
 from loadtest.launch.procs import free_port
-from loadtest.method.gateway import find_haproxy
+from loadtest.method.haproxy import find_haproxy
 from runfolder import GATEWAY_FILE, GATEWAY_VARIANT_FILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
@@ -113,7 +113,7 @@ def test_haproxy_missing_names_the_package(
     run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("loadtest.method.gateway.HAPROXY_DIRS", ())  # the one finder of haproxy
+    monkeypatch.setattr("loadtest.method.haproxy.HAPROXY_DIRS", ())  # the one finder of haproxy
     code, err = _gateway(capsys, "--run", str(run_dir))
     assert code == 2 and err == (
         "error: haproxy is not installed: apt-get install haproxy (Debian's package), then run this again"

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from lt_http import QuietHandler, serving
 
-from loadtest.launch.procs import stop_process
 from loadtest.launch.run import start_simulator
+from loadtest.method.child import stop_process
 
 PROBE = Path(__file__).with_name("lt_user_probe.py")
 

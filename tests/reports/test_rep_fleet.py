@@ -55,6 +55,11 @@ def test_a_fleet_of_three_measured_as_one_says_so_with_each_replicas_share() -> 
         " the fleet&#39;s; each replica&#39;s share is 2 in flight and 2.3 rps."
     ) in section
     assert "<dt>one replica&#39;s share</dt><dd>2 in flight, 2.3 rps</dd>" in section
+    # counted by the balancer's own /metrics: the report names that source, not REPLICAS
+    told_by = "the balancer's /metrics: haproxy_backend_active_servers 3"
+    counted = _section(_html(plan_fleet(6, 6.9, target_rps=20, measured_replicas=3, replicas_told_by=told_by)))
+    assert "replicas 3 (the balancer's /metrics)" in counted and "REPLICAS 3" not in counted
+    assert "Measured through a balancer of 3 replicas (the balancer&#39;s /metrics: haproxy_backend_active_servers 3)" in counted
 
 
 def test_no_plan_is_one_line_why_and_no_fleet_asked_is_no_section() -> None:

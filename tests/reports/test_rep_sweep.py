@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 import analysis
-from loadtest.launch.procs import stop_process
 from loadtest.launch.run import start_simulator
+from loadtest.method.child import stop_process
 from reports import ReportError
 from reports.__main__ import main as reports_main
 from reports.sweep import write_sweep
