@@ -195,10 +195,11 @@ class PlanDecisions:
 
     def _remeasure_level(self, max_window_s: float) -> tuple[int, float, str] | None:
         found = self._knee()
-        above = not self._climbed_above
-        again = None if found is None else analysis.remeasure_level(*found, max_window_s, above)
+        if found is None:
+            return None
+        table, knee = found
+        again = analysis.remeasure_level(table, knee, max_window_s, not self._climbed_above)
         if again is not None:
-            table = found[0]
             self._climbed_above |= again.level > int(table.loc[table["phase"] == "step", "level"].max())
             self._refined += 1  # one more step in the count shown
             self.event("remeasure", again.why)
