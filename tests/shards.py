@@ -2,6 +2,8 @@
 
     python tests/shards.py [--shards N] [--store] -- PYTEST_ARGS...
 
+TEST_SHARDS=N sets the shards, TEST_SOLO=FILE,... the files run alone after them (empty: none).
+
 Why not pytest-xdist: its workers wait on threading events that the gevent patch (Locust patches the
 process as soon as a test imports it) turns into greenlet locks, and the first such test hangs the
 worker ("KeyError: <WorkerController gw0>", tried with xdist 3.8). Why not pytest-split: it splits by
@@ -34,7 +36,7 @@ DEFAULT_S = 5.0
 # Files that run alone, after the shards: test_it_profiles starts seven demos at once, and beside the other
 # shards their driver saturated (the machine's CPU, which every run on loopback shares), so the plan rightly
 # climbed past the knee (a smooth run reached 39 users for 12); alone, as it always ran, it holds.
-SOLO = ("tests/integration/test_it_profiles.py",)
+SOLO = tuple(f for f in os.environ.get("TEST_SOLO", "tests/integration/test_it_profiles.py").split(",") if f)
 NO_TESTS = 5  # pytest's exit status when nothing was collected
 
 
