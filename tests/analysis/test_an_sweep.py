@@ -189,6 +189,27 @@ def test_resize_columns_come_from_the_manifest_images_sent() -> None:
 def test_run_counts_read_ooms_and_the_preemption_counter_over_the_whole_run() -> None:
     requests = pd.DataFrame({"failure_kind": ["", "oom", "timeout", "oom", ""]})
     server = pd.DataFrame({"num_preemptions_total": [0.0, 3.0, 3.0, 0.0, 2.0]})  # a restart reset it to 0
-    assert run_counts(requests, server) == {"requests": 5, "oom_count": 2, "preemptions": 5.0}
+    assert run_counts(requests, server) == {"requests": 5, "oom_count": 2, "preemptions": 5.0, "overload_requests": 0,
+                                            "overload_oom_count": 0, "overload_preemptions": None}  # fmt: skip
     unscraped = pd.DataFrame({"num_preemptions_total": [float("nan")]})
     assert run_counts(requests, unscraped)["preemptions"] is None
+
+
+def test_the_verify_overloads_ooms_and_preemptions_are_counted_apart() -> None:
+    requests = pd.DataFrame({"phase": ["step", "step", "verify", "verify", "verify", "drain"],
+                             "failure_kind": ["", "oom", "oom", "oom", "", "oom"]})  # fmt: skip
+    steps = pd.DataFrame({"step_index": [3, 4, 5, 6], "phase": ["step", "cooldown", "verify", "drain"]})
+    server = pd.DataFrame({"t_unix_s": [1.0, 2.0, 3.0, 4.0, 5.0], "step_index": [3, 3, 4, 5, 6],
+                           "num_preemptions_total": [0.0, 2.0, 2.0, 9.0, 10.0]})  # fmt: skip
+    counts = run_counts(requests, server, steps)
+    assert counts["requests"] == 2 and counts["oom_count"] == 1 and counts["preemptions"] == 2.0
+    assert counts["overload_requests"] == 4 and counts["overload_oom_count"] == 3
+    assert counts["overload_preemptions"] == 8.0
+
+
+def test_overload_ooms_do_not_lose_a_setting_the_pick_and_are_said_beside_it() -> None:
+    clean = {**setting(16, 22.1), "overload_oom_count": 16, "overload_preemptions": 0.0}
+    chosen = pick(sweep_table([clean, setting(8, 12.0)]), 0.0)
+    assert chosen.setting == "max_num_seqs=16"
+    assert "Beside the pick: 16 OOMs at 1.5x the plateau in the verify overload" in chosen.why
+    assert sweep_table([clean]).loc[0, "overload_oom_count"] == 16
