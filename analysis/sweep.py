@@ -99,10 +99,14 @@ def _preemptions(server: pd.DataFrame, overload_steps: set[int]) -> tuple[float 
 
 
 def _at_level(steps: Sequence[Mapping[str, Any]], level: Any) -> Mapping[str, Any]:
-    """The last measured step at `level` (a refined rerun wins), or {}."""
+    """The last measured step at `level` (a refined rerun wins), else the baseline where the knee took it
+    as that level (one user: HF generate's answer is 1), or {}."""
     wanted = num({"level": level}, "level")
-    rows = [s for s in steps if s.get("phase") == "step" and num(dict(s), "level") == wanted]
-    return rows[-1] if rows else {}
+    for phase in ("step", "baseline"):
+        rows = [s for s in steps if s.get("phase") == phase and num(dict(s), "level") == wanted]
+        if rows:
+            return rows[-1]
+    return {}
 
 
 def _finite(value: float) -> float | None:
@@ -180,7 +184,7 @@ def sweep_table(settings: list[dict[str, Any]]) -> pd.DataFrame:
     keys: list[str] = []
     for setting in settings:
         for key in setting.get("values") or {}:
-            if key not in keys:
+            if key not in keys and key not in SWEEP_COLUMNS:  # TARGETS' `target`: its name is in `setting`
                 keys.append(key)
     rows = []
     for setting in settings:

@@ -213,3 +213,19 @@ def test_overload_ooms_do_not_lose_a_setting_the_pick_and_are_said_beside_it() -
     assert chosen.setting == "max_num_seqs=16"
     assert "Beside the pick: 16 OOMs at 1.5x the plateau in the verify overload" in chosen.why
     assert sweep_table([clean]).loc[0, "overload_oom_count"] == 16
+
+
+def test_backends_as_targets_one_target_column_and_the_baseline_stands_for_level_1() -> None:
+    """make demo-backends: TARGETS' `target` key is not a second `target` column, and HF generate's answer
+    1 (the knee took the baseline as level 1) has its P95 and GPU busy from the baseline."""
+    hf = setting(2, 2.1)
+    hf["summary"]["recommended_level"] = 1
+    hf["summary"]["steps"] = [{"phase": "baseline", "level": 1, "p95_ms": 507.0, "throughput_rps": 2.0,
+                               "gpu_util_mean_pct": 98.0}, {"phase": "step", "level": 3, "p95_ms": 1456.0}]  # fmt: skip
+    trt = setting(16, 113.0)
+    for s, name in ((hf, "hf"), (trt, "trtllm")):
+        s.update(setting=f"target={name}", values={"target": name}, target=f"http://127.0.0.1:800{len(name)}")
+    table = sweep_table([hf, trt])
+    assert list(table.columns).count("target") == 1 and table.loc[0, "target"] == "http://127.0.0.1:8002"
+    assert table.loc[0, "p95_ms_at_rec"] == 507.0 and table.loc[0, "gpu_util_mean"] == 98.0
+    assert pick(table, 0.0).setting == "target=trtllm"
