@@ -88,3 +88,4 @@ def test_capacity_md_names_each_bound_with_its_numbers(make_run: Callable[..., P
     assert "| memory left above the pool for per-request activations **(binding)** | 19 |" in text
     assert "| KV cache: requests whose tokens fit in the pool | 200 |" in text
     assert "| engine's own limit on requests at once | 256 | the server's max_num_seqs 256 |" in text
+
