@@ -7,7 +7,6 @@ armed at the next due event, so engine steps land within about a millisecond of 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import random
 import ssl
 import time
@@ -33,6 +32,7 @@ from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
 from simulator.profiles import Profile
 from simulator.replies import (
     Reset,
+    bearer_refused,
     error,
     failed_response,
     json_errors,
@@ -338,15 +338,7 @@ class SimServer:
         )
 
     def _metrics_refused(self, request: web.Request) -> web.StreamResponse | None:
-        """401 for a scrape without the --metrics-token bearer (a /metrics behind an auth proxy)."""
-        if not self.config.metrics_token:
-            return None
-        given = request.headers.get("Authorization", "").encode()
-        if hmac.compare_digest(given, f"Bearer {self.config.metrics_token}".encode()):
-            return None
-        return web.json_response(
-            {"error": "missing or wrong bearer token"}, status=401, headers={"WWW-Authenticate": "Bearer"}
-        )
+        return bearer_refused(self.config.metrics_token, request)
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         if refused := self._metrics_refused(request):
