@@ -391,5 +391,8 @@ def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFra
                 "a lower plateau than the pick" if chosen.setting and row["setting"] != chosen.setting else ""
             )
             remarks.append(ruled_out or idle or below)
+        over = _value(row, "overload_oom_count")
+        if over > 0 and row["setting"] != chosen.setting and status == OK:  # the pick says it in its line
+            remarks[-1] = "; ".join(x for x in (remarks[-1], f"{over:.0f} OOMs in the verify overload (not counted)") if x)
     out["remark"] = remarks
     return out

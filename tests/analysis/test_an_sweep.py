@@ -213,6 +213,9 @@ def test_overload_ooms_do_not_lose_a_setting_the_pick_and_are_said_beside_it() -
     assert chosen.setting == "max_num_seqs=16"
     assert "Beside the pick: 16 OOMs at 1.5x the plateau in the verify overload" in chosen.why
     assert sweep_table([clean]).loc[0, "overload_oom_count"] == 16
+    other = {**setting(32, 26.0, oom_count=310), "overload_oom_count": 1497}
+    marked = with_pick(sweep_table([clean, other]), pick(sweep_table([clean, other]), 0.0), 0.0)
+    assert marked.loc[1, "remark"] == "OOMs in 31% of requests; 1497 OOMs in the verify overload (not counted)"
 
 
 def test_backends_as_targets_one_target_column_and_the_baseline_stands_for_level_1() -> None:
