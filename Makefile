@@ -39,6 +39,8 @@ SERVER_TIME_PATH ?=
 MAX_SIDE ?=
 SWEEP ?=
 TARGETS ?=
+TARGET_GPU ?=
+TARGET_METRICS ?=
 SERVER_CMD ?=
 SERVER_HEALTH ?=
 RATES ?=
@@ -87,6 +89,7 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--gpu-hour-cost,$(GPU_HOUR_COST)) $(call opt,--replicas,$(REPLICAS)) \
   $(call opt,--gateway,$(GATEWAY))
 SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
+  $(call opt,--target-gpu,$(TARGET_GPU)) $(call opt,--target-metrics,$(TARGET_METRICS)) \
   $(call opt,--server-cmd,$(SERVER_CMD)) $(call opt,--server-health,$(SERVER_HEALTH))
 
 # HEADERS and METRICS_HEADERS are secrets: they reach the run through the environment, never a command
@@ -98,7 +101,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint docs docs-images demo demo-sweep sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -198,6 +201,11 @@ sweep: $(STAMP)
 # The simulator's vLLM profile swept through a local sidecar with server control (max_num_seqs=8,16,32,64)
 demo-sweep: $(STAMP)
 	@$(PY) -m loadtest demo-sweep $(RUN_FLAGS) $(call opt,--sweep,$(SWEEP))
+
+# Seed 001's backends for HunyuanOCR simulated side by side (HF generate, TensorRT-LLM, vLLM), swept as TARGETS
+# with each its own card and metrics page (TARGET_GPU, TARGET_METRICS) into one sweep sheet and a pick
+demo-backends: $(STAMP)
+	@$(PY) -m loadtest demo-backends $(RUN_FLAGS)
 
 verify: $(STAMP)
 	@$(PY) -m loadtest verify $(RUN_FLAGS) $(call opt,--rate,$(RATE))

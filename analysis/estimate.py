@@ -40,59 +40,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 # re-exported: callers take them from here
+from analysis.estimate_record import DEFAULT_HEADROOM as DEFAULT_HEADROOM
+from analysis.estimate_record import Estimate as Estimate
+from analysis.prealloc import Bound, activation_bound, bind, engine_bound, engine_limits, kv_bound
+from analysis.prealloc import cap_by_server as cap_by_server
 from analysis.server_card import PREFLIGHT_STEP_INDEX as PREFLIGHT_STEP_INDEX
 from analysis.server_card import gpu_of as gpu_of
 from analysis.server_card import gpus_named as gpus_named
 
-DEFAULT_HEADROOM = 0.7
 KV_HEADROOM = 1.0  # the KV cache is already the budget: see the module doc
 DEFAULT_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.2)
 NOISE_FLOOR_MIB = 32.0  # smallest increment we believe: NVML rounds, allocators jitter by a few MiB
 NOISE_STD_FACTOR = 3.0  # an increment below 3 standard deviations of idle memory is noise
 FELL_BACK_FRACTION = 0.5  # after the baseline, memory within half a request of idle fell back: freed
-
-
-@dataclass(frozen=True)
-class Estimate:
-    dimension: str  # "gpu_memory" | "kv_cache" | "none"
-    estimate: int | None
-    idle_mib: float | None = None
-    single_peak_mib: float | None = None
-    increment_mib: float | None = None
-    total_mib: float | None = None
-    available_mib: float | None = None
-    headroom: float = DEFAULT_HEADROOM
-    tokens_per_request: float | None = None
-    kv_cache_size_tokens: float | None = None
-    reason: str = ""
-    memory_kept_mib: float | None = None  # idle phase above the idle read before the pre-flight's request
-    # per_request | loaded_once | caching_allocator | loaded_once_and_caching | preallocated | "" (unknown)
-    memory_case: str = ""
-    loaded_once_mib: float | None = None  # memory the first request loaded and that stays, whatever the load
-    other_mem_mib: float | None = None  # other processes' memory on the server's card at idle (--pid)
-    slope_mib: float | None = None  # the steps' slope of peak memory per request in service (re-stated)
-    restated_after_step: int | None = None  # the step whose slope re-stated the estimate
-    # the engine's limit on requests at once where known (MAX_NUM_SEQS given, or the server's /metrics):
-    # the estimate is at most this; None: nothing bounds a KV-cache estimate but the cache itself
-    max_num_seqs: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _plain(v) for k, v in asdict(self).items()}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, np.generic):
-        return _plain(value.item())
-    return value
 
 
 def estimate_capacity(
@@ -181,26 +147,9 @@ def estimate_from_baseline(
     as the controller chose it (else analysis.server_card's rule finds it; see gpu_of); `max_num_seqs`:
     MAX_NUM_SEQS as the user gave it (0: unknown), a cap (see cap_by_server)."""
     samples = gpu_of(gpu, gpus_named, card, steps)
-    estimate = _estimate_from_baseline(requests, steps, samples, server, headroom, total_mib, kv_headroom)
-    return cap_by_server(estimate, server, max_num_seqs)
-
-
-def cap_by_server(estimate: Estimate, server: pd.DataFrame, max_num_seqs: int = 0) -> Estimate:
-    """No more than the engine runs at once, where that is known: MAX_NUM_SEQS given by the user, or the
-    server's own `max_num_seqs` where its /metrics exports it (vLLM 0.32 does not); levels above it only
-    queue. The smaller wins (the user's on a tie); the estimate records it in `max_num_seqs`, so the plan
-    knows a KV-cache estimate is bounded by evidence."""
-    seqs = server["max_num_seqs"].dropna() if "max_num_seqs" in server.columns else pd.Series(dtype="float64")
-    limits = [(int(max_num_seqs), f"MAX_NUM_SEQS={int(max_num_seqs)} (given)")] if max_num_seqs > 0 else []
-    if not seqs.empty:
-        limits.append((int(seqs.max()), f"the server's max_num_seqs {int(seqs.max())}"))
-    if estimate.estimate is None or not limits:
-        return estimate
-    cap, source = min(limits, key=lambda limit: limit[0])
-    if estimate.estimate <= cap:
-        return Estimate(**{**asdict(estimate), "max_num_seqs": cap})
-    reason = f"{estimate.reason}; capped at {source} (it runs no more at once)"
-    return Estimate(**{**asdict(estimate), "estimate": cap, "reason": reason, "max_num_seqs": cap})
+    limits = engine_limits(server, max_num_seqs)
+    estimate = _estimate_from_baseline(requests, steps, samples, server, headroom, total_mib, kv_headroom, limits)
+    return estimate if estimate.bounds else cap_by_server(estimate, server, max_num_seqs)
 
 
 @dataclass(frozen=True)
@@ -239,6 +188,7 @@ def _estimate_from_baseline(
     headroom: float,
     total_mib: float | None,
     kv_headroom: float,
+    limits: list[tuple[int, str]],
 ) -> Estimate:
     idle_idx, base_idx = _phase_steps(steps, "idle"), _phase_steps(steps, "baseline")
     idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()
@@ -248,6 +198,7 @@ def _estimate_from_baseline(
     idle_mib = float(idle.median()) if not idle.empty else None
     peak_mib = float(base.max()) if not base.empty else None
     why_not_gpu = ""
+    answered = bool(requests.loc[requests["step_index"].isin(base_idx), "ok"].astype(bool).any())
     kv = _kv_estimate(requests, steps, server, kv_headroom, idle_mib, total_mib)
     if idle_mib is None or peak_mib is None or total_mib is None:
         lacking = [name for name, value in (("idle", idle_mib), ("baseline", peak_mib)) if value is None]
@@ -262,20 +213,41 @@ def _estimate_from_baseline(
             other_mib=_median_of(card, idle_idx, "other_mem_mib") or 0.0,
         )  # fmt: skip
         found, why_not_gpu = gpu_estimate(readings, total_mib, headroom)
-        if found is not None and found.memory_case == "caching_allocator" and kv is not None:
-            return _loaded_once_by_a_kv_server(found, kv, peak_mib)
+        if found is not None and kv is not None:  # a pre-allocating engine: analysis.prealloc's bounds
+            if found.memory_case == "caching_allocator":
+                return bind(_loaded_once_by_a_kv_server(found, kv, peak_mib), _bounds(kv, limits), answered)
+            reserved = _median_of(card, idle_idx, "mem_reserved_mib") or 0.0
+            above = activation_bound(idle_mib, peak_mib, total_mib, readings.noise_mib, reserved, readings.other_mib)
+            return bind(_above_the_pool(kv, readings, total_mib), _bounds(kv, limits, above), answered)
         if found is not None:
             return found
     if kv is not None:
         case = "preallocated" if "preallocated" in why_not_gpu else ""
-        return Estimate(
-            **{**asdict(kv), "single_peak_mib": peak_mib, "reason": f"{why_not_gpu}; {kv.reason}", "memory_case": case}
-        )
+        flat = replace(kv, single_peak_mib=peak_mib, reason=f"{why_not_gpu}; {kv.reason}", memory_case=case)
+        return bind(flat, _bounds(kv, limits), answered)
     return Estimate(
         "none", None, idle_mib, peak_mib, None if peak_mib is None or idle_mib is None else peak_mib - idle_mib,
         total_mib, None, headroom,
         reason=f"{why_not_gpu}, and no KV-cache size with tokens per request in server.csv/requests.csv",
     )  # fmt: skip
+
+
+def _bounds(kv: Estimate, limits: list[tuple[int, str]], above: Bound | None = None) -> list[Bound | None]:
+    """The KV pool's, the engine's and the memory above the pool's bounds (analysis.prealloc)."""
+    return [kv_bound(kv), engine_bound(limits), above]
+
+
+def _above_the_pool(kv: Estimate, r: Readings, total_mib: float) -> Estimate:
+    """One request visibly raises the memory of a server that exports a KV cache: what it takes outside
+    the pool (a vision encoder's activations). Seed 000's headroom does not apply: idle includes the pool."""
+    rise = r.peak_mib - r.idle_mib
+    why = (
+        f"one request raises memory {rise:.0f} MiB above an idle of {r.idle_mib:.0f} MiB ({r.idle_mib / total_mib:.0%}"
+        f" of {total_mib:.0f} MiB) that already includes the server's KV pool: seed 000's total x headroom - idle"
+        " does not apply; that rise is memory outside the pool (activations, the vision encoder's for its image)"
+    )
+    return replace(kv, idle_mib=r.idle_mib, single_peak_mib=r.peak_mib, increment_mib=rise, reason=why,
+                   memory_case="preallocated", other_mem_mib=r.other_mib or None)  # fmt: skip
 
 
 def _loaded_once_by_a_kv_server(kept: Estimate, kv: Estimate, peak_mib: float) -> Estimate:

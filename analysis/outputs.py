@@ -86,6 +86,8 @@ def _formula(est: Estimate) -> list[str]:
             f"estimate  = floor(available / increment) = {est.estimate}",
             "```",
         ]
+    if est.bounds:
+        return _bounds_formula(est)
     if est.dimension == "kv_cache":
         return [
             "```",
@@ -106,11 +108,36 @@ def _formula(est: Estimate) -> list[str]:
     ]
 
 
+def _bounds_formula(est: Estimate) -> list[str]:
+    """A pre-allocating engine's estimate (analysis.prealloc): each bound with its numbers, the binding one said."""
+    words = {"kv_cache": "KV cache: requests whose tokens fit in the pool",
+             "engine_limit": "engine's own limit on requests at once",
+             "activation_memory": "memory left above the pool for per-request activations"}  # fmt: skip
+    lines = ["```", "estimate = min(the bounds known below), at least 1 where the server answered", "```", "",
+             "| bound | requests | from |", "|---|---|---|"]  # fmt: skip
+    for b in est.bounds:
+        mark = " **(binding)**" if b.name == est.binding else ""
+        lines.append(f"| {words.get(b.name, b.name)}{mark} | {b.requests} | {b.formula} |")
+    missing = [words[n] for n in words if n not in {b.name for b in est.bounds}]
+    if missing:
+        lines += ["", "Not known here: " + "; ".join(missing) + "."]
+    binding = next((b for b in est.bounds if b.name == est.binding), None)
+    lines += [
+        "",
+        f"Binding: **{words.get(est.binding, est.binding)}** ({binding.requests if binding else 'n/a'} requests);"
+        f" the estimate is {est.estimate}. The server pre-allocates its memory: its idle"
+        f" ({_fmt(est.idle_mib, '.0f', ' MiB')} of {_fmt(est.total_mib, '.0f', ' MiB')}) already includes its KV pool,"
+        " so seed 000's total x headroom - idle does not apply. The KV cache's headroom is the share of the pool"
+        f" planned for ({est.headroom:g}).",
+    ]
+    return lines
+
+
 def capacity_markdown(run: RunData, result: Analysis) -> str:
     """capacity.md: formula, inputs, assumptions, metadata, dimension, then measured vs estimated."""
     summary, est = result.summary, result.estimate
     gpu = summary["gpu"]
-    dims = {"gpu_memory": "GPU memory (seed 000 formula)", "kv_cache": "KV cache (server preallocates GPU memory)",
+    dims = {"gpu_memory": "GPU memory (seed 000 formula)", "kv_cache": "KV cache (server preallocates GPU memory)" + (f", bound by {est.binding.replace('_', ' ')}" if est.binding else ""),
             "none": "none: no estimate"}  # fmt: skip
     base_steps = run.steps[run.steps["phase"] == "baseline"] if not run.steps.empty else run.steps
     date = float(base_steps["t_start_unix_s"].min()) if not base_steps.empty else summary["generated_unix_s"]

@@ -10,8 +10,11 @@ One row per setting (`sweep_table`, columns SWEEP_COLUMNS plus one per swept key
                      knee found by errors), the recommended level's throughput: what the setting serves there
     p95_ms_at_rec    P95 of the recommended level's step; gpu_util_mean is the mean GPU utilisation (%)
                      of that same step, the level the setting would run at (the step before the knee)
-    oom_rate         OOM answers per request over the whole setting, every phase (requests.csv)
-    preemptions      vllm:num_preemptions_total's increase over the whole setting, where scraped; else empty
+    oom_rate         OOM answers per request at the capacity levels (requests.csv, every phase but the
+                     verify overload's); they and `preemptions` decide the pick
+    preemptions      vllm:num_preemptions_total's increase at the capacity levels, where scraped; else empty
+    overload_oom_count, overload_preemptions   the same in the verify overload (1.5x the plateau on purpose,
+                     open loop): a column of their own and a line beside the pick, never against the setting
     peak_mem_share   the highest device reading of the server's card in any measured step / the card's total
     mem_per_request_mib  one request's peak above idle (the estimate's increment): the resize A/B's measure
 The pick (`pick`): the highest plateau among ok settings with no OOM and no preemption (and, when
@@ -28,8 +31,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from analysis.open_loop import VERIFY_PHASES
 from analysis.sample_columns import positive_increase
 from analysis.stats import num
 
@@ -38,6 +43,7 @@ OK, FAILED, PENDING = "ok", "failed", "pending"
 SWEEP_COLUMNS = [
     "setting", "status", "why", "dir", "target", "recommended_level", "knee_level", "plateau_rps",
     "p95_ms_at_rec", "throughput_rps_at_rec", "requests", "oom_count", "oom_rate", "preemptions",
+    "overload_oom_count", "overload_preemptions",
     "peak_mem_mib", "mem_total_mib", "peak_mem_share", "gpu_util_mean", "estimate", "mem_per_request_mib",
     "max_side_px", "images_before_px", "images_after_px", "pick", "pareto", "remark",
 ]  # fmt: skip
@@ -52,24 +58,55 @@ class Pick:
     idle_gpu: bool = False  # the pick's GPU was under IDLE_UTIL_PCT busy at its recommended level
 
 
-def run_counts(requests: pd.DataFrame, server: pd.DataFrame) -> dict[str, Any]:
-    """Requests, OOM answers and preemptions over a whole run (its raw frames); preemptions None unscraped."""
-    kinds = requests["failure_kind"].astype(str) if "failure_kind" in requests.columns else pd.Series([])
-    counter = server["num_preemptions_total"] if "num_preemptions_total" in server.columns else pd.Series([])
-    values = pd.to_numeric(counter, errors="coerce").dropna().to_numpy(dtype="float64")
-    preempted = positive_increase(values) if values.size else math.nan
+def run_counts(requests: pd.DataFrame, server: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Requests, OOM answers and preemptions of a run (its raw frames), the capacity levels' apart from the
+    verify overload's (phases VERIFY_PHASES: 1.5x the plateau on purpose); preemptions None unscraped."""
+    phases = requests["phase"].astype(str) if "phase" in requests.columns else pd.Series([""] * len(requests))
+    over = phases.isin(VERIFY_PHASES).to_numpy(dtype=bool)
+    kinds = requests["failure_kind"].astype(str) if "failure_kind" in requests.columns else pd.Series([""] * len(requests))
+    oom = (kinds == "oom").to_numpy(dtype=bool)
+    overload_steps: set[int] = set()
+    if steps is not None and not steps.empty and "phase" in steps.columns:
+        overload_steps = {int(i) for i in steps.loc[steps["phase"].isin(VERIFY_PHASES), "step_index"]}
+    capacity_pre, overload_pre = _preemptions(server, overload_steps)
     return {
-        "requests": len(requests),
-        "oom_count": int((kinds == "oom").sum()),
-        "preemptions": None if math.isnan(preempted) else preempted,
+        "requests": int((~over).sum()),
+        "oom_count": int((oom & ~over).sum()),
+        "preemptions": capacity_pre,
+        "overload_requests": int(over.sum()),
+        "overload_oom_count": int((oom & over).sum()),
+        "overload_preemptions": overload_pre,
     }
 
 
+def _preemptions(server: pd.DataFrame, overload_steps: set[int]) -> tuple[float | None, float | None]:
+    """The preemption counter's increase at the capacity levels and in the overload (each rise counted in
+    the step of the scrape that saw it); None where the server exports no counter."""
+    if "num_preemptions_total" not in server.columns:
+        return None, None
+    ordered = server.sort_values("t_unix_s", kind="stable") if "t_unix_s" in server.columns else server
+    counter = pd.to_numeric(ordered["num_preemptions_total"], errors="coerce")
+    kept = counter.notna().to_numpy(dtype=bool)
+    values = counter.to_numpy(dtype="float64")[kept]
+    if not values.size:
+        return None, None
+    if not overload_steps or "step_index" not in ordered.columns:
+        return positive_increase(values), (0.0 if overload_steps else None)
+    rises = np.clip(np.diff(values), 0.0, None)  # a restart resets the counter: no negative rise
+    in_overload = ordered["step_index"].to_numpy()[kept][1:]
+    mask = np.isin(in_overload, list(overload_steps))
+    return float(rises[~mask].sum()), float(rises[mask].sum())
+
+
 def _at_level(steps: Sequence[Mapping[str, Any]], level: Any) -> Mapping[str, Any]:
-    """The last measured step at `level` (a refined rerun wins), or {}."""
+    """The last measured step at `level` (a refined rerun wins), else the baseline where the knee took it
+    as that level (one user: HF generate's answer is 1), or {}."""
     wanted = num({"level": level}, "level")
-    rows = [s for s in steps if s.get("phase") == "step" and num(dict(s), "level") == wanted]
-    return rows[-1] if rows else {}
+    for phase in ("step", "baseline"):
+        rows = [s for s in steps if s.get("phase") == phase and num(dict(s), "level") == wanted]
+        if rows:
+            return rows[-1]
+    return {}
 
 
 def _finite(value: float) -> float | None:
@@ -136,6 +173,7 @@ def setting_row(setting: Mapping[str, Any]) -> dict[str, Any]:
         row.update(_images(manifest if isinstance(manifest, Mapping) else {}))
     requests, ooms = setting.get("requests"), setting.get("oom_count")
     row["requests"], row["oom_count"], row["preemptions"] = requests, ooms, setting.get("preemptions")
+    row["overload_oom_count"], row["overload_preemptions"] = setting.get("overload_oom_count"), setting.get("overload_preemptions")
     if isinstance(requests, int | float) and requests > 0 and isinstance(ooms, int | float):
         row["oom_rate"] = ooms / requests
     return row
@@ -146,7 +184,7 @@ def sweep_table(settings: list[dict[str, Any]]) -> pd.DataFrame:
     keys: list[str] = []
     for setting in settings:
         for key in setting.get("values") or {}:
-            if key not in keys:
+            if key not in keys and key not in SWEEP_COLUMNS:  # TARGETS' `target`: its name is in `setting`
                 keys.append(key)
     rows = []
     for setting in settings:
@@ -268,6 +306,17 @@ def _resize_note(rows: Sequence[Mapping[str, Any]], best: Mapping[str, Any]) -> 
     )
 
 
+def overload_line(row: Mapping[str, Any]) -> str:
+    """Beside the pick: what its verify overload (1.5x the plateau) did, which does not count against it."""
+    ooms, pre = _value(row, "overload_oom_count"), _value(row, "overload_preemptions")
+    said = [f"{ooms:.0f} OOMs" if ooms > 0 else "", f"{pre:.0f} preemptions" if pre > 0 else ""]
+    said = [x for x in said if x]
+    if not said:
+        return ""
+    return (f". Beside the pick: {' and '.join(said)} at 1.5x the plateau in the verify overload: the gateway's"
+            " limit keeps it from there (not counted against the setting)")  # fmt: skip
+
+
 def _closest(candidates: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """Fewest OOMs per request, then fewest preemptions, then the highest plateau."""
 
@@ -299,6 +348,7 @@ def pick(table: pd.DataFrame, slo_p95_s: float) -> Pick:
             + tail
         )
         idle = _value(best, "gpu_util_mean") < IDLE_UTIL_PCT
+        why += overload_line(best)
         return Pick(setting=str(best["setting"]), why=why, closest=None, pareto=front, idle_gpu=idle)
     near = _closest(ok)
     rule = "without OOMs or preemptions" + (f" within the {slo_p95_s:g} s P95 SLO" if slo_p95_s > 0 else "")
@@ -341,5 +391,8 @@ def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFra
                 "a lower plateau than the pick" if chosen.setting and row["setting"] != chosen.setting else ""
             )
             remarks.append(ruled_out or idle or below)
+        over = _value(row, "overload_oom_count")
+        if over > 0 and row["setting"] != chosen.setting and status == OK:  # the pick says it in its line
+            remarks[-1] = "; ".join(x for x in (remarks[-1], f"{over:.0f} OOMs in the verify overload (not counted)") if x)
     out["remark"] = remarks
     return out

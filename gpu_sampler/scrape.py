@@ -1,4 +1,5 @@
-"""Readers of Prometheus text: a DCGM exporter (GPU memory per `gpu` label) and a server's /metrics (vLLM).
+"""Readers of Prometheus text: a DCGM exporter (GPU memory per `gpu` label) and a server's /metrics (vLLM;
+trtllm-serve's /prometheus/metrics, its names read as vLLM's: TRTLLM_ALIASES).
 
 Both take `fetch(url) -> str` so tests hand in fixture text or point them at a tiny local server.
 Only the lines of the metrics we use go through prometheus-client's parser: a vLLM /metrics page holds
@@ -49,8 +50,18 @@ VLLM_E2E_BUCKET = "vllm:e2e_request_latency_seconds_bucket"  # the server's own 
 # (`proxy` label), servers UP and not backup. vLLM exports no such count (its `engine` label numbers the
 # engines inside one server), nor does a replica's own page: a scrape through a balancer reaches one replica.
 HAPROXY_ACTIVE = "haproxy_backend_active_servers"
+# trtllm-serve's Prometheus page (/prometheus/metrics; tensorrt_llm/metrics/collector.py), read as vLLM's
+TRTLLM_ALIASES = {
+    "trtllm_num_requests_running": VLLM_RUNNING,
+    "trtllm_num_requests_waiting": VLLM_WAITING,
+    "trtllm_kv_cache_utilization": VLLM_KV_USAGE[0],
+    "trtllm_e2e_request_latency_seconds_bucket": VLLM_E2E_BUCKET,
+}
+TRTLLM_MAX_BATCH = "trtllm_max_batch_size_static"  # the engine's max_batch_size: its max_num_seqs
+TRTLLM_KV_BLOCKS = ("trtllm_kv_cache_max_blocks", "trtllm_kv_cache_tokens_per_block")  # their product: KV tokens
+TRTLLM_NAMES = (*TRTLLM_ALIASES, TRTLLM_MAX_BATCH, *TRTLLM_KV_BLOCKS)
 SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO, VLLM_E2E_BUCKET,
-                HAPROXY_ACTIVE)  # fmt: skip
+                HAPROXY_ACTIVE, *TRTLLM_NAMES)  # fmt: skip
 # The framework's memory view (torch.cuda.max_memory_allocated()): read when a server exports it under this
 # name and FRAMEWORK_METRIC is not set (the simulator's pytorch profiles and the FastAPI example in docs/real-use.md).
 FRAMEWORK_AUTO = "ocr_framework_peak_bytes"
@@ -283,9 +294,17 @@ def parse_server_metrics(
     active: list[float] = []  # per backend: the one serving the load has the most (a stats listen has none)
     keep_all = values_out is not None
     page = text if keep_all else select_lines(text, (*SERVER_NAMES, framework), contains="max_num_seqs")
+    trt_blocks: dict[str, float] = {}
     for name, labels, value in parse_samples(page):
         if values_out is not None:
             values_out[_key(name, labels)] = value
+        if name in TRTLLM_KV_BLOCKS:
+            trt_blocks[name] = trt_blocks.get(name, 0.0) + value if name == TRTLLM_KV_BLOCKS[0] else value
+            continue
+        if name == TRTLLM_MAX_BATCH:
+            max_seqs.append(value)
+            continue
+        name = TRTLLM_ALIASES.get(name, name)
         if name == framework:
             framework_values.append(value)
         elif name in (VLLM_RUNNING, VLLM_WAITING, VLLM_PREEMPTIONS):
@@ -306,6 +325,8 @@ def parse_server_metrics(
         elif name.endswith("max_num_seqs"):
             max_seqs.append(value)
     usage = next((kv_usage[n] for n in VLLM_KV_USAGE if n in kv_usage), None)
+    if len(trt_blocks) == len(TRTLLM_KV_BLOCKS):
+        kv_tokens.append(trt_blocks[TRTLLM_KV_BLOCKS[0]] * trt_blocks[TRTLLM_KV_BLOCKS[1]])
     return ServerSample(
         t_unix_s=0.0,
         step_index=-1,

@@ -202,6 +202,11 @@ def estimate_formula(estimate: Mapping[str, Any]) -> str:
     est = whole(estimate.get("estimate"))
     if est is None:
         return ""
+    bounds = [b for b in estimate.get("bounds") or [] if isinstance(b, Mapping)]
+    if bounds:  # a pre-allocating engine (analysis.prealloc): the smallest bound, each named
+        named = ", ".join(f"{str(b.get('name', '')).replace('_', ' ')} {b.get('requests')}" for b in bounds)
+        binding = str(estimate.get("binding") or "").replace("_", " ")
+        return f"min({named}) = {est} (binding: {binding}; capacity.md gives each bound's numbers)"
     if estimate.get("dimension") == "gpu_memory":
         total, headroom = num(estimate.get("total_mib")), num(estimate.get("headroom"))
         idle, inc = num(estimate.get("idle_mib")), num(estimate.get("increment_mib"))

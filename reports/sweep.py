@@ -77,7 +77,7 @@ def _frames_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any] |
         run = analysis.load_run(run_dir)
     except analysis.RunFolderError as exc:
         return {}, None, str(exc)
-    counts = run_counts(run.requests, run.server)
+    counts = run_counts(run.requests, run.server, run.steps)
     try:
         summary = _read_json(run_dir / SUMMARY_FILE)
     except (ValueError, UnicodeDecodeError):

@@ -23,7 +23,7 @@ CHARTS: tuple[tuple[str, str, str, str, float], ...] = (
     # key, column, title, y label, scale
     ("throughput", "plateau_rps", "Plateau throughput per setting", "successful requests / s", 1.0),
     ("p95", "p95_ms_at_rec", "P95 at the recommended level", "P95 (s)", 0.001),
-    ("oom", "oom_rate", "OOMs per request (whole setting)", "OOM share of requests (%)", 100.0),
+    ("oom", "oom_rate", "OOMs per request (capacity levels; the verify overload apart)", "OOM share of requests (%)", 100.0),
     ("util", "gpu_util_mean", "GPU utilisation at the recommended level", "mean GPU utilisation (%)", 1.0),
 )
 

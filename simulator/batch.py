@@ -5,7 +5,7 @@ A request inside the pipeline is a `Job`. At each step start `admit` first gives
 sequence the blocks its next token needs, preempting the most recently admitted one when none are free
 (recompute: its blocks and encoder memory freed, its tokens lost, back to the front of the queue), then
 admits from the waiting queue (FIFO) while the batch has fewer than max_batch sequences and, for vllm,
-free blocks cover the prompt plus one token. A sequence of n tokens holds
+free blocks cover the prompt plus one token (trtllm: plus its whole answer). A sequence of n tokens holds
 ceil((prompt_tokens + n) / kv_block_size_tokens) blocks. The vision-encoder memory of the running images
 (vllm, outside the KV pool) is counted here too: it is freed with the sequence.
 """
@@ -64,8 +64,8 @@ class Batch:
             self._grow_running_blocks()
         while self.waiting and len(self.running) < self.profile.max_batch:
             job = self._jobs[self.waiting[0]]
-            if vllm:
-                need = self.blocks_for(job, 1)
+            if vllm:  # trtllm (GUARANTEED_NO_EVICT): the whole answer's blocks, so it is never preempted
+                need = self.blocks_for(job, job.work.output_tokens if self.profile.server == "trtllm" else 1)
                 if need > self.free_blocks:
                     break
                 self.free_blocks -= need

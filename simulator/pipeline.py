@@ -72,6 +72,7 @@ class Pipeline:
         self._gw_queue: deque[int] = deque()
         self._cpu_busy = 0
         self._cpu_queue: deque[int] = deque()
+        self._lock_queue: deque[int] = deque()  # hf: requests waiting for generate's lock, off the GPU
         self._batch = Batch(profile, self._jobs)
         self._step_serial = 0
         self._stepping = False
@@ -119,7 +120,7 @@ class Pipeline:
         util = self._busy.util_pct(now_ms)
         return Snapshot(
             running=len(self._batch.running),
-            waiting=len(self._batch.waiting) + len(self._gw_queue) + len(self._cpu_queue),
+            waiting=len(self._batch.waiting) + len(self._gw_queue) + len(self._cpu_queue) + len(self._lock_queue),
             kv_usage=used_blocks / p.num_gpu_blocks if p.kind == "vllm" else 0.0,
             mem_used_mib=mem,
             gpu_util_pct=util,
@@ -211,6 +212,10 @@ class Pipeline:
 
     def _enter_engine(self, job: Job, t: float) -> None:
         p = self.profile
+        if p.server == "hf" and self._in_engine() >= p.max_batch:  # generate's lock: wait before the GPU
+            job.stage = "lock"
+            self._lock_queue.append(job.job_id)
+            return
         self.memory.note_request()
         if p.kind == "pytorch" or job.force_oom:
             used = p.idle_mib + self._leak_mib + self.memory.loaded_once_mib + self._held_mib
@@ -225,6 +230,7 @@ class Pipeline:
                 self._fail(job, t, 500, "oom", msg, None)
                 if self.restart_on_oom:
                     self._crash(t)
+                self._unlock(t)
                 return
             job.holds_mib = need
             self._held_mib += need
@@ -244,6 +250,14 @@ class Pipeline:
         if not self._stepping:
             self._start_step(t)
 
+    def _in_engine(self) -> int:
+        return len(self._batch.running) + len(self._batch.waiting)
+
+    def _unlock(self, t: float) -> None:
+        """HF generate: the request that waited longest before the GPU enters as one leaves."""
+        while self._lock_queue and self._in_engine() < self.profile.max_batch:
+            self._enter_engine(self._jobs[self._lock_queue.popleft()], t)
+
     def _crash(self, t: float) -> None:
         victims = [job for job in self._jobs.values() if job.stage != "new"]
         for job in victims:
@@ -251,6 +265,7 @@ class Pipeline:
             self._fail(job, t, 503, "restarting", "server crashed after an out-of-memory error", self.options.retry_after_s)
         self._gw_queue.clear()
         self._cpu_queue.clear()
+        self._lock_queue.clear()
         self._batch.clear()
         self._cpu_busy = 0
         self._gw_inside = 0
@@ -345,6 +360,7 @@ class Pipeline:
             else:
                 still.append(job_id)
         self._batch.running = still
+        self._unlock(t)
         self._start_step(t)
 
     def _finish(self, job: Job, t: float) -> None:

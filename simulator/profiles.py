@@ -36,6 +36,20 @@ Parameters of a `Profile` (a simulated server on one GPU):
     gateway_slots/_queue/_wait_s, retry_after_s   a gateway this profile has in front by default (the
                                      Options of the same names; flags override, 0 slots: none)
     heat                      bool   the card heats with load and throttles past THROTTLE_C (simulator.thermal)
+    backend                   name   the serving software, for what it does beyond `kind`'s memory model and
+                                     what its /metrics exports (BACKENDS); "" is the kind's own: a PyTorch server
+                                     (FastAPI) for pytorch, vLLM for vllm
+
+Backends (`kind` is the memory model: pytorch takes memory per request, vllm pre-allocates a KV pool):
+    pytorch   FastAPI around a batching engine; exports only the framework's peak (ocr_framework_peak_bytes),
+              no vllm:* series (a PyTorch server has none)
+    hf        HF transformers' `generate` behind FastAPI: one request at a time, no batching across requests
+              (the others wait before the GPU, holding no GPU memory), memory per request; exports the same
+    vllm      vLLM's OpenAI server: continuous batching, pre-allocated KV pool, preemption; vllm:* on /metrics
+    trtllm    trtllm-serve (TensorRT-LLM): in-flight batching, pre-allocated KV pool, a max_batch_size fixed when
+              the engine is built; its scheduler (GUARANTEED_NO_EVICT, the default) admits a request only when
+              the pool holds its whole answer, so it never preempts; Prometheus trtllm_* on /prometheus/metrics
+              (its /metrics is JSON iteration stats), the names of tensorrt_llm/metrics/collector.py
 
 Options usable with any profile are simulator.options; the work one image costs is simulator.work.
 """
@@ -47,6 +61,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["pytorch", "vllm"]
+BACKENDS = {"pytorch": "pytorch", "hf": "pytorch", "vllm": "vllm", "trtllm": "vllm"}  # backend -> its kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +99,16 @@ class Profile:
     gateway_wait_s: float = 30.0
     retry_after_s: int = 1
     heat: bool = False
+    backend: str = ""
 
     @property
     def kv_cache_size_tokens(self) -> int:
         return self.num_gpu_blocks * self.kv_block_size_tokens
+
+    @property
+    def server(self) -> str:
+        """The serving software (module doc, Backends): `backend`, else the kind's own."""
+        return self.backend or self.kind
 
 
 PROFILES: dict[str, Profile] = {
@@ -189,6 +210,44 @@ PROFILES: dict[str, Profile] = {
         gateway_slots=8,
         gateway_queue=8,
         gateway_wait_s=2.0,
+    ),
+    # Seed 001's three backends for HunyuanOCR on one 24 GB card, side by side (make demo-backends):
+    # HF generate: the same model in transformers, one page at a time (~19 ms a token in eager PyTorch), so
+    # throughput is flat from one request and the answer is 1; memory per request, never more than one.
+    "hunyuan-hf-24g": Profile(
+        name="hunyuan-hf-24g",
+        kind="pytorch",
+        backend="hf",
+        model_name="tencent/HunyuanOCR",
+        idle_mib=3200.0,
+        step_base_ms=19.0,
+        step_per_seq_ms=0.0,
+        prefill_ms_per_1k_tokens=40.0,
+        max_batch=1,
+        base_mib_per_request=120.0,
+        act_mib_per_mpix=600.0,
+        mib_per_token=0.5,
+        max_image_px=1_200_000,
+    ),
+    # TensorRT-LLM: in-flight batching with compiled kernels (less host work a step than vLLM's 3 ms), the
+    # KV pool pre-allocated (0.9 of the card), max_batch_size 16 fixed at engine build: the answer is 16.
+    "hunyuan-trtllm-24g": Profile(
+        name="hunyuan-trtllm-24g",
+        kind="vllm",
+        backend="trtllm",
+        model_name="tencent/HunyuanOCR",
+        idle_mib=math.floor(0.9 * 24576.0),
+        step_host_ms=1.0,
+        step_base_ms=0.5,
+        step_per_seq_ms=0.1,
+        prefill_ms_per_1k_tokens=9.0,
+        max_batch=16,
+        num_gpu_blocks=18000,  # 18000 MiB of KV in 32-token blocks (TensorRT-LLM's default tokens_per_block)
+        kv_block_size_tokens=32,
+        kv_bytes_per_token=32768,
+        max_model_len=16384,
+        encoder_mib_per_mpix=180.0,
+        max_image_px=1_200_000,
     ),
     # pytorch-24g on a card that heats with load and throttles past 83 C (simulator.thermal).
     "hot-24g": Profile(name="hot-24g", kind="pytorch", model_name="sim-ocr-1b", heat=True),

@@ -3,6 +3,7 @@ OpenAI usage blocks, server-sent events and a deliberate connection reset."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import socket
@@ -87,3 +88,15 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
     except Exception as exc:
         log.exception("internal error")
         return json_error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def bearer_refused(token: str, request: web.Request) -> web.StreamResponse | None:
+    """401 for a scrape without the --metrics-token bearer (a /metrics behind an auth proxy); None: let it in."""
+    if not token:
+        return None
+    given = request.headers.get("Authorization", "").encode()
+    if hmac.compare_digest(given, f"Bearer {token}".encode()):
+        return None
+    return web.json_response(
+        {"error": "missing or wrong bearer token"}, status=401, headers={"WWW-Authenticate": "Bearer"}
+    )

@@ -7,7 +7,6 @@ armed at the next due event, so engine steps land within about a millisecond of 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import random
 import ssl
 import time
@@ -33,6 +32,7 @@ from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
 from simulator.profiles import Profile
 from simulator.replies import (
     Reset,
+    bearer_refused,
     error,
     failed_response,
     json_errors,
@@ -49,6 +49,7 @@ from simulator.requestlog import (
     timing_middleware,
 )
 from simulator.settings import settle
+from simulator.trtllm_metrics import iteration_stats, render_trtllm_metrics
 from simulator.truth import truth
 from simulator.work import Work, drawn_work, runaway_work, work_of
 
@@ -206,6 +207,7 @@ class SimServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/prometheus/metrics", self._prometheus)
         app.router.add_get("/truth", self._truth)
         app.router.add_get("/admin/faults", self._faults)
         app.router.add_post("/admin/faults", self._faults)
@@ -336,22 +338,27 @@ class SimServer:
         )
 
     def _metrics_refused(self, request: web.Request) -> web.StreamResponse | None:
-        """401 for a scrape without the --metrics-token bearer (a /metrics behind an auth proxy)."""
-        if not self.config.metrics_token:
-            return None
-        given = request.headers.get("Authorization", "").encode()
-        if hmac.compare_digest(given, f"Bearer {self.config.metrics_token}".encode()):
-            return None
-        return web.json_response(
-            {"error": "missing or wrong bearer token"}, status=401, headers={"WWW-Authenticate": "Bearer"}
-        )
+        return bearer_refused(self.config.metrics_token, request)
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         if refused := self._metrics_refused(request):
             return refused
-        text = render_vllm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.stats)
-        if self.profile.kind == "pytorch":  # vLLM preallocates: no per-request framework view
-            text += render_framework_metric(self.profile, self.pipeline.take_framework_peak_mib())
+        snap = self.pipeline.snapshot(self.now_ms())
+        if self.profile.server == "trtllm":  # trtllm-serve: JSON iteration stats here, Prometheus elsewhere
+            return web.json_response(iteration_stats(self.profile, snap, time.time()))
+        if self.profile.server == "vllm":
+            text = render_vllm_metrics(self.profile, snap, self.stats)
+        else:  # a PyTorch server (FastAPI, HF generate): no vllm:* series, the framework's view only
+            text = render_framework_metric(self.profile, self.pipeline.take_framework_peak_mib())
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _prometheus(self, request: web.Request) -> web.StreamResponse:
+        """trtllm-serve's Prometheus page (simulator.trtllm_metrics); 404 for other backends, as theirs."""
+        if self.profile.server != "trtllm":
+            raise web.HTTPNotFound()
+        if refused := self._metrics_refused(request):
+            return refused
+        text = render_trtllm_metrics(self.profile, self.pipeline.snapshot(self.now_ms()), self.stats)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _dcgm(self, request: web.Request) -> web.StreamResponse:

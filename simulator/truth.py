@@ -20,7 +20,8 @@ answer lengths, drawn from random.Random(TRUTH_SEED), so its knee does not move 
 Memory (seed 000's method, headroom 0.7):
     pytorch: increment_mib = the request's memory; estimate = floor((total x 0.7 - idle) / increment);
              oom_concurrency = floor((total - reserved - idle) / increment) + 1 requests in the engine at
-             once (None when a gateway keeps fewer than that inside).
+             once (None when a gateway keeps fewer than that inside, or for hf, whose requests wait off the
+             GPU for generate's lock, when its max_batch fits).
     vllm:    estimate = floor(kv_cache_size_tokens / tokens per request); increment_mib = the image's
              encoder memory outside the pool (0 for most: memory is flat); with one, oom_concurrency =
              floor((total - reserved - idle) / increment) + 1 images in the engine at once when the engine's
@@ -170,7 +171,8 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
         increment = work.increment_mib
         estimate = math.floor((p.total_mib * HEADROOM - idle) / increment)
         fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment)
-        if not (o.gateway_slots > 0 and o.gateway_slots <= fit):
+        held = p.max_batch if p.server == "hf" else None  # hf: only the requests generate runs hold memory
+        if not (o.gateway_slots > 0 and o.gateway_slots <= fit) and not (held is not None and held <= fit):
             oom = _find_oom(p, o, width_px, height_px, max_tokens, fit + 1)
         if oom is not None:
             c_max = min(c_max, oom - 1)

@@ -1,10 +1,11 @@
-"""`python -m loadtest run|demo|ui|worker|merge-rows|sweep|demo-sweep|verify|gateway`: pre-flight checks, Locust master and workers, analysis, report.
+"""`python -m loadtest run|demo|ui|worker|merge-rows|sweep|demo-sweep|demo-backends|verify|gateway`: pre-flight checks, Locust master and workers, analysis, report.
 
     run     the real job from a driver machine (each RunConfig field is a flag: --host, --levels, ...)
     demo    the whole method against the built-in simulator, ending with `report: <path>`
     ui      Locust's web UI with the stepped plan and the step and GPU panel at /ocr
     worker, merge-rows  a driver machine that is not the master (loadtest/commands/worker.py)
     sweep, demo-sweep   the whole method per server or client setting, side by side (loadtest/commands/sweep.py)
+    demo-backends       seed 001's backends (HF generate, TensorRT-LLM, vLLM) simulated side by side as TARGETS
     verify  a server already set up, open loop at --rate R for --window-s (loadtest/commands/verify.py)
     gateway HAProxy in front of the server with a run's recommended config (loadtest/commands/gateway.py)
 
@@ -52,6 +53,7 @@ COMMANDS = {
     "merge-rows": worker.cmd_merge_rows,
     "sweep": sweep.cmd_sweep,
     "demo-sweep": sweep.cmd_demo_sweep,
+    "demo-backends": sweep.cmd_demo_backends,
     "gateway": gateway.cmd_gateway,
 }
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 from typing import Any
 
 from gpu_sampler import SamplerError
 from gpu_sampler.client import SidecarClient
+from loadtest.launch.preflight import PreflightError
 from loadtest.launch.procs import fail, free_port
 from loadtest.launch.run import add_run_flags
 from loadtest.settings.checks import ConfigError
+from loadtest.sweep.backends_demo import running_backends
 from loadtest.sweep.demo import (
     DEMO_PROFILES,
     DEMO_SWEEP,
@@ -28,7 +31,7 @@ from scenarios import ScenarioError
 
 def add_parsers(sub: Any) -> None:
     """`sweep` and `demo-sweep`: every flag of `run`, plus the grid and the server's control."""
-    for name in ("sweep", "demo-sweep"):
+    for name in ("sweep", "demo-sweep", "demo-backends"):
         p = sub.add_parser(name, help="the whole method per setting, side by side, and a pick")
         add_run_flags(p)
         p.add_argument("--sweep", action="append", default=[], metavar="SWEEP",
@@ -37,6 +40,11 @@ def add_parsers(sub: Any) -> None:
                             " placeholders of the server's template")  # fmt: skip
         p.add_argument("--targets", default="", metavar="TARGETS",
                        help="servers already running, one setting each: 'seqs16=http://gpu-a:8000,seqs32=http://gpu-b:8000'")  # fmt: skip
+        p.add_argument("--target-gpu", default="", metavar="TARGET_GPU",
+                       help="each target's own GPU source, where they differ: 'a=dcgm:http://gpu-a:9400/metrics,...'")
+        p.add_argument("--target-metrics", default="", metavar="TARGET_METRICS",
+                       help="each target's own metrics URL, where they differ (trtllm-serve:"
+                            " 'trt=http://gpu-b:8000/prometheus/metrics')")  # fmt: skip
         p.add_argument("--server-cmd", default="", metavar="SERVER_CMD",
                        help="start the server here per setting (driver and server on one machine), placeholders"
                             " in braces: 'vllm serve M --max-num-seqs {max_num_seqs}'; else GPU=sidecar:URL's"
@@ -46,6 +54,7 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--server-start-timeout-s", type=float, default=600.0,
                        help="how long a restarted server may take to become healthy (a first compile takes minutes)")  # fmt: skip
     add_demo_arguments(sub.choices["demo-sweep"])
+    add_demo_arguments(sub.choices["demo-backends"])
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,3 +102,16 @@ def cmd_demo_sweep(ns: argparse.Namespace) -> int:
         stop_pid(sidecar.pid, sidecar)
         if isinstance(server_pid, int) and server_pid > 0:
             stop_pid(server_pid)  # the sidecar stops its server; should it not have, this does
+
+
+def cmd_demo_backends(ns: argparse.Namespace) -> int:
+    """Seed 001's backends side by side (loadtest/sweep/backends_demo.py): one simulator each, swept as TARGETS."""
+    try:
+        with running_backends(ns.time_scale, shlex.split(ns.simulator_args)) as backends:
+            ns.targets, ns.target_gpu, ns.target_metrics = backends.targets, backends.target_gpu, backends.target_metrics
+            ns.ocr_host, ns.ocr_server_metrics = "", ""
+            ns.ocr_gpu = backends.target_gpu.split(",")[0].split("=", 1)[1]  # each target's own wins (TARGET_GPU)
+            ns.command = "sweep"
+            return cmd_sweep(ns)
+    except PreflightError as exc:
+        return fail(str(exc))

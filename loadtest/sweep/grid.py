@@ -106,6 +106,23 @@ def parse_targets(text: str) -> dict[str, str]:
     return targets
 
 
+def parse_per_target(text: str, flag: str, targets: dict[str, str], example: str) -> dict[str, str]:
+    """TARGET_GPU / TARGET_METRICS `name=VALUE,name=VALUE` -> {target name: value}, each name one of TARGETS';
+    one line per mistake."""
+    named: dict[str, str] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        name, sep, value = (part.strip() for part in entry.partition("="))
+        if not sep or not name or not value:
+            raise SweepError(f"bad {flag} entry {entry!r}: write name=VALUE per target, e.g. {example}")
+        if name not in targets:
+            known = ", ".join(targets) or "none: give TARGETS"
+            raise SweepError(f"{flag} names {name}, not one of TARGETS ({known}): use a target's name")
+        named[name] = value
+    return named
+
+
 def server_keys(axes: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(k for k in axes if k not in CLIENT_KEYS)
 

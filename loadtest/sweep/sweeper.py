@@ -49,6 +49,7 @@ from loadtest.sweep.grid import (
     SweepError,
     build_grid,
     check_grid,
+    parse_per_target,
     parse_sweep,
     parse_targets,
     run_overrides,
@@ -94,7 +95,8 @@ def prepare(ns: argparse.Namespace) -> SweepPlan:
         settings = build_grid(axes, targets)
         if restarter is not None:
             check_server_values(restarter.placeholders, settings)
-        configs = [setting_config(base, s) for s in settings]
+        sources = _per_target_sources(ns, targets)
+        configs = [setting_config(base, s, sources) for s in settings]
         check_images(configs)
     except BaseException:
         if restarter is not None:
@@ -115,11 +117,26 @@ def check_server_values(placeholders: tuple[str, ...], settings: list[Setting]) 
             raise SweepError(f"setting {setting.label}: {exc}") from None
 
 
-def setting_config(base: RunConfig, setting: Setting) -> RunConfig:
-    """The run config of one setting: its overrides on the sweep's, SERVER_METRICS following a target."""
+def _per_target_sources(ns: argparse.Namespace, targets: dict[str, str]) -> dict[str, dict[str, str]]:
+    """{target: {"gpu": GPU, "server_metrics": URL}} from TARGET_GPU and TARGET_METRICS: servers on other
+    machines (each its own card) or with their metrics elsewhere (trtllm-serve: /prometheus/metrics)."""
+    gpus = parse_per_target(getattr(ns, "target_gpu", ""), "TARGET_GPU", targets, "a=dcgm:http://gpu-a:9400/metrics")
+    metrics = parse_per_target(getattr(ns, "target_metrics", ""), "TARGET_METRICS", targets,
+                               "trt=http://gpu-b:8000/prometheus/metrics")  # fmt: skip
+    sources: dict[str, dict[str, str]] = {}
+    for name in targets:
+        given = {"gpu": gpus.get(name, ""), "server_metrics": metrics.get(name, "")}
+        sources[name] = {key: value for key, value in given.items() if value}
+    return sources
+
+
+def setting_config(base: RunConfig, setting: Setting, sources: dict[str, dict[str, str]] | None = None) -> RunConfig:
+    """The run config of one setting: its overrides on the sweep's, SERVER_METRICS following a target, and a
+    target's own GPU source and metrics URL where TARGET_GPU / TARGET_METRICS name them (`sources`)."""
     overrides = run_overrides(setting)
     if setting.target_url and base.server_metrics:
         overrides["server_metrics"] = metrics_of_target(base, setting.target_url)
+    overrides.update((sources or {}).get(str(setting.values.get(TARGET_KEY, "")), {}))
     data = {**dataclasses.asdict(base), **overrides}
     try:
         return RunConfig.from_mapping(data)

@@ -189,6 +189,46 @@ def test_resize_columns_come_from_the_manifest_images_sent() -> None:
 def test_run_counts_read_ooms_and_the_preemption_counter_over_the_whole_run() -> None:
     requests = pd.DataFrame({"failure_kind": ["", "oom", "timeout", "oom", ""]})
     server = pd.DataFrame({"num_preemptions_total": [0.0, 3.0, 3.0, 0.0, 2.0]})  # a restart reset it to 0
-    assert run_counts(requests, server) == {"requests": 5, "oom_count": 2, "preemptions": 5.0}
+    assert run_counts(requests, server) == {"requests": 5, "oom_count": 2, "preemptions": 5.0, "overload_requests": 0,
+                                            "overload_oom_count": 0, "overload_preemptions": None}  # fmt: skip
     unscraped = pd.DataFrame({"num_preemptions_total": [float("nan")]})
     assert run_counts(requests, unscraped)["preemptions"] is None
+
+
+def test_the_verify_overloads_ooms_and_preemptions_are_counted_apart() -> None:
+    requests = pd.DataFrame({"phase": ["step", "step", "verify", "verify", "verify", "drain"],
+                             "failure_kind": ["", "oom", "oom", "oom", "", "oom"]})  # fmt: skip
+    steps = pd.DataFrame({"step_index": [3, 4, 5, 6], "phase": ["step", "cooldown", "verify", "drain"]})
+    server = pd.DataFrame({"t_unix_s": [1.0, 2.0, 3.0, 4.0, 5.0], "step_index": [3, 3, 4, 5, 6],
+                           "num_preemptions_total": [0.0, 2.0, 2.0, 9.0, 10.0]})  # fmt: skip
+    counts = run_counts(requests, server, steps)
+    assert counts["requests"] == 2 and counts["oom_count"] == 1 and counts["preemptions"] == 2.0
+    assert counts["overload_requests"] == 4 and counts["overload_oom_count"] == 3
+    assert counts["overload_preemptions"] == 8.0
+
+
+def test_overload_ooms_do_not_lose_a_setting_the_pick_and_are_said_beside_it() -> None:
+    clean = {**setting(16, 22.1), "overload_oom_count": 16, "overload_preemptions": 0.0}
+    chosen = pick(sweep_table([clean, setting(8, 12.0)]), 0.0)
+    assert chosen.setting == "max_num_seqs=16"
+    assert "Beside the pick: 16 OOMs at 1.5x the plateau in the verify overload" in chosen.why
+    assert sweep_table([clean]).loc[0, "overload_oom_count"] == 16
+    other = {**setting(32, 26.0, oom_count=310), "overload_oom_count": 1497}
+    marked = with_pick(sweep_table([clean, other]), pick(sweep_table([clean, other]), 0.0), 0.0)
+    assert marked.loc[1, "remark"] == "OOMs in 31% of requests; 1497 OOMs in the verify overload (not counted)"
+
+
+def test_backends_as_targets_one_target_column_and_the_baseline_stands_for_level_1() -> None:
+    """make demo-backends: TARGETS' `target` key is not a second `target` column, and HF generate's answer
+    1 (the knee took the baseline as level 1) has its P95 and GPU busy from the baseline."""
+    hf = setting(2, 2.1)
+    hf["summary"]["recommended_level"] = 1
+    hf["summary"]["steps"] = [{"phase": "baseline", "level": 1, "p95_ms": 507.0, "throughput_rps": 2.0,
+                               "gpu_util_mean_pct": 98.0}, {"phase": "step", "level": 3, "p95_ms": 1456.0}]  # fmt: skip
+    trt = setting(16, 113.0)
+    for s, name in ((hf, "hf"), (trt, "trtllm")):
+        s.update(setting=f"target={name}", values={"target": name}, target=f"http://127.0.0.1:800{len(name)}")
+    table = sweep_table([hf, trt])
+    assert list(table.columns).count("target") == 1 and table.loc[0, "target"] == "http://127.0.0.1:8002"
+    assert table.loc[0, "p95_ms_at_rec"] == 507.0 and table.loc[0, "gpu_util_mean"] == 98.0
+    assert pick(table, 0.0).setting == "target=trtllm"

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 
 def _served(url: str) -> float:
+    """Requests the server answered, by vLLM's counter (vllm-24g: a PyTorch server exports no vllm:* series)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
     total = 0.0
     for fam in text_string_to_metric_families(text):
@@ -91,7 +92,7 @@ def _images(folder: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_rows_equal_requests_served_images_from_the_master_and_a_version_refused(simulator_factory, tmp_path):
-    sim = simulator_factory("--profile", "pytorch-24g", "--dcgm-port", "0")
+    sim = simulator_factory("--profile", "vllm-24g", "--dcgm-port", "0")
     images, out = tmp_path / "master-only-images", tmp_path / "results"
     _images(images)
     with socket.socket() as sock:
@@ -166,7 +167,7 @@ def test_rows_equal_requests_served_images_from_the_master_and_a_version_refused
 def test_a_worker_stopped_with_sigterm_hands_in_every_row_before_it_goes(simulator_factory, tmp_path):
     """As when its pod is deleted: SIGTERM to `python -m loadtest worker` alone. Its Locust worker quits
     cleanly (not killed), so its final batch reaches the master: nothing is only on its disk."""
-    sim = simulator_factory("--profile", "pytorch-24g", "--dcgm-port", "0")
+    sim = simulator_factory("--profile", "vllm-24g", "--dcgm-port", "0")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -7,6 +7,7 @@ a KV-cache estimate of 1076 with no max_num_seqs on its /metrics, one request al
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -192,3 +193,12 @@ def test_a_remeasure_above_the_plateau_goes_no_higher_than_the_engine_limit_allo
     steps = [p for p in phases if p.phase == "step"]
     assert [p.level for p in steps] == [8, 10, 10], steps
     assert "10 instead: none above 1.2x the engine's limit" in steps[-1].note
+
+
+def test_a_kv_estimate_bound_by_the_memory_above_the_pool_is_a_level() -> None:
+    """hunyuan-vllm-24g (issue 30): the memory above the pool binds at 19, evidence the plan can trust."""
+    bound = dataclasses.replace(KV_1076, estimate=19, binding="activation_memory")
+    choice = choose_levels(RunConfig(), bound, baseline_latency_s=0.1)
+    assert choice.levels == [5, 10, 14, 19, 23] and "no level" not in choice.why
+    kv_bound = dataclasses.replace(KV_1076, binding="kv_cache")  # the pool's own bound: still no level
+    assert "no level" in choose_levels(RunConfig(), kv_bound, baseline_latency_s=1.0).why

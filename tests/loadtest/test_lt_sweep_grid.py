@@ -9,6 +9,7 @@ from loadtest.sweep.grid import (
     SweepError,
     build_grid,
     check_grid,
+    parse_per_target,
     parse_sweep,
     parse_targets,
     run_overrides,
@@ -107,3 +108,31 @@ def test_grids_that_can_run():
     check_grid(parse_sweep(["max_side=0,1024;style=json,multipart"]), {}, None)  # client settings only
     check_grid(parse_sweep(["max_num_seqs=8,16;gmu=0.8,0.9"]), {}, ("max_num_seqs", "gmu"))
     check_grid({}, {"a": "http://x:1", "b": "http://y:1"}, None)
+
+
+def test_each_target_can_have_its_own_gpu_and_metrics():
+    from loadtest.settings.run_config import RunConfig
+    from loadtest.sweep.sweeper import setting_config
+
+    targets = parse_targets("hf=http://127.0.0.1:8001,trt=http://127.0.0.1:8002")
+    gpus = parse_per_target("hf=dcgm:http://127.0.0.1:9401/metrics, trt=dcgm:http://127.0.0.1:9402/metrics",
+                            "TARGET_GPU", targets, "a=dcgm:URL")  # fmt: skip
+    metrics = parse_per_target("trt=http://127.0.0.1:8002/prometheus/metrics", "TARGET_METRICS", targets, "x")
+    assert gpus["trt"] == "dcgm:http://127.0.0.1:9402/metrics" and metrics == {"trt": "http://127.0.0.1:8002/prometheus/metrics"}
+    base = RunConfig.from_mapping({"server_metrics": "", "gpu": "dcgm:http://127.0.0.1:9401/metrics"})
+    sources = {"hf": {"gpu": gpus["hf"]}, "trt": {"gpu": gpus["trt"], "server_metrics": metrics["trt"]}}
+    hf, trt = (setting_config(base, s, sources) for s in build_grid({}, targets))
+    assert (hf.host, hf.gpu, hf.server_metrics) == ("http://127.0.0.1:8001", gpus["hf"], "")
+    assert (trt.host, trt.gpu, trt.server_metrics) == ("http://127.0.0.1:8002", gpus["trt"], metrics["trt"])
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("vllm=dcgm:http://x:9400/metrics", "TARGET_GPU names vllm, not one of TARGETS (hf, trt)"),
+    ("hf", "bad TARGET_GPU entry 'hf': write name=VALUE per target"),
+    ("hf=", "bad TARGET_GPU entry 'hf=': write name=VALUE per target"),
+])  # fmt: skip
+def test_a_bad_per_target_value_is_one_line(text, line):
+    targets = parse_targets("hf=http://127.0.0.1:8001,trt=http://127.0.0.1:8002")
+    with pytest.raises(SweepError) as info:
+        parse_per_target(text, "TARGET_GPU", targets, "a=dcgm:URL")
+    assert line in str(info.value) and "\n" not in str(info.value)

@@ -153,7 +153,8 @@ def _gaps_s(rows: list[dict[str, Any]]) -> list[float]:
 def test_a_measuring_user_turned_away_waits_reject_pause_s_not_the_servers_retry_after():
     # 503 + Retry-After: 1 while the server "restarts" (50 s x time scale 0.05 = 2.5 s from its first answer):
     # while measuring, a user waits REJECT_PAUSE_S (0.3 here) at most, so the step keeps its planned load
-    proc, url, _dcgm = start_simulator(extra=["--time-scale", "0.05"])
+    # vllm-24g: _restarting_once_answered counts answers by vLLM's histogram (a PyTorch server exports none)
+    proc, url, _dcgm = start_simulator(profile="vllm-24g", extra=["--time-scale", "0.05"])
     try:
         with _restarting_once_answered(url, slow_start_s=50):
             paused = _without_final_cuts(_probe(url, 4.5, 1, "reject_pause_s=0.3")["rows"], 1)

@@ -88,7 +88,7 @@ def start_services(hosts: Hosts) -> None:
     logs = hosts.dir("logs")
     sim = hosts.lab.spawn(
         "sim",
-        [sys.executable, "-m", "simulator", "--profile", "pytorch-24g", "--host", HOSTS["sim"],
+        [sys.executable, "-m", "simulator", "--profile", "vllm-24g", "--host", HOSTS["sim"],
          "--port", str(SIM_PORT), "--dcgm-port", str(DCGM_PORT), "--tls-cert", str(hosts.cert),
          "--tls-key", str(hosts.key), "--metrics-token", METRICS_TOKEN],
         logs / "sim.log", cwd=hosts.dir("sim"),

@@ -169,3 +169,14 @@ def test_rows_only_a_worker_holds_are_one_line_and_absent_when_none() -> None:
     assert line is not None
     assert "worker w1a2b3c4d holds 8 rows the master never received" in line.group(1)
     assert "worker w9f8e7d6c was lost before its final count" in line.group(1) and "merge-rows" in line.group(1)
+
+
+def test_a_preallocating_engines_formula_names_its_bounds_not_the_kv_arithmetic() -> None:
+    from reports.render import estimate_formula
+
+    estimate = {"dimension": "kv_cache", "estimate": 19, "kv_cache_size_tokens": 576000.0, "tokens_per_request": 1009.0,
+                "headroom": 1.0, "binding": "activation_memory",
+                "bounds": [{"name": "kv_cache", "requests": 570, "formula": "floor(576000 / 1009) = 570"},
+                           {"name": "activation_memory", "requests": 19, "formula": "floor(2458 / 126) = 19"}]}  # fmt: skip
+    text = estimate_formula(estimate)
+    assert text.startswith("min(kv cache 570, activation memory 19) = 19") and "binding: activation memory" in text

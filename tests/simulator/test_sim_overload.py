@@ -27,7 +27,9 @@ def _is_runaway_text(text: str) -> bool:
 
 def test_runaway_answers_run_to_max_tokens_with_a_repeated_tail_and_take_that_long() -> None:
     async def body() -> None:
-        async with served(options=Options(time_scale=0.2, runaway_rate=0.3), seed=5) as (url, _, server):
+        # vllm-24g: its steps are pytorch-24g's, and its vllm:request_success counts finish reasons (a
+        # PyTorch server exports no vllm:* series)
+        async with served("vllm-24g", options=Options(time_scale=0.2, runaway_rate=0.3), seed=5) as (url, _, server):
             s = session_of(server)
             answers: list[tuple[dict, float]] = []  # type: ignore[type-arg]
             for _ in range(40):
