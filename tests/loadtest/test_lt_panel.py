@@ -142,3 +142,19 @@ def test_the_spawn_rate_reaches_a_level_within_a_tick_without_locusts_warning(tm
 
 def _spec() -> PhaseSpec:
     return PhaseSpec(phase=Phase.STEP, level=1, min_s=1.0, max_s=2.0, min_requests=0, note="")
+
+
+def test_the_running_step_has_its_row_live_marked_running(tmp_path: Path) -> None:
+    """At level 1 for 14 s the panel showed nothing of it: the running step's row comes with its numbers so
+    far, and leaves its place to the closed step's row once it ends."""
+    run = _Run(tmp_path)
+    run.to_first_step()
+    run.tick(2)
+    run.feed(3)
+    run.now += 1.0
+    rows = json.loads(json.dumps(snapshot(run.ctl, None)))["steps"]
+    live = rows[-1]
+    assert (live["phase"], live["level"], live["status"], live["running"]) == ("step", 2, "running", True)
+    assert live["requests"] == 3 and live["p95_ms"] == 400.0 and live["p50_ms"] == 400.0
+    assert [r["phase"] for r in rows[:-1]] == ["baseline"]  # the baseline's own row, closed
+    assert not any(r.get("running") for r in rows[:-1])
