@@ -117,7 +117,8 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
     lines = [
         f"# Capacity estimate: {summary['run_id']}",
         "",
-        f"Dimension used: **{dims[est.dimension]}**. Estimate: **{_fmt(est.estimate, '')}** concurrent requests.",
+        f"Dimension used: **{dims[est.dimension]}**. Estimate: **{_fmt(est.estimate, '')}** concurrent"
+        f" request{'' if est.estimate == 1 else 's'}.",
         "",
         f"Why: {est.reason}",
         "",
