@@ -106,5 +106,10 @@ def verify_line(summary: Mapping[str, Any]) -> str:
 
 
 def answer_lines(summary: Mapping[str, Any]) -> list[str]:
-    """Every line of the answer but the paths (reports.__main__ prints those after)."""
+    """Every line of the answer but the paths (reports.__main__ prints those after). A verify-only run
+    (`python -m loadtest verify`: a baseline and the verify window, no steps by design) answers with its
+    verdict alone: it asked no capacity question."""
+    phases = {s.get("phase") for s in summary.get("steps") or [] if isinstance(s, Mapping)}
+    if "step" not in phases and "verify" in phases:
+        return [errors_line(summary), verify_line(summary)]
     return [answer_line(summary), plateau_line(summary), errors_line(summary), verify_line(summary)]

@@ -72,3 +72,9 @@ def test_the_verify_line_compares_raw_and_gateway_or_says_why_there_is_none() ->
 def test_counts_and_durations_read_as_words() -> None:
     assert (plural(1, "level"), plural(2, "level"), plural(0, "verify window")) == ("1 level", "2 levels", "0 verify windows")
     assert [duration_words(s) for s in (0.0, 12.0, 41.0, 99.0, 100.0, 181.0)] == ["10 s", "20 s", "50 s", "2 min", "2 min", "4 min"]
+
+
+def test_a_verify_only_run_answers_with_its_verdict_alone() -> None:
+    summary = _summary(recommended_level=None, knee={})
+    summary["steps"] = [s for s in summary["steps"] if s["phase"] != "step"]
+    assert [line.split(":")[0] for line in answer_lines(summary)] == ["errors", "verify"]
