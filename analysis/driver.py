@@ -31,6 +31,20 @@ class DriverLoad:
 
     steps: tuple[tuple[int, int, float], ...]  # (step_index, level, driver CPU %)
     machines_needed: int
+    baseline_steps: tuple[int, ...] = ()  # step indexes of the baseline: named so, not "level 1"
+
+    def where(self, with_cpu: bool = False) -> str:
+        """"the baseline and level 7", or with each CPU share: "the baseline (97%) and levels 7 (90%), 8 (91%)"."""
+        def one(level: int, cpu: float) -> str:
+            return f"{level} ({cpu:.0f}%)" if with_cpu else str(level)
+
+        base = [f"the baseline ({cpu:.0f}%)" if with_cpu else "the baseline"
+                for i, _, cpu in self.steps if i in self.baseline_steps][:1]  # fmt: skip
+        levels = [one(level, cpu) for i, level, cpu in self.steps if i not in self.baseline_steps]
+        if not with_cpu:
+            levels = list(dict.fromkeys(levels))
+        named = [f"level{'s' if len(levels) > 1 else ''} {', '.join(levels)}"] if levels else []
+        return " and ".join(base + named)
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -44,9 +58,8 @@ class DriverLoad:
         """One clause for the knee's reason."""
         if not self.steps:
             return ""
-        at = ", ".join(f"{level} ({cpu:.0f}%)" for _, level, cpu in self.steps)
         return (
-            f"the driver's CPU was near saturation (>= {DRIVER_BUSY_PCT:.0f}% of its cores) at level {at}:"
+            f"the driver's CPU was near saturation (>= {DRIVER_BUSY_PCT:.0f}% of its cores) at {self.where(True)}:"
             " there the load generator, not only the server, may have set latency and throughput"
         )
 
@@ -56,7 +69,7 @@ class DriverLoad:
             return ""
         if server_here:  # the figure holds the server's CPU too: a driver elsewhere is the first step
             return (
-                f"The driver's CPU reached {self.peak_pct:.0f}% at level(s) {', '.join(map(str, self.levels))},"
+                f"The driver's CPU reached {self.peak_pct:.0f}% at {self.where()},"
                 " and the server runs on this machine too (a loopback target), so its CPU is in that figure:"
                 " run the driver on another machine (make loadtest HOST=http://gpu-box:8000) to measure the"
                 " server alone."
@@ -64,7 +77,7 @@ class DriverLoad:
         peak, machines = self.peak_pct, self.machines_needed
         spread = f" with {workers} worker(s) on each ({workers * machines} in all)" if workers else ""
         return (
-            f"The driver's CPU reached {peak:.0f}% at level(s) {', '.join(map(str, self.levels))}: spread the load"
+            f"The driver's CPU reached {peak:.0f}% at {self.where()}: spread the load"
             f" over at least {machines} driver machines{spread} (make master, make worker MASTER=...), so that"
             f" each uses about {peak / machines:.0f}% (under {DRIVER_COMFORT_PCT:.0f}%); more local workers cannot"
             " help while the whole machine is busy. The CPU was capped, so the demand may be higher: rerun and"
@@ -76,6 +89,7 @@ class DriverLoad:
             "threshold_pct": DRIVER_BUSY_PCT,
             "steps": [{"step_index": i, "level": lv, "driver_cpu_mean_pct": cpu} for i, lv, cpu in self.steps],
             "levels": list(self.levels),
+            "where": self.where(),  # the steps as a person names them: "the baseline and level 7"
             "machines_needed": self.machines_needed if self.steps else None,
             "advice": self.advice(workers, server_here),
         }
@@ -93,7 +107,8 @@ def driver_load(table: pd.DataFrame) -> DriverLoad:
         for index, level, c in zip(busy["step_index"], busy["level"], cpu[cpu >= DRIVER_BUSY_PCT], strict=True)
     )
     peak = max((c for _, _, c in steps), default=0.0)
-    return DriverLoad(steps, max(2, math.ceil(peak / DRIVER_COMFORT_PCT)) if steps else 1)
+    baseline = tuple(int(i) for i in busy.loc[busy["phase"] == "baseline", "step_index"])
+    return DriverLoad(steps, max(2, math.ceil(peak / DRIVER_COMFORT_PCT)) if steps else 1, baseline)
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

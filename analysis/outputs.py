@@ -145,7 +145,8 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         f"# Capacity estimate: {summary['run_id']}",
         *fleet_lead(summary.get("fleet")),  # through a balancer of N replicas: whose answer it is, first
         "",
-        f"Dimension used: **{dims[est.dimension]}**. Estimate: **{_fmt(est.estimate, '')}** concurrent requests.",
+        f"Dimension used: **{dims[est.dimension]}**. Estimate: **{_fmt(est.estimate, '')}** concurrent"
+        f" request{'' if est.estimate == 1 else 's'}.",
         "",
         f"Why: {est.reason}",
         "",

@@ -1,15 +1,18 @@
 """CLI: `python -m reports RUN_DIR`, `python -m reports compare A B [--out PATH]`, `python -m reports sweep DIR`.
 
-Prints `report: <path>` on success. A user error (missing or corrupt folder) prints one line to
+Prints the run's answer (reports/answer.py), then `config:`, `gateway:` and `report: <path>` last, on success. A user error (missing or corrupt folder) prints one line to
 stderr and exits 2; nothing else is caught, so a bug still shows its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from reports.answer import answer_lines
 from reports.output import ReportError, gateway_note, write_compare, write_report
 from reports.sweep import write_sweep
 
@@ -55,6 +58,26 @@ def user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def print_answer(report: Path) -> None:
+    """The answer, then where the config and the gateway are: the last lines but `report:`."""
+    from analysis.outputs import CONFIG_FILE, GATEWAY_FILE, SUMMARY_FILE
+
+    folder = report.parent
+    try:
+        summary = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = None
+    if isinstance(summary, dict):
+        print("\n".join(answer_lines(summary)))
+    config = folder / CONFIG_FILE
+    if config.is_file():
+        print(f"config: {config}")
+    gateway = folder / GATEWAY_FILE
+    note = f"gateway: {gateway}" if gateway.is_file() else gateway_note(folder)
+    if note:
+        print(note)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -67,9 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             args = parse_report_args(args_in)
             path = write_report(args.run_dir, headroom=args.headroom, slo_p95_s=args.slo_p95_s)
-            note = gateway_note(path.parent)  # what the run wrote, beside `report:`
-            if note:
-                print(note)
+            print_answer(path)
     except user_errors() as exc:
         print(f"reports: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT

@@ -1,7 +1,8 @@
 """`python -m loadtest ui` (`make ui`): Locust's web UI on a master, local workers, the live panel at /ocr.
 
 The children (the Locust master and its workers) run in their own sessions, so a Ctrl-C in the terminal
-reaches this process alone, which stops them in order: the master first (it stops the run in progress,
+reaches this process alone (SIGINT is handled here even when inherited ignored, as from a script's
+background job), which stops them in order: the master first (it stops the run in progress,
 closes its run folder and tells the workers to quit), then any worker left. SIGTERM (`docker stop`,
 `kubectl delete`) does the same; each child also gets SIGTERM should this process die without a word
 (Linux's parent-death signal). A run the master could not render before it quit is rendered here.
@@ -95,6 +96,9 @@ def _interrupt(_signum: int, _frame: object) -> None:
 
 def cmd_ui(ns: argparse.Namespace) -> int:
     """Locust's web UI on the master, local workers, the live panel at /ocr."""
+    # SIGINT handled here, as SIGTERM: started in the background from a script, `ui` inherits SIGINT
+    # ignored, and Python then installs no handler of its own (only SIGTERM stopped it there)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         cfg = config_from_args(ns)
         preflight(cfg)

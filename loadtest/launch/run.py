@@ -33,6 +33,8 @@ from loadtest.traffic.rowlink import LOCAL_WORKER_ENV
 from runfolder import STEPS_FILE, GpuSample, new_run_folder, write_manifest
 from scenarios import ScenarioError
 
+LOCUST_STATS = "locust-stats"  # Locust writes <this>.json in the run's workers/ folder
+
 
 def config_from_args(ns: argparse.Namespace) -> RunConfig:
     data = {f.name: getattr(ns, f"ocr_{f.name}") for f in dataclasses.fields(RunConfig)}
@@ -88,6 +90,8 @@ def run_locust(
 ) -> int:
     """Start the master (and local workers), wait for the plan to end, return the master's exit code."""
     env = locust_env(cfg)
+    log_dir = run_dir / WORKER_COPY_DIR
+    log_dir.mkdir(exist_ok=True)
     common = [
         "--headless",
         "--only-summary",
@@ -97,6 +101,10 @@ def run_locust(
         "WARNING",
         "--stop-timeout",
         str(cfg.stop_timeout_s),
+        # Locust's own tables and error report go to a file, not the terminal: the last lines are the
+        # answer (reports/answer.py), and the report holds every number
+        "--json-file",
+        str(log_dir / LOCUST_STATS),
     ]
     expect = cfg.workers + remote_workers
     master_cmd = locust_base() + common + ["--host", cfg.host] + to_argv(cfg)
@@ -113,8 +121,6 @@ def run_locust(
             "--expect-workers-max-wait",
             "120",
         ]
-    log_dir = run_dir / WORKER_COPY_DIR
-    log_dir.mkdir(exist_ok=True)
     master = subprocess.Popen(master_cmd, env=env, cwd=REPO_ROOT)
     workers = []
     worker_env = {**env, LOCAL_WORKER_ENV: "1"}  # local workers' safety copies beside their logs

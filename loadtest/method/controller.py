@@ -50,6 +50,7 @@ from runfolder import (
 
 log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
+MAX_SPAWN_PER_WORKER = 100.0  # users a second per worker: Locust warns above it (runners.py, MasterRunner.start)
 VERIFYING = (Phase.VERIFY, Phase.DRAIN)
 
 
@@ -84,6 +85,7 @@ class Controller(PlanDecisions):
         self.step_index = -1
         self.spec: PhaseSpec | None = None
         self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
+        self.workers = 1  # the workers the users are spread over (the shape sets it from its runner)
         self.phase_start = 0.0
         self.phase_degraded = ""
         self.phase_past_knee = ""  # the step ended early: requests of our own load timed out in a row
@@ -258,12 +260,12 @@ class Controller(PlanDecisions):
 
     def _users(self, spec: PhaseSpec) -> tuple[int, float]:
         """The level and a spawn rate that reaches it within a tick: at least the level, at most 100 a second
-        below 100 users (above it Locust logs a warning, a "!" on the web UI's LOGS tab, at every step).
-        Locust stops users at the spawn rate too, so the rate follows the previous phase's level as well: from
-        an open loop's reserve (MAX_IN_FLIGHT users) to a cooldown, 10 a second kept most of 256 users sending
-        for 25 s into it."""
+        per worker (above it Locust logs "Your selected spawn rate is very high", a "!" on the web UI's LOGS
+        tab, at every such phase). Locust stops users at the spawn rate too, so the rate follows the previous
+        phase's level as well: from an open loop's reserve (MAX_IN_FLIGHT users) to a cooldown, 10 a second
+        kept most of 256 users sending for 25 s into it; 100 a second per worker stops them in ~2.6 s."""
         ramp = max(spec.level, self._ramp_from, 1)
-        return spec.level, float(min(ramp * 10, max(ramp, 100)))
+        return spec.level, float(min(ramp * 10, MAX_SPAWN_PER_WORKER * max(1, self.workers)))
 
     def _advance(self, now: float) -> tuple[int, float] | None:
         self._ramp_from = self.spec.level if self.spec is not None else 0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import analysis
 from analysis.gateway import GatewayError as ConfigCannotBeSaid
 from analysis.gateway import haproxy_config, parse_server
+from analysis.words import duration_words, plural
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch, card_line
 from loadtest.method.gateway import Gateway, skip_reason, unused_port
@@ -20,7 +21,7 @@ from loadtest.method.haproxy import HaproxyError
 from loadtest.method.levels import (
     LevelChoice,
     choose_levels,
-    expected_minutes,
+    expected_s,
     knee_past_overload,
     limit_level,
     refine_guess,
@@ -91,12 +92,22 @@ class PlanDecisions:
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         refine = refine_guess(choice.levels) if cfg.refine else 0
-        minutes = expected_minutes(cfg, len(choice.levels) + refine)
+        windows = self._verify_windows()
+        rest_s = expected_s(cfg, len(choice.levels) + refine, self._baseline_latency_s(), windows)
+        then = [f"about {plural(refine, 'refinement level')}"] if refine else []
+        then += [plural(windows, "verify window")] if windows else []
         progress(
-            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee, then"
-            f" about {refine} refinement level(s): about {minutes:.0f} min at most"
+            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee"
+            + (f", then {' and '.join(then)}" if then else "")
+            + f"; the rest of the run, the report included: about {duration_words(rest_s)} at most"
         )
         return choice
+
+    def _verify_windows(self) -> int:
+        """The verify windows the plan will run: the server as it is, and through the gateway where it may."""
+        if not self.cfg.verify:
+            return 0
+        return 1 if self.cfg.verify_rate_rps > 0 or skip_reason(self.cfg.gateway, 0) else 2
 
     def _choose_card(self, run: Any) -> int | None:
         """The server's card after the baseline (analysis.server_card's rule): printed with its evidence,

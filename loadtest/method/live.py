@@ -24,6 +24,7 @@ import pandas as pd
 import analysis
 from analysis.loader import empty_frame
 from analysis.steps import WindowShares
+from analysis.words import plural
 from runfolder import Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
@@ -206,7 +207,7 @@ def phase_name(
     phase, level = (str(spec.phase), spec.level) if spec else ("starting", 0)
     if spec is None and finished:
         how = "stopped: reached" if aborted else "done: measured"
-        users = f" ({', '.join(map(str, stepped))} users)" if stepped else ""
-        return f"{how} {len(stepped)} level{'s' if len(stepped) != 1 else ''} after the baseline{users}"
+        users = f" ({', '.join(map(str, stepped))} user{'' if stepped == [1] else 's'})" if stepped else ""
+        return f"{how} {plural(len(stepped), 'level')} after the baseline{users}"
     number, total = level_position(phase, level, planned, stepped, knee_level, before_baseline=before_baseline)
     return level_label(phase, level, number, total)

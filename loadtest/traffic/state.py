@@ -46,6 +46,31 @@ class ProcessState:
         return rows
 
 
+@dataclass
+class Seats:
+    """Which users of this process may send in a closed-loop phase: at most the phase's level (the whole
+    run's: never less than this process's share). Locust stops the users above a new level at the spawn
+    rate, 100 a second per worker (2.6 s for an open loop's reserve of 256), and until then each one sent
+    in a closed loop: 385 requests of the verify window's reserve landed in a drain of one user. A seat is
+    the user's for the phase and given back when it stops; a user without one waits."""
+
+    step_index: int = -1
+    taken: set[int] = field(default_factory=set)
+
+    def take(self, user: int, step_index: int, level: int) -> bool:
+        if step_index != self.step_index:  # a new phase: its users take their seats again
+            self.step_index, self.taken = step_index, set()
+        if user in self.taken:
+            return True
+        if len(self.taken) >= level:
+            return False
+        self.taken.add(user)
+        return True
+
+    def leave(self, user: int) -> None:
+        self.taken.discard(user)
+
+
 def worker_id_of(client_id: str) -> str:
     """A worker's id in request rows, from its Locust client id ("<host>_<hex>"): the same on
     both sides, so the master knows whose clock a row was read from."""
@@ -53,3 +78,4 @@ def worker_id_of(client_id: str) -> str:
 
 
 STATE = ProcessState()
+SEATS = Seats()

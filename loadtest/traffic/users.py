@@ -33,7 +33,7 @@ from loadtest.traffic import failures
 from loadtest.traffic.arrivals import Schedule
 from loadtest.traffic.payloads import Payloads
 from loadtest.traffic.server_time import server_time_ms
-from loadtest.traffic.state import STATE, StepTag
+from loadtest.traffic.state import SEATS, STATE, StepTag
 from runfolder import RequestRow
 from scenarios import (
     AnswerError,
@@ -48,6 +48,7 @@ from scenarios import (
 
 log = logging.getLogger(__name__)
 ERROR_TEXT_CHARS = 200
+SEATLESS_WAIT_S = 0.2  # a user above its phase's level looks again after this (Locust stops it meanwhile)
 _RETRYABLE = frozenset((failures.REJECTED, failures.TIMEOUT, failures.CONNECTION))
 _ABSOLUTE_URL = re.compile(r"^https?://", re.IGNORECASE)  # as FastHttpSession tells a full URL from a path
 
@@ -134,6 +135,9 @@ class OcrUser(FastHttpUser):
         self._targets: dict[tuple[str, int], tuple[str, dict[str, str]]] = {}
         self._targets_of: Payloads | None = None
 
+    def on_stop(self) -> None:
+        SEATS.leave(id(self))
+
     def _target(self, payloads: Payloads, enc: EncodedRequest, via: str = "") -> tuple[str, dict[str, str]]:
         """The URL and headers of a request, built once per user, payload and gateway (they never change);
         `via`: a gateway's base URL that takes the place of HOST (the verify window through HAProxy)."""
@@ -167,6 +171,10 @@ class OcrUser(FastHttpUser):
             return
         cfg = payloads.config
         tag = STATE.tag
+        planned = tag.step_index >= 0  # a plan's phase (a probe or a bench without a plan has no level)
+        if planned and tag.rate_rps <= 0 and not SEATS.take(id(self), tag.step_index, tag.level):
+            gevent.sleep(SEATLESS_WAIT_S)  # above the phase's level: Locust is stopping this user
+            return
         intended: float | None = None
         if tag.rate_rps > 0:  # open loop: wait for the next intended send time
             SCHEDULE.follow(tag.step_index, tag.rate_rps, cfg.arrivals, f"{cfg.seed}-{STATE.worker_id}")

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.method.controller import Controller
-from runfolder import Phase
+from loadtest.method.live import panel_row
+from runfolder import Phase, StepRow
 
 CONFIG_FILE = "recommended-config.yaml"
 SUMMARY_FILE = "summary.json"
@@ -92,6 +93,20 @@ def _as_ended(row: dict[str, Any], ctl: Controller) -> dict[str, Any]:
     return {**row, "status": status}
 
 
+def running_row(ctl: Controller) -> dict[str, Any] | None:
+    """The step (or baseline) running now, as its row will read once it ends, from the rows in so far:
+    users, requests, errors, throughput and P50/P95 so far, marked running; None between measured phases."""
+    spec = ctl.spec
+    if ctl.finished or spec is None or spec.phase not in (Phase.BASELINE, Phase.STEP):
+        return None
+    now = ctl.clock()
+    row = StepRow(ctl.step_index, str(spec.phase), spec.level, ctl.phase_start, now, "running", spec.note)
+    rps = ctl.live.throughput_rps(ctl.step_index, ctl.phase_start, now) if now > ctl.phase_start else None
+    so_far = (ctl.rows_per_step[ctl.step_index], ctl.live_errors, rps if rps is not None else float("nan"),
+              list(ctl.live_latency_ms))  # fmt: skip
+    return {**panel_row(row, None, ctl.gpu_peak_per_step, provisional=so_far), "status": "running", "running": True}
+
+
 def snapshot(ctl: Controller, rendered: dict[str, Any] | None) -> dict[str, Any]:
     """The run's live state, as the panel reads it every second."""
     spec = ctl.spec
@@ -131,6 +146,6 @@ def snapshot(ctl: Controller, rendered: dict[str, Any] | None) -> dict[str, Any]
             "kv_cache_usage_frac": server.kv_cache_usage_frac if server else None,
             "read_at_unix_s": server.t_unix_s if server else None,
         },
-        "steps": [_as_ended(row, ctl) for row in ctl.completed],
+        "steps": [_as_ended(row, ctl) for row in ctl.completed] + [r for r in (running_row(ctl),) if r],
         "timeline": [list(p) for p in ctl.timeline],
     }

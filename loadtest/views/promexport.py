@@ -186,10 +186,11 @@ def track(environment: Any, ctl: Controller) -> None:
     _runs[id(environment)] = (ctl, tally)
 
 
-def start_metrics(environment: Any, cfg: RunConfig, port: int | None = None) -> int | None:
+def start_metrics(environment: Any, cfg: RunConfig, port: int | None = None, or_free: bool = False) -> int | None:
     """Serve /metrics for `environment`'s runs on cfg.metrics_host:(port or cfg.metrics_port); the port served,
     None when off (port 0). Once per environment (a second call returns the first port). The `ui` command
-    calls it with its own default port; headless runs only with METRICS_PORT."""
+    calls it with its own default port, `or_free`: a free port when that one is taken (another `ui`, another
+    exporter); headless runs only with METRICS_PORT, which must be free."""
     key = id(environment)
     if key in _servers:
         return int(_servers[key][0].server_port)
@@ -201,5 +202,8 @@ def start_metrics(environment: Any, cfg: RunConfig, port: int | None = None) -> 
     try:
         _servers[key] = start_http_server(chosen, cfg.metrics_host, registry=registry)
     except OSError as exc:
+        if or_free:
+            _servers[key] = start_http_server(0, cfg.metrics_host, registry=registry)
+            return int(_servers[key][0].server_port)
         raise ConfigError(f"METRICS_PORT={chosen} on {cfg.metrics_host}: {exc.strerror or exc}; pick a free port") from None
     return int(_servers[key][0].server_port)

@@ -13,6 +13,7 @@ while they stop, which once read as "every worker was lost".
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-from flask import Response, jsonify, request, send_file
+from flask import Response, jsonify, redirect, request, send_file
 from locust import argument_parser
 from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
@@ -32,8 +33,44 @@ from loadtest.views.panel_state import rendered_view, snapshot
 
 MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
 TAB_KEY = "ocr-plan"
-# the parameters Locust's form shows; every other one keeps the value `ui` was started with (make ui VAR=...)
-FORM_SHOWN = ("ocr_levels", "ocr_slo_p95_s", "ocr_headroom", "ocr_step_s", "ocr_scenario", "ocr_max_num_seqs")
+# the parameters Locust's form shows, with a help short enough for one line; every other one keeps the
+# value `ui` was started with (make ui VAR=...)
+FORM_SHOWN = {
+    "ocr_levels": "e.g. 1,2,4,8; empty: from the estimate",
+    "ocr_slo_p95_s": "P95 objective in s; 0: none",
+    "ocr_headroom": "share of GPU memory to plan for",
+    "ocr_step_s": "measured seconds per step",
+    "ocr_scenario": "what is sent",
+    "ocr_max_num_seqs": "the engine's limit; 0: unknown",
+}
+# Locust labels a parameter from its name ("ocr_slo_p95_s" reads "Ocr Slo P9 5S"): its page gets them
+# as the Make variables read (SLO_P95_S), by Locust's own rule run backwards in the browser
+FORM_LABELS_JS = """<script id="ocr-form-labels">(() => {
+  const hi = (k) => k.replace(/([a-z0-9])([A-Z0-9])/g, "$1 $2").replace(/^./, (c) => c.toUpperCase());
+  const camel = (k) => k.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase());
+  const names = {};
+  for (const [key, make] of Object.entries(MAKE_NAMES)) { names[hi(key)] = make; names[hi(camel(key))] = make; }
+  const fix = () => {
+    for (const el of document.querySelectorAll("label, legend span")) {
+      for (const node of el.childNodes) {
+        if (node.nodeType !== 3) continue;
+        for (const [locust, make] of Object.entries(names)) {
+          if (node.nodeValue.startsWith(locust + " (") || node.nodeValue === locust) {
+            node.nodeValue = make + node.nodeValue.slice(locust.length);
+          }
+        }
+      }
+    }
+  };
+  new MutationObserver(fix).observe(document.body, {childList: true, subtree: true, characterData: true});
+  fix();
+})();</script>"""
+
+
+def form_labels_script() -> str:
+    """The script that relabels Locust's form (FORM_LABELS_JS) with the Make variables of FORM_SHOWN."""
+    make = {key: key.removeprefix("ocr_").upper() for key in FORM_SHOWN}
+    return FORM_LABELS_JS.replace("MAKE_NAMES", json.dumps(make))
 # what the panel lists of the settings in effect (never a secret: headers, tokens and CA text stay out)
 SETTINGS_SHOWN = ("endpoint", "style", "model", "scenario", "images", "levels", "workers", "gpu", "server_metrics",
                   "max_num_seqs", "idle_s", "warmup_s", "step_s", "cooldown_s", "headroom", "slo_p95_s", "refine",
@@ -195,18 +232,23 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
     full_form = argument_parser.ui_extra_args_dict
 
     def short_form(args: Any = None) -> dict[str, dict[str, Any]]:
-        return {k: v for k, v in full_form(args).items() if k in FORM_SHOWN}
+        shown = {k: v for k, v in full_form(args).items() if k in FORM_SHOWN}
+        return {k: {**v, "help_text": FORM_SHOWN[k]} for k, v in shown.items()}  # short: a label is one line
 
     argument_parser.ui_extra_args_dict = short_form  # web.py reads it through the module, at each render
 
     @app.before_request
-    def note_start_or_stop() -> None:
+    def note_start_or_stop() -> Any:
         if request.method != "POST":
-            return
+            return None
         if request.path.endswith("/swarm"):
+            why = start_refused(environment)
+            if why:  # Locust would answer 200 "Swarming started" while, rightly, nothing starts
+                return jsonify({"success": False, "message": why, "host": environment.host}), 409
             _on_start(environment)
         elif request.path.endswith("/stop") and not request.path.endswith("/ocr/stop"):
             note_user_stop(environment, "Locust's STOP")
+        return None
 
     @app.after_request
     def extend(response: Response) -> Response:
@@ -218,8 +260,28 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
         elif request.path.rstrip("/") == (request.script_root or "") and response.mimetype == "text/html":
             response.direct_passthrough = False
             page = response.get_data(as_text=True)
-            response.set_data(page.replace("</body>", LINK_HTML + "</body>", 1))
+            response.set_data(page.replace("</body>", LINK_HTML + form_labels_script() + "</body>", 1))
         return response
+
+
+def start_refused(environment: Environment) -> str:
+    """Why a start now would start nothing ("" when it may start): one run at a time."""
+    runner, panel = environment.runner, _panel(environment)
+    if runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING):
+        return "a run is in progress: one run at a time; stop it first (the panel's Stop or Locust's STOP)"
+    if panel.current is not None and not panel.current.finished:
+        return "the last run is still ending (its rows and report): start again once the panel says it ended"
+    return ""
+
+
+def report_on_disk(out: Path, run_id: str) -> Path | None:
+    """OUT/<run_id>/report.html when run_id names a run folder right under OUT (never a path outside it)."""
+    if not run_id or run_id in (".", "..") or "/" in run_id or "\\" in run_id:
+        return None
+    folder = out / run_id
+    if folder.resolve().parent != out.resolve():
+        return None
+    return folder / "report.html"
 
 
 def _stop(environment: Environment) -> None:
@@ -244,6 +306,10 @@ def attach(environment: Environment) -> None:
     def ocr_panel() -> Response:
         return Response(page, mimetype="text/html")
 
+    @app.route("/ocr/")
+    def ocr_panel_slash() -> Any:  # the panel's links are relative to /ocr: one address for it
+        return redirect("../ocr", code=302)
+
     @app.route("/ocr/state")
     def ocr_state() -> Any:
         return jsonify(state_of(environment))
@@ -262,6 +328,9 @@ def attach(environment: Environment) -> None:
     def ocr_report(run_id: str | None = None) -> Any:
         panel = _panel(environment)
         ctl = panel.runs.get(run_id) if run_id else panel.current
-        if ctl is None or not ctl.report_path or not Path(ctl.report_path).is_file():
+        path = Path(ctl.report_path) if ctl is not None and ctl.report_path else None
+        if ctl is None and run_id:  # a run of an earlier `ui` session: its folder under OUT
+            path = report_on_disk(Path(getattr(environment.parsed_options, "ocr_out", "") or "results"), run_id)
+        if path is None or not path.is_file():
             return Response("no report yet: the report is written when the plan ends", status=404)
-        return send_file(Path(ctl.report_path).resolve(), mimetype="text/html")
+        return send_file(path.resolve(), mimetype="text/html")

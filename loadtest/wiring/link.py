@@ -62,9 +62,18 @@ def setup_worker(environment: Environment, runner: WorkerRunner) -> None:
     runner.register_message(rowlink.FLUSH_MESSAGE, _on_flush)
     runner.register_message(rowlink.FINAL_MESSAGE, _on_final, concurrent=True)  # it waits for the users
     environment.events.test_stop.add_listener(lambda **_kw: _send_final(runner))
+    environment.events.test_stop.add_listener(_rejoin_at_once)
     environment.events.quitting.add_listener(_on_worker_quit)
     runner.greenlet.spawn(_ship_loop, runner)
     runner.send_message(HELLO, {"version": suite_version(), "host": socket.gethostname()})
+
+
+def _rejoin_at_once(environment: Environment, **_kwargs: Any) -> None:
+    """After a stop Locust's worker sleeps its stop timeout before it rejoins the master's count and reads
+    its messages again (runners.py, "stop"): 55 s in which no new run could start. Its users have stopped by
+    now (test_stop fires after them) and its final batch is sent: nothing is left to wait for. The next
+    spawn message sets the stop timeout again for that run's step-downs."""
+    environment.stop_timeout = 0.0
 
 
 def _on_refused(environment: Environment, msg: Any) -> None:
@@ -184,11 +193,19 @@ def _on_worker_quit(environment: Environment, **_kwargs: Any) -> None:
         if rows:
             box.batch(rows)
         box.copy.close()
-    print(
-        f"worker {STATE.worker_id}: {box.produced} rows, {box.acked_rows} acknowledged by the master;"
-        f" local copy: {box.copy.path if box.copy else '-'}",
-        flush=True,
-    )
+    print(f"worker {STATE.worker_id}: {quit_words(box.produced, box.acked_rows, _Worker.final_sent)};"
+          f" local copy: {box.copy.path if box.copy else '-'}", flush=True)  # fmt: skip
+
+
+def quit_words(produced: int, acked: int, final_sent: bool) -> str:
+    """What a quitting worker says of its rows: the master's acknowledgement of the final batch often
+    comes after its quit, so rows sent in it are said as sent, not as lost."""
+    if acked >= produced:
+        return f"{produced} rows, {acked} acknowledged by the master"
+    if final_sent:
+        return (f"{produced} rows, {acked} acknowledged by the master; the other {produced - acked} went in the"
+                " final batch, whose acknowledgement the master's quit cut (merge-rows adds any it lacks)")  # fmt: skip
+    return f"{produced} rows, {acked} acknowledged by the master: merge-rows adds the other {produced - acked}"
 
 
 # --- master side ---------------------------------------------------------------------------

@@ -301,16 +301,17 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
 
 
 def _start_metrics(environment: Environment) -> None:
-    """/metrics with METRICS_PORT; under the web UI (`ui`) on its default port unless METRICS_PORT says."""
+    """/metrics with METRICS_PORT; under the web UI (`ui`) on its default port unless METRICS_PORT says, or
+    on a free port when that one is taken (the `metrics:` line says where)."""
     cfg = _config_or_none(environment) or RunConfig()
     under_ui = environment.web_ui is not None and not cfg.metrics_port
     port = promexport.UI_METRICS_PORT if under_ui else cfg.metrics_port
     if not port:
         return
     try:
-        served = promexport.start_metrics(environment, cfg, port)
-    except ConfigError as exc:
-        if under_ui:  # the UI's default port is taken: the UI runs on without /metrics
+        served = promexport.start_metrics(environment, cfg, port, or_free=under_ui)
+    except (ConfigError, OSError) as exc:
+        if under_ui:  # not even a free port: the UI runs on without /metrics
             print(f"warning: no /metrics: {exc} (METRICS_PORT=...)", file=sys.stderr, flush=True)
             return
         print(f"error: {exc}", file=sys.stderr, flush=True)

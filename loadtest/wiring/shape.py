@@ -20,4 +20,5 @@ class SteppedPlanShape(LoadTestShape):
             return None
         ctl = wiring.controller_for(runner.environment)
         wiring.watch_workers(runner, ctl)
+        ctl.workers = getattr(runner, "worker_count", 1)  # a master's spawn rate is shared by its workers
         return ctl.tick(runner.user_count)

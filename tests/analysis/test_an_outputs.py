@@ -48,7 +48,7 @@ def test_pytorch_run_end_to_end(make_run: Callable[..., Path]) -> None:
     assert "errors" not in steps.columns and "p95_ci_high_ms" in steps.columns
     assert yaml.safe_load((path / "recommended-config.yaml").read_text()) == summary["config"]
     capacity = (path / "capacity.md").read_text()
-    for words in ("Dimension used: **GPU memory", "floor(available / increment) = 26", "HyOCR-1.5", "NVIDIA L4",
+    for words in ("Dimension used: **GPU memory", "Estimate: **26** concurrent requests.", "floor(available / increment) = 26", "HyOCR-1.5", "NVIDIA L4",
                   "1000x700", "| headroom | 0.7 |", "Memory grows linearly", "No cross-request cache",
                   "same image size", "fragmentation", "## Measured vs estimated", "| 8 | step | 80"):  # fmt: skip
         assert words in capacity, words

@@ -33,9 +33,10 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 
 def spawn_cli(
-    args: list[str], env: dict[str, str] | None = None, merge_stderr: bool = False
+    args: list[str], env: dict[str, str] | None = None, merge_stderr: bool = False, sigint_ignored: bool = False
 ) -> subprocess.Popen[str]:
-    """`python -m loadtest ARGS` in its own process group (so a test can kill it whole), output piped."""
+    """`python -m loadtest ARGS` in its own process group (so a test can kill it whole), output piped;
+    `sigint_ignored`: started as a script's background job is (SIGINT inherited ignored)."""
     return subprocess.Popen(
         [sys.executable, "-m", "loadtest", *args],
         cwd=REPO,
@@ -44,6 +45,7 @@ def spawn_cli(
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,  # noqa: PLW1509
     )
 
 

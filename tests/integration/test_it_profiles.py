@@ -148,6 +148,35 @@ def test_the_demo_writes_the_whole_run_folder_and_ends_with_the_report(runs: dic
     assert (pd.read_csv(run_dir / "gpu.csv")["mem_used_mib"].notna()).any()
 
 
+def test_the_demo_ends_with_its_answer_and_keeps_its_time_promise(runs: dict[str, dict[str, Any]]) -> None:
+    """The last screen of a headless run is the answer (reports/answer.py), not Locust's own tables; no
+    spawn-rate warning at the verify window's 256 users; the rest of the run within what the plan said."""
+    run = runs["pytorch-24g"]
+    run_dir, said = run["dir"], run["stdout"] + run["stderr"]
+    last = run["stdout"].strip().splitlines()[-7:]
+    assert [line.split(":", 1)[0] for line in last] == ["answer", "plateau", "errors", "verify", "config", "gateway",
+                                                         "report"], "\n".join(last)  # fmt: skip
+    level = run["summary"]["recommended_level"]
+    low, high = run["summary"]["knee"]["confidence"]
+    assert last[0].startswith(f"answer: {level} concurrent request{'s' if level != 1 else ''} (95% interval {low}–{high}): ")
+    assert f"at {level} users P95 " in last[1] and last[1].startswith("plateau: ")
+    assert "during the verify overload at " in last[2] and "which provokes them on purpose" in last[2]
+    assert last[3].startswith("verify: as it is: ") and "; behind the recommended HAProxy: " in last[3]
+    assert last[4:] == [f"config: {run_dir / 'recommended-config.yaml'}", f"gateway: {run_dir / 'haproxy.cfg'}",
+                        f"report: {run_dir / 'report.html'}"]  # fmt: skip
+    for locusts_own in ("Response time percentiles", "Error report", "# occurrences", "spawn rate is very high"):
+        assert locusts_own not in said, locusts_own
+    assert (run_dir / "workers" / "locust-stats.json").is_file()  # Locust's own numbers, kept beside
+    (promise,) = [line for line in run["stdout"].splitlines() if line.startswith("levels: ")]
+    amount, unit = promise.rsplit("about ", 1)[1].split(" at most")[0].split()
+    promised_s = float(amount) * (60 if unit == "min" else 1)
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    baseline = max(s["step_index"] for s in steps if s["phase"] == "baseline")
+    first_level = min(s["t_start_unix_s"] for s in steps if s["step_index"] > baseline + 1)  # its cooldown done
+    took_s = (run_dir / "report.html").stat().st_mtime - first_level
+    assert took_s <= promised_s, (promise, took_s)
+
+
 def test_the_framework_peak_is_recorded_beside_the_device_reading(runs: dict[str, dict[str, Any]]) -> None:
     """The simulator exports ocr_framework_peak_bytes (what torch.cuda.max_memory_allocated would show);
     the demo reads it by default: per scrape in server.csv, per step in steps.csv, its own column."""

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,13 +65,16 @@ class Ui:
             return dict(json.load(answer))
 
 
-def _start_ui(sim: Any, out: Path, levels: str, env: dict[str, str] | None = None) -> Ui:
+def _start_ui(
+    sim: Any, out: Path, levels: str, env: dict[str, str] | None = None, sigint_ignored: bool = False,
+    extra: tuple[str, ...] = (),
+) -> Ui:
     web_port = _free_port()
     proc = spawn_cli(["ui", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics",
                       sim.url + "/metrics", "--levels", levels, "--idle-s", "1", "--warmup-s", "1", "--verify", "false", "--step-s", "3",
                       "--cooldown-s", "2", "--baseline-rounds", "1", "--refine", "false", "--workers", "1",
-                      "--request-timeout-s", "4", "--web-port", str(web_port), "--out", str(out)],
-                     env=env, merge_stderr=True)  # fmt: skip
+                      "--request-timeout-s", "4", "--web-port", str(web_port), "--out", str(out), *extra],
+                     env=env, merge_stderr=True, sigint_ignored=sigint_ignored)  # fmt: skip
     ui = Ui(proc)
 
     def pump() -> None:  # the master's and the workers' output come through the same pipe
@@ -264,5 +268,108 @@ def test_ui_killed_outright_takes_its_master_and_workers_with_it(simulator_facto
         ui.proc.wait(timeout=10)
         gone, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, [p.pid for p in alive]
+    finally:
+        _end(ui)
+
+
+def _post(url: str) -> tuple[int, dict[str, Any]]:
+    form = b"user_count=1&spawn_rate=1"
+    req = urllib.request.Request(url, data=form, headers={"Content-Type": "application/x-www-form-urlencoded"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            return answer.status, dict(json.load(answer))
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(json.load(exc))
+
+
+def test_a_background_ui_stops_on_sigint_a_second_start_is_refused_and_old_reports_outlive_it(
+    simulator_factory, tmp_path
+):
+    """`ui &` from a script inherits SIGINT ignored: it handles SIGINT itself, as SIGTERM. A second start
+    while a run is in progress is answered 409 with why. After a restart, every report under OUT is served
+    by its run id, and /ocr/ is the panel."""
+    sim = simulator_factory("--profile", "pytorch-24g")
+    ui = _start_ui(sim, tmp_path, "2", sigint_ignored=True)
+    try:
+        assert _post(ui.url + "swarm")[0] == 200
+        deadline = time.monotonic() + 60
+        while ui.state().get("phase") in ("not started", "starting") and time.monotonic() < deadline:
+            time.sleep(0.3)
+        code, answer = _post(ui.url + "swarm")
+        assert code == 409 and not answer["success"] and "a run is in progress" in answer["message"], answer
+        run_id = ui.state()["run_id"]
+        children = psutil.Process(ui.proc.pid).children(recursive=True)
+        os.kill(ui.proc.pid, signal.SIGINT)
+        assert ui.proc.wait(timeout=90) == 0, ui.log()
+        gone, alive = psutil.wait_procs(children, timeout=5)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        _end(ui)
+    assert (tmp_path / run_id / "report.html").is_file(), ui.log()
+    again = _start_ui(sim, tmp_path, "2")
+    try:
+        with urllib.request.urlopen(again.url + f"ocr/report/{run_id}", timeout=10) as old:
+            assert old.status == 200 and f"run <b>{run_id}</b>" in old.read().decode()
+        for bad in ("..", "%2e%2e", "nope"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(again.url + f"ocr/report/{bad}", timeout=10)
+            assert refused.value.code == 404
+        with urllib.request.urlopen(again.url + "ocr/", timeout=10) as panel:
+            assert panel.geturl().endswith("/ocr") and 'id="start"' in panel.read().decode()
+    finally:
+        _end(again)
+
+
+def test_the_walk_labels_a_live_row_a_copy_a_start_at_once_and_a_panel_that_outlives_its_master(
+    simulator_factory, tmp_path, browser
+):
+    """As a person walks it: Locust's form reads as the Make variables, the running step has its row, the
+    copy button says it copied, a new run may start as soon as the last one's rows are in (not after
+    Locust's stop timeout, 31 s here), and once `ui` ends (SIGINT, started as a background job) the panel
+    says the master is gone, keeps the report's link and polls with back-off."""
+    sim = simulator_factory("--profile", "pytorch-24g")
+    ui = _start_ui(sim, tmp_path, "2,4", sigint_ignored=True, extra=("--request-timeout-s", "30"))
+    try:
+        locust = browser.new_page(viewport={"width": 1280, "height": 900})
+        locust.goto(ui.url)
+        locust.wait_for_selector("label:has-text('SLO_P95_S')", state="attached", timeout=15_000)
+        labels = locust.eval_on_selector_all("label", "els => els.map(e => e.textContent)")
+        assert "SLO_P95_S (P95 objective in s; 0: none)" in labels and "LEVELS (e.g. 1,2,4,8; empty: from the estimate)" in labels
+        assert not [text for text in labels if text.startswith("Ocr ")], labels
+        locust.close()
+
+        context = browser.new_context(viewport={"width": 1280, "height": 1000},
+                                      permissions=["clipboard-read", "clipboard-write"])  # fmt: skip
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(ui.url + "ocr")
+        page.wait_for_function(_js("!$('start').disabled"), timeout=15_000)
+        page.click("#start")
+        page.wait_for_function(_js("document.querySelector('#steps tr.running') !== null"), timeout=60_000)
+        live = page.text_content("#steps tr.running") or ""
+        assert "running" in live, live
+        page.wait_for_function(_js("!$('config-box').hidden"), timeout=150_000)
+        ended_at = time.monotonic()
+        page.wait_for_function(_js("!$('start').disabled"), timeout=12_000)  # not Locust's 31 s stop timeout
+        assert time.monotonic() - ended_at < 12
+        page.click("#copy")
+        page.wait_for_function(_js("$('copy').textContent === 'copied ✓'"), timeout=5_000)
+        assert page.evaluate("navigator.clipboard.readText()") == page.text_content("#config")
+        assert re.match(r"Recommended: (at least )?\d+ concurrent requests?", page.text_content("#answer") or "")
+        report = page.get_attribute("#report-link", "href")
+        assert not errors, errors
+        os.kill(ui.proc.pid, signal.SIGINT)
+        assert ui.proc.wait(timeout=90) == 0, ui.log()
+        page.wait_for_function(_js("!$('gone').hidden"), timeout=10_000)
+        assert "The master is gone" in (page.text_content("#gone") or "")
+        errors.clear()
+        page.wait_for_timeout(9_000)
+        assert len(errors) <= 4, errors  # back-off: 2, 4, 8 s, not a failed fetch every second
+        assert page.get_attribute("#report-link", "href") == report and page.is_visible("#config-box")
+        assert page.is_disabled("#start") and page.is_disabled("#stop")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ui-panel-master-gone.png"), full_page=True)
+        context.close()
     finally:
         _end(ui)

@@ -130,11 +130,31 @@ def test_a_stop_is_the_users_only_while_a_run_goes_on_and_is_taken_once() -> Non
 
 
 def test_the_spawn_rate_reaches_a_level_within_a_tick_without_locusts_warning(tmp_path: Path) -> None:
-    """Above 100 a second Locust logs "spawn rate is very high" (a "!" on its LOGS tab) at every step."""
+    """Above 100 a second per worker Locust logs "spawn rate is very high" (a "!" on its LOGS tab) at every
+    step: a verify window's reserve of 256 users too is reached at 100 a second per worker."""
     ctl = _Run(tmp_path).ctl
-    rates = {level: ctl._users(dataclasses.replace(_spec(), level=level))[1] for level in (0, 1, 4, 12, 150)}
-    assert rates == {0: 10.0, 1: 10.0, 4: 40.0, 12: 100.0, 150: 150.0}
+    rates = {level: ctl._users(dataclasses.replace(_spec(), level=level))[1] for level in (0, 1, 4, 12, 150, 256)}
+    assert rates == {0: 10.0, 1: 10.0, 4: 40.0, 12: 100.0, 150: 100.0, 256: 100.0}
+    ctl.workers = 2  # Locust divides the rate over its workers
+    rates = {level: ctl._users(dataclasses.replace(_spec(), level=level))[1] for level in (12, 150, 256)}
+    assert rates == {12: 120.0, 150: 200.0, 256: 200.0}
 
 
 def _spec() -> PhaseSpec:
     return PhaseSpec(phase=Phase.STEP, level=1, min_s=1.0, max_s=2.0, min_requests=0, note="")
+
+
+def test_the_running_step_has_its_row_live_marked_running(tmp_path: Path) -> None:
+    """At level 1 for 14 s the panel showed nothing of it: the running step's row comes with its numbers so
+    far, and leaves its place to the closed step's row once it ends."""
+    run = _Run(tmp_path)
+    run.to_first_step()
+    run.tick(2)
+    run.feed(3)
+    run.now += 1.0
+    rows = json.loads(json.dumps(snapshot(run.ctl, None)))["steps"]
+    live = rows[-1]
+    assert (live["phase"], live["level"], live["status"], live["running"]) == ("step", 2, "running", True)
+    assert live["requests"] == 3 and live["p95_ms"] == 400.0 and live["p50_ms"] == 400.0
+    assert [r["phase"] for r in rows[:-1]] == ["baseline"]  # the baseline's own row, closed
+    assert not any(r.get("running") for r in rows[:-1])

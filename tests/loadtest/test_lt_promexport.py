@@ -66,3 +66,29 @@ def test_series_carry_the_rows_and_samples_in_base_units(tmp_path: Path) -> None
 def test_a_bad_metrics_setting_is_one_line(fields: dict[str, object], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         RunConfig(**fields).checked()  # type: ignore[arg-type]
+
+
+def test_the_uis_default_metrics_port_taken_gives_a_free_one_quietly() -> None:
+    """`ui` serves /metrics on 9646 by default; another process there must not cost the user /metrics."""
+    import socket
+    import urllib.request
+
+    from loadtest.views import promexport
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = RunConfig(metrics_host="127.0.0.1")
+        env = object()
+        try:
+            served = promexport.start_metrics(env, cfg, port, or_free=True)
+            assert served and served != port
+            with urllib.request.urlopen(f"http://127.0.0.1:{served}/metrics", timeout=5) as reply:
+                assert reply.status == 200
+            with pytest.raises(ConfigError, match=f"METRICS_PORT={port} on 127.0.0.1: .*pick a free port"):
+                promexport.start_metrics(object(), cfg, port)  # a port the user named must be free
+        finally:
+            server, thread = promexport._servers.pop(id(env))
+            server.shutdown()
+            thread.join(timeout=5)

@@ -158,7 +158,8 @@ def test_the_master_killed_keeps_every_row_on_disk_and_the_partial_run_renders(p
     assert set(seen) <= on_disk, "a row appended before the kill is missing"
     res = _render(run_dir)  # what `make report RUN=...` runs
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == f"report: {run_dir / 'report.html'}"
+    said = res.stdout.strip().splitlines()  # the answer of the partial run, `report:` last (reports/answer.py)
+    assert said[-1] == f"report: {run_dir / 'report.html'}" and said[0].startswith("answer: "), said
     html = (run_dir / "report.html").read_text()
     assert 'id="banner-partial"' in html
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -60,8 +60,13 @@ def test_report_and_compare_print_their_paths(tmp_path: Path) -> None:
     b = write_run_folder(tmp_path / "b", build_run(complete=False))
     proc = _run(str(a))
     assert proc.returncode == 0, proc.stderr
-    # the run's manifest names no server (an old form): no haproxy.cfg, one line why, before `report:`
-    assert proc.stdout.splitlines() == [
+    # the answer (reports/answer.py), where the config is; the run's manifest names no server (an old
+    # form): no haproxy.cfg, one line why, before `report:`
+    lines = proc.stdout.splitlines()
+    assert [line.split(":", 1)[0] for line in lines[:5]] == ["answer", "plateau", "errors", "verify", "config"]
+    assert lines[0].startswith("answer: 6 concurrent requests (95% interval 6–8): knee at level 8 (step 8): ")
+    assert lines[4] == f"config: {a / 'recommended-config.yaml'}"
+    assert lines[5:] == [
         "no haproxy.cfg: the run's manifest names no server URL: give it with python -m loadtest gateway"
         " --servers http://HOST:PORT", f"report: {a / 'report.html'}"]  # fmt: skip
     assert (a / "report.html").stat().st_size > 10_000

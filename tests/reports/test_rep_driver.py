@@ -15,13 +15,14 @@ from reports.output import load_for_report
 from runfolder import HOST_FILE, CsvAppender, HostSample
 
 
-def _run_folder(tmp_path: Path, busy_levels: tuple[int, ...]) -> Path:
+def _run_folder(tmp_path: Path, busy_levels: tuple[int, ...], busy_baseline: bool = False) -> Path:
     run = build_run()
     run = dataclasses.replace(run, manifest={**run.manifest, "config": {"workers": 2}})
     write_run_folder(tmp_path, run)
     samples = []
     for step in run.plan:
-        cpu = 92.0 if step.phase == "step" and step.level in busy_levels else 30.0
+        busy = (step.phase == "step" and step.level in busy_levels) or (busy_baseline and step.phase == "baseline")
+        cpu = 92.0 if busy else 30.0
         for k in range(10):
             t = step.t_start_unix_s + k * (step.t_end_unix_s - step.t_start_unix_s) / 10
             samples.append(HostSample(t, step.step_index, "driver", cpu, 1000.0))
@@ -44,10 +45,19 @@ def test_a_saturated_driver_is_named_in_summary_reason_and_first_screen(tmp_path
     assert driver["machines_needed"] == 2 and [s["level"] for s in driver["steps"]] == [8, 10]
     assert "at least 2 driver machines with 2 worker(s) on each (4 in all)" in driver["advice"]
     first = _first_screen(render_report(summary, frames))
-    assert 'id="driver-saturated"' in first and "Driver saturated</b> at level 8, 10" in first
+    assert 'id="driver-saturated"' in first and "Driver saturated</b> at levels 8, 10" in first
     assert "about 46% (under 60%)" in first
     table = render_report(summary, frames).split('<section id="steps">')[1]
     assert "driver CPU" in table and re.search(r'class="badge warn"[^>]*>92 %<', table)
+
+
+def test_a_saturated_baseline_is_named_the_baseline_not_level_1(tmp_path: Path) -> None:
+    summary, frames = load_for_report(_run_folder(tmp_path, busy_levels=(8,), busy_baseline=True))
+    assert summary["driver"]["where"] == "the baseline and level 8"
+    assert "near saturation (>= 85% of its cores) at the baseline (92%) and level 8 (92%):" in summary["knee"]["reason"]
+    assert "reached 92% at the baseline and level 8:" in summary["driver"]["advice"]
+    first = _first_screen(render_report(summary, frames))
+    assert "Driver saturated</b> at the baseline and level 8 (CPU" in first and "level 1" not in first
 
 
 def test_a_calm_driver_is_not_named(tmp_path: Path) -> None:

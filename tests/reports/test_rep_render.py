@@ -69,6 +69,8 @@ def test_a_run_stopped_by_the_user_says_so_in_the_partial_banner() -> None:
     html = render_report(summary, run.frames())
     banner = html.split('id="banner-partial"')[1].split("</div>")[0]
     assert "It was stopped by the user at level 3 of 5, step (6 users), with Locust&#39;s STOP." in banner
+    text = re.sub(r"<[^>]+>", "", banner.replace("<br>", "\n"))  # as a person reads it: "…STOP." apart from "Missing:"
+    assert "<br>Missing:" in banner and "STOP.Missing" not in text
     assert "stopped-by-user" not in render_report(run.summary, run.frames())
 
 
@@ -151,6 +153,8 @@ def test_the_answer_shows_its_interval_a_lower_bound_and_an_answer_check_turned_
     html = render_report(summary, run.frames())
     assert re.search(r'id="confidence"><b>5–7 at 95%</b>: a longer measured window \(STEP_S\)', html)
     assert 'id="at-least"' not in html and 'id="answer-check-off"' not in html
+    summary["knee"] = {**summary["knee"], "confidence": [6, 6], "narrow_hint": ""}  # as the panel shows it
+    assert 'id="confidence"><b>6–6 at 95%</b>' in render_report(summary, run.frames())
     summary["knee"] = {**summary["knee"], "found": False, "at_least": True, "confidence": None}
     summary["manifest"] = {**summary["manifest"], "answer_check": {"enabled": False, "why": "the first answer holds no text"}}
     html = render_report(summary, run.frames())

@@ -1,0 +1,18 @@
+"""Counts and durations as a person reads them: "1 level", "2 levels", "about 40 s", "about 3 min"."""
+
+from __future__ import annotations
+
+import math
+
+
+def plural(count: int, one: str, many: str = "") -> str:
+    """The count with its noun in the right number: plural(1, "level") is "1 level", 2 gives "2 levels"."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+def duration_words(seconds: float) -> str:
+    """A duration rounded up, never "0 min": "40 s" under 100 s (to 10 s), else whole minutes."""
+    tens_s = max(10, math.ceil(seconds / 10) * 10)
+    if tens_s < 100:
+        return f"{tens_s} s"
+    return f"{math.ceil(seconds / 60)} min"
