@@ -14,19 +14,18 @@ import analysis
 from analysis.gateway import GatewayError as ConfigCannotBeSaid
 from analysis.gateway import haproxy_config, parse_server
 from gpu_sampler import GpuMonitor
+from loadtest.method.budget import time_budget
 from loadtest.method.card_watch import CardWatch, card_line
 from loadtest.method.gateway import Gateway, GatewayError, skip_reason, unused_port
 from loadtest.method.levels import (
     LevelChoice,
     choose_levels,
-    expected_minutes,
     knee_past_overload,
     limit_level,
-    refine_guess,
 )
 from loadtest.method.live import LiveSteps
 from loadtest.method.overload import OverloadWatch
-from loadtest.method.progress import progress
+from loadtest.settings.limits import TimingLimits
 from loadtest.settings.open_loop import VERIFY_FACTOR, drain_max_s, drained, window_too_short
 from loadtest.settings.run_config import RunConfig
 
@@ -35,6 +34,7 @@ class PlanDecisions:
     """What the plan asks between phases; the state is the controller's (declared here for the checker)."""
 
     cfg: RunConfig
+    limits: TimingLimits
     clock: Callable[[], float]
     run_dir: Path
     monitor: GpuMonitor | None
@@ -83,16 +83,18 @@ class PlanDecisions:
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
         # each step's request target follows its own spread (timing); the first level what a window measures
-        choice = choose_levels(cfg, estimate, baseline_latency_s=self._baseline_latency_s())
+        latency_s = self._baseline_latency_s()
+        choice = choose_levels(cfg, estimate, baseline_latency_s=latency_s)
         self.choice = choice
         self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
-        refine = refine_guess(choice.levels) if cfg.refine else 0
-        minutes = expected_minutes(cfg, len(choice.levels) + refine)
-        progress(
-            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee, then"
-            f" about {refine} refinement level(s): about {minutes:.0f} min at most"
+        climbs = cfg.climb_budget if choice.extend else 0
+        budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs)
+        self.event(  # an event: the report sets the time each part took beside it (analysis/phase_time.py)
+            "time_budget",
+            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
+            f" the rest of the run: {budget.words()}",
         )
         return choice
 

@@ -186,11 +186,6 @@ def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, 
     return more if more > max(done) else None
 
 
-def expected_minutes(cfg: RunConfig, levels: int) -> float:
-    """Minutes the stepped load takes at most for this many levels: warm-up, window and the cooldown's cap."""
-    return levels * (cfg.warmup_s + cfg.step_s + cfg.cooldown_s) / 60.0
-
-
 def refine_guess(levels: list[int]) -> int:
     """Levels the refinement may add: a bisection of the widest gap between planned levels down to adjacent ones."""
     gaps = [b - a for a, b in zip([1, *levels[:-1]], levels, strict=True)]
