@@ -26,6 +26,7 @@ from analysis.knee import Knee, find_knee
 from analysis.loader import RunData
 from analysis.memory_slope import restate_estimate
 from analysis.open_loop import capacity_rows, with_capacity_levels
+from analysis.phase_time import phase_times
 from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manifest_card, run_card
 from analysis.server_time import time_split
 from analysis.soak import slo_level, soak_trend
@@ -324,6 +325,7 @@ def analyze_run(
         # the replicas for TARGET_RPS, the per-replica share, the cost (analysis/fleet.py)
         "fleet": fleet_summary(table, knee, {k: manifest_setting(run.manifest, k) for k in FLEET_SETTINGS}, run.server),
         "events": events,
+        "phase_times": phase_times(run.steps, run.events),  # where the time went, beside the promise
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),
     }

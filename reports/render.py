@@ -17,6 +17,7 @@ import yaml
 from analysis.driver import DRIVER_BUSY_PCT
 from analysis.fleet import ASSUMPTIONS, figure, fleet_rows
 from analysis.open_loop import behind_schedule, rejected_from
+from analysis.phase_time import minutes
 from reports.figures import Chart, build_charts
 from reports.points import ReportFrames, error_examples, mapping, num, whole
 
@@ -147,7 +148,7 @@ def make_environment() -> jinja2.Environment:
     )
     env.tests["rows"] = is_rows
     env.filters.update(num=fmt_num, ms=fmt_ms, pct=fmt_pct, value=fmt_value, sentence=fmt_sentence, check=fmt_check,
-                       figure=fmt_figure)  # fmt: skip
+                       figure=fmt_figure, duration=minutes)  # fmt: skip
     return env
 
 

@@ -24,7 +24,7 @@ from loadtest.method.overload import ABORT, OVERLOAD, OverloadWatch, Verdict
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec, plan_phases
 from loadtest.method.progress import live_line, load_words, progress
-from loadtest.method.settle import MemorySettle
+from loadtest.method.settle import MemorySettle, at_rest
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.state import STATE, StepTag
@@ -369,6 +369,11 @@ class Controller(PlanDecisions):
         if not self.finished and not self.aborted:
             self.aborted = why
             self.event("abort", why)
+
+    def at_rest(self, since_s: float) -> bool:
+        """Memory back at idle and nothing in flight at the server, read since `since_s` (loadtest.method.settle)."""
+        used = self.monitor.latest_mem_used_mib() if self.monitor is not None else None
+        return at_rest(self.settle, used, self.idle_mib, self.last_server, since_s)
 
     def memory_settled(self) -> bool:
         """Back near idle, or stable for a few seconds at zero users (a caching allocator's high-water

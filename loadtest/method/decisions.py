@@ -13,22 +13,20 @@ from typing import TYPE_CHECKING, Any
 import analysis
 from analysis.gateway import GatewayError as ConfigCannotBeSaid
 from analysis.gateway import haproxy_config, parse_server
-from analysis.words import duration_words, plural
 from gpu_sampler import GpuMonitor
+from loadtest.method.budget import time_budget
 from loadtest.method.card_watch import CardWatch, card_line
 from loadtest.method.gateway import Gateway, skip_reason, unused_port
 from loadtest.method.haproxy import HaproxyError
 from loadtest.method.levels import (
     LevelChoice,
     choose_levels,
-    expected_s,
     knee_past_overload,
     limit_level,
-    refine_guess,
 )
 from loadtest.method.live import LiveSteps
 from loadtest.method.overload import OverloadWatch
-from loadtest.method.progress import progress
+from loadtest.settings.limits import TimingLimits
 from loadtest.settings.open_loop import VERIFY_FACTOR, drain_max_s, drained, window_too_short
 from loadtest.settings.run_config import RunConfig
 
@@ -37,6 +35,7 @@ class PlanDecisions:
     """What the plan asks between phases; the state is the controller's (declared here for the checker)."""
 
     cfg: RunConfig
+    limits: TimingLimits
     clock: Callable[[], float]
     run_dir: Path
     monitor: GpuMonitor | None
@@ -86,20 +85,19 @@ class PlanDecisions:
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
         # each step's request target follows its own spread (timing); the first level what a window measures
-        choice = choose_levels(cfg, estimate, baseline_latency_s=self._baseline_latency_s())
+        latency_s = self._baseline_latency_s()
+        choice = choose_levels(cfg, estimate, baseline_latency_s=latency_s)
         self.choice = choice
         self._first_level_step = self.step_index + 1
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
-        refine = refine_guess(choice.levels) if cfg.refine else 0
-        windows = self._verify_windows()
-        rest_s = expected_s(cfg, len(choice.levels) + refine, self._baseline_latency_s(), windows)
-        then = [f"about {plural(refine, 'refinement level')}"] if refine else []
-        then += [plural(windows, "verify window")] if windows else []
-        progress(
-            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee"
-            + (f", then {' and '.join(then)}" if then else "")
-            + f"; the rest of the run, the report included: about {duration_words(rest_s)} at most"
+        climbs = cfg.climb_budget if choice.extend else 0
+        gateway = self._verify_windows() > 1
+        budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, gateway=gateway, climbs=climbs)
+        self.event(  # an event: the report sets the time each part took beside it (analysis/phase_time.py)
+            "time_budget",
+            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
+            f" the rest of the run: {budget.words()}",
         )
         return choice
 

@@ -32,9 +32,6 @@ from typing import Any
 
 import analysis
 from analysis import plan_levels
-from analysis.config import WAIT_MULTIPLE
-from loadtest.settings.limits import WARMUP_LATENCIES
-from loadtest.settings.open_loop import drain_max_s
 from loadtest.settings.run_config import RunConfig
 
 DOUBLING_LEVELS = [1, 2, 4, 8, 16, 32, 64]
@@ -70,10 +67,9 @@ def limit_level(limit: int) -> int:
 
 
 def _untrusted_kv(estimate: Any) -> bool:
-    """A KV-cache estimate that no engine limit bounds (see the module doc): not a level. One the memory
-    above the pool binds (analysis.prealloc) is bounded by evidence."""
+    """A KV-cache estimate that no engine limit bounds (see the module doc): not a level."""
     dimension, seqs = getattr(estimate, "dimension", ""), getattr(estimate, "max_num_seqs", None)
-    return dimension == "kv_cache" and seqs is None and getattr(estimate, "binding", "") in ("", "kv_cache")
+    return dimension == "kv_cache" and seqs is None
 
 
 def choose_levels(cfg: RunConfig, estimate: Any, *, baseline_latency_s: float | None = None) -> LevelChoice:
@@ -188,23 +184,6 @@ def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, 
         if max(done) < min(engines) < more:  # the limit itself first: the answer stays within it
             more = min(engines)
     return more if more > max(done) else None
-
-
-PHASE_TICK_S = 1.0  # a phase ends on the shape's tick, about once a second (LOCUST-FACTS.md)
-REPORT_S = 15.0  # the analysis and the report after the plan, on a busy 2-core driver
-
-
-def expected_s(cfg: RunConfig, levels: int, latency_s: float | None, verify_windows: int) -> float:
-    """Seconds the rest of the run takes at most, about, once the levels are chosen: per level a warm-up
-    (WARMUP_S, or two latencies), its window, the drain (a latency, the users' stop) and the cooldown's
-    cap, each phase ending on a tick; per verify window (the server as it is, the gateway) its window,
-    the drain's cap and a cooldown; then the report. A step that needs more requests for a precise
-    throughput runs longer (loadtest/method/timing.py), a cooldown whose memory settles ends sooner."""
-    lat_s = latency_s or 0.0
-    cooldown_s = lat_s + cfg.cooldown_s + PHASE_TICK_S
-    level_s = max(cfg.warmup_s, WARMUP_LATENCIES * lat_s) + cfg.step_s + 2 * PHASE_TICK_S + cooldown_s
-    verify_s = cfg.verify_window_s + drain_max_s(lat_s, WAIT_MULTIPLE) + 2 * PHASE_TICK_S + cooldown_s
-    return levels * level_s + verify_windows * verify_s + REPORT_S
 
 
 def refine_guess(levels: list[int]) -> int:

@@ -4,8 +4,9 @@
 - the baseline's warm-up: ends once latency has settled (`timing.latency_settled`), so a few slow first
   requests (lazy initialisation, a first compile) stay out of the baseline's latency and spread;
 - a step: its request target follows its own latency spread so far (`timing.target_requests`);
-- a cooldown: first every user stopped (requests back or cut), then memory; the rows of the steps before
-  it become final once it drained, after the step-end flush brought every worker's rows in.
+- a cooldown: first every user stopped (requests back or cut), then memory: it ends once memory is back at
+  idle with nothing in flight, or settled after its minimum; the rows of the steps before it become final
+  once it drained, after the step-end flush brought every worker's rows in.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class TimedRun(Protocol):
     def event(self, kind: str, message: str) -> None: ...
 
     def memory_settled(self) -> bool: ...
+
+    def at_rest(self, since_s: float) -> bool: ...
 
 
 class PhaseTiming:
@@ -133,7 +136,9 @@ class PhaseTiming:
 
     def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:
         """Every user stopped (each request of the step back, or cut at the stop timeout), then GPU memory
-        settled: at least the cooldown's min_s from its start, at most COOLDOWN_S from the drain."""
+        back at idle with nothing running at the server (`at_rest`: at once), or settled (a high-water mark
+        held still, or no GPU reading) at least the cooldown's min_s from its start; at most COOLDOWN_S from
+        the drain."""
         ctl, limits = self.ctl, self.ctl.limits
         if self.drained_at is None:
             if user_count == 0:
@@ -148,6 +153,8 @@ class PhaseTiming:
             else:
                 return False
         if now - self.drained_at >= limits.cooldown_cap_s:
+            return True
+        if ctl.at_rest(self.drained_at):  # back at idle, nothing in flight: no fixed minimum to wait out
             return True
         spec = ctl.spec
         return spec is not None and elapsed_s >= spec.min_s and ctl.memory_settled()

@@ -124,9 +124,14 @@ def _remeasure(cfg: RunConfig, level: int, window_s: float, why: str) -> Iterato
     """A level measured once more for `window_s` (a longer window than a step's: see plan_phases)."""
     if cfg.warmup_s > 0:
         yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {level}", cfg.warmup_s, cfg.warmup_s)
-    yield PhaseSpec(Phase.STEP, level, f"re-measure: {why}", window_s, max(2 * window_s, window_s + 30),
+    yield PhaseSpec(Phase.STEP, level, f"re-measure: {why}", window_s, remeasure_max_s(window_s),
                     cfg.min_step_requests)  # fmt: skip
     yield _cooldown(cfg)
+
+
+def remeasure_max_s(window_s: float) -> float:
+    """A re-measure's longest window (for MIN_STEP_REQUESTS): twice its window, or its window and 30 s."""
+    return max(2 * window_s, window_s + 30)
 
 
 def _cooldown(cfg: RunConfig) -> PhaseSpec:

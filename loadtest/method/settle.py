@@ -1,5 +1,9 @@
 """When a cooldown may end: GPU memory back near idle, or stable at zero users.
 
+`at_rest`: memory back near idle on a reading taken after the drain, and the server (where its metrics are
+read) running and queueing nothing: the cooldown ends then, without its minimum (COOLDOWN_MIN_S), which
+stays for the cases this cannot see (no GPU reading) and for a high-water mark that only settles.
+
 A server whose allocator frees memory per request falls back to idle; a PyTorch server's caching
 allocator keeps freed blocks, so the device shows a high-water mark that never falls (only
 torch.cuda.empty_cache() returns it). Waiting for idle there always runs the cooldown to its cap, so
@@ -9,7 +13,10 @@ STABLE_S seconds counts as settled too. Times are the samples' own (the sampler'
 
 from __future__ import annotations
 
+import math
 from collections import deque
+
+from runfolder import ServerSample
 
 NEAR_IDLE_FLOOR_MIB = 256.0
 NEAR_IDLE_FRACTION = 0.02
@@ -29,6 +36,10 @@ class MemorySettle:
         """A new phase starts: only its own samples count."""
         self._samples.clear()
         self._first_t.clear()
+
+    def newest_s(self) -> float | None:
+        """The time of the phase's newest sample (on any GPU), None before any."""
+        return max((w[-1][0] for w in self._samples.values() if w), default=None)
 
     def add(self, gpu_index: int, t_s: float, mem_used_mib: float) -> None:
         window = self._samples.setdefault(gpu_index, deque())
@@ -55,6 +66,29 @@ class MemorySettle:
         """Back near idle, or stable: the cooldown may end (True without the data to judge)."""
         if idle_mib is None or used_mib is None:
             return True
-        if used_mib <= idle_mib + max(NEAR_IDLE_FLOOR_MIB, NEAR_IDLE_FRACTION * idle_mib):
+        if near_idle(used_mib, idle_mib):
             return True
         return self.stable(idle_mib)
+
+
+def near_idle(used_mib: float, idle_mib: float) -> bool:
+    return used_mib <= idle_mib + max(NEAR_IDLE_FLOOR_MIB, NEAR_IDLE_FRACTION * idle_mib)
+
+
+def _busy(count: float | None) -> bool:
+    return count is not None and not math.isnan(count) and count > 0
+
+
+def at_rest(
+    settle: MemorySettle, used_mib: float | None, idle_mib: float | None, server: ServerSample | None, since_s: float
+) -> bool:
+    """Memory back near idle on a sample taken at or after `since_s` (the drain), and the server's last sample,
+    where it has metrics, also taken since and showing no request running or waiting. False without a GPU
+    reading or an idle one to compare with: nothing says the server is at rest."""
+    newest = settle.newest_s()
+    if used_mib is None or idle_mib is None or newest is None or newest < since_s or not near_idle(used_mib, idle_mib):
+        return False
+    if server is None:  # no server metrics: memory and the drained users are the evidence
+        return True
+    fresh = server.t_unix_s >= since_s
+    return fresh and not _busy(server.num_requests_running) and not _busy(server.num_requests_waiting)

@@ -31,8 +31,8 @@ def _header(headers: Any, name: str) -> str | None:
     if headers is None:
         return None
     value = headers.get(name)
-    if value is None:
-        value = headers.get(name.lower())
+    if value is None and type(headers) is dict:  # a plain dict is case-sensitive; an HTTP client's headers
+        value = headers.get(name.lower())  # are not (a second look-up cost ~0.5 us a request on the hot path)
     return None if value is None else str(value)
 
 

@@ -167,9 +167,8 @@ def test_the_demo_ends_with_its_answer_and_keeps_its_time_promise(runs: dict[str
     for locusts_own in ("Response time percentiles", "Error report", "# occurrences", "spawn rate is very high"):
         assert locusts_own not in said, locusts_own
     assert (run_dir / "workers" / "locust-stats.json").is_file()  # Locust's own numbers, kept beside
-    (promise,) = [line for line in run["stdout"].splitlines() if line.startswith("levels: ")]
-    amount, unit = promise.rsplit("about ", 1)[1].split(" at most")[0].split()
-    promised_s = float(amount) * (60 if unit == "min" else 1)
+    (promise,) = [line for line in run["stdout"].splitlines() if line.startswith("[time_budget] levels: ")]
+    promised_s = 60.0 * float(promise.split(" at most ", 1)[1].split(" min", 1)[0])
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     baseline = max(s["step_index"] for s in steps if s["phase"] == "baseline")
     first_level = min(s["t_start_unix_s"] for s in steps if s["step_index"] > baseline + 1)  # its cooldown done

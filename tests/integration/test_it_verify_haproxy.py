@@ -5,7 +5,8 @@ GPU source: doubling until the knee) with short phases must write a haproxy.cfg 
 fail the verify window as the server is (it queues everything) and pass it behind the HAProxy the run
 starts from that config (GATEWAY=haproxy): admitted P95 within the timeout, the excess answered 503 in well
 under a second, every request the server answered a row, and no HAProxy left behind (the 503s' Retry-After
-is tests/integration's gateway command test's).
+is tests/integration's gateway command test's); the time promised once the levels were chosen, both verify
+windows counted, is kept.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def test_the_verify_window_fails_as_the_server_is_and_passes_behind_the_recommen
     with serving(gate=False, slots=SLOTS, service_s=SERVICE_S) as served:  # no admission control: queues all
         done = run_cli(["run", "--host", served.url, "--out", str(tmp_path), *QUICK], 240.0)
     (run_dir,) = [p for p in tmp_path.iterdir() if (p / "summary.json").is_file()]
-    verify = json.loads((run_dir / "summary.json").read_text())["verify"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    verify = summary["verify"]
     assert verify is not None, done.stdout[-3000:] + done.stderr[-3000:]
     raw, gateway = verify["raw"], verify.get("gateway")
     assert not raw["passed"] and raw["admission_control"] is False, raw["why"]  # it queued everything
@@ -73,3 +75,9 @@ def test_the_verify_window_fails_as_the_server_is_and_passes_behind_the_recommen
     assert not _haproxy_pids(tmp_path)  # the run stopped the HAProxy it started
     html = (run_dir / "report.html").read_text()
     assert 'id="verify-side-by-side"' in html and 'id="gw-verify-verdict"' in html
+    # the promise made when the levels were chosen counts both verify windows, and it was kept
+    times = summary["phase_times"]
+    parts = {r["part"] for r in times["by_part"]}
+    assert {"baseline", "levels", "verify", "verify through the gateway"} <= parts, times
+    assert times["kept"] is True, (times["promised_min"], times["after_promise_s"], times["by_part"])
+    assert 'id="phase-times"' in html and 'id="time-promise"' in html

@@ -114,3 +114,22 @@ def test_the_verdict_keeps_the_finish_reason_and_a_repeated_tail(monkeypatch):
     assert (normal.finish_reason, normal.repeated_tail) == ("stop", False)
     refused = users.judge(payloads.config, item, users._Reply(503, b"busy", None, "1", None, ""))
     assert (refused.finish_reason, refused.repeated_tail) == ("", False)
+
+
+def test_the_last_answer_per_image_gives_the_verdict_its_bytes_earn(monkeypatch):
+    """judge's first look (the image's last answer, compared byte for byte) never hands one answer's verdict
+    to another: same length, other bytes, another verdict; and new payloads forget it too."""
+    monkeypatch.setattr(users, "_PAYLOADS", None)
+    payloads = _payloads()
+    users.set_payloads(payloads)
+    item = payloads.image_set.items[0]
+    cfg = payloads.config
+    text = item.expected_text or "some text"
+    good, bad = _reply(text), _reply("".join("#" if c.isalnum() else c for c in text))
+    assert len(good.body) == len(bad.body)
+    for reply in (good, bad, good, bad):
+        fresh = users._Reply(reply.status, bytes(bytearray(reply.body)), None, None, None, "")  # new bytes
+        assert users.judge(cfg, item, fresh) == users._judge(cfg, item, fresh)
+    assert users.judge(cfg, item, good).cer != users.judge(cfg, item, bad).cer
+    users.set_payloads(_payloads(cer_fail_above=0.5))
+    assert not users._LAST and not users._VERDICTS

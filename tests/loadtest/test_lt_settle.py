@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.method.controller import Controller
+from loadtest.method.plan import PhaseSpec
 from loadtest.method.settle import MemorySettle
 from loadtest.settings.run_config import RunConfig
-from runfolder import GpuSample
+from runfolder import GpuSample, ServerSample
 
 IDLE_MIB = 6000.0
 
@@ -91,3 +92,39 @@ def test_every_gpu_must_be_stable() -> None:
     assert not settle.stable(IDLE_MIB)
     settle.reset()
     assert not settle.stable(IDLE_MIB)
+
+
+def _server(t_s: float, running: float | None, waiting: float | None = 0.0) -> ServerSample:
+    return ServerSample(t_s, 3, running, waiting, None, None, None, None)
+
+
+def test_a_cooldown_back_at_idle_with_nothing_in_flight_ends_without_its_minimum(tmp_path: Path) -> None:
+    ctl, monitor = _controller(tmp_path)
+    ctl.spec = PhaseSpec("cooldown", 0, "cooldown", 4.0, 15.0)
+    drained_at = 100.0
+    ctl.timing.drained_at = drained_at
+    _feed(ctl, monitor, 99.0, 99.75, IDLE_MIB + 50)  # near idle, but read before the drain
+    assert not ctl.at_rest(drained_at)
+    assert not ctl.timing.cooldown_over(drained_at + 0.5, 0.5, 0)  # within its minimum, nothing read since
+    _feed(ctl, monitor, 100.0, 100.5, IDLE_MIB + 50)
+    assert ctl.at_rest(drained_at)
+    assert ctl.timing.cooldown_over(drained_at + 0.5, 0.5, 0)  # 0.5 s into it: no fixed 4 s to wait out
+    ctl.last_server = _server(100.25, 2.0)  # the server still works on requests the users gave up on
+    assert not ctl.at_rest(drained_at) and not ctl.timing.cooldown_over(drained_at + 0.5, 0.5, 0)
+    ctl.last_server = _server(99.5, 0.0)  # a reading from before the drain says nothing about now
+    assert not ctl.at_rest(drained_at)
+    ctl.last_server = _server(100.5, 0.0, float("nan"))
+    assert ctl.at_rest(drained_at)
+    ctl.close()
+
+
+def test_memory_above_idle_or_unread_keeps_the_minimum(tmp_path: Path) -> None:
+    ctl, monitor = _controller(tmp_path)
+    ctl.spec = PhaseSpec("cooldown", 0, "cooldown", 4.0, 15.0)
+    ctl.timing.drained_at = 100.0
+    _feed(ctl, monitor, 100.0, 101.0, IDLE_MIB + 3000)  # a high-water mark: settles only once stable
+    assert not ctl.at_rest(100.0) and not ctl.timing.cooldown_over(101.0, 1.0, 0)
+    monitor.used_mib = None  # no GPU reading: nothing says it is at rest; the minimum holds, then it ends
+    assert not ctl.at_rest(100.0)
+    assert not ctl.timing.cooldown_over(101.0, 1.0, 0) and ctl.timing.cooldown_over(104.0, 4.0, 0)
+    ctl.close()

@@ -1,0 +1,126 @@
+"""Where a run's time went: per phase and per part of the method, beside what the run promised (pure).
+
+Each phase of the plan is its own row of steps.jsonl, with its start and end. Parts, as the progress line's
+promise counts them (loadtest/method/budget.py):
+
+    baseline       the idle reading, the baseline's warm-up, the baseline and its cooldown
+    levels         the planned levels, probes and climbs, and a knee's confirmation among them
+    refinement     the levels the bisection added ("refine the knee"), and a confirmation after them
+    re-measures    a level measured again for a wider answer ("re-measure: ...")
+    verify         the verify window against the server as it is, its drain
+    verify through the gateway   the same through HAProxy (a row with `via`)
+
+A warm-up belongs to the part of the phase after it, a cooldown to the part of the one before it. The
+promise is the `time_budget` event's "at most N min", said when the levels were chosen: it covers
+the time from that event to the run's last phase end.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pandas as pd
+
+PARTS = ("baseline", "levels", "refinement", "re-measures", "verify", "verify through the gateway")
+PHASES = ("idle", "warmup", "baseline", "step", "cooldown", "verify", "drain")
+PROMISE_EVENT = "time_budget"
+CONFIRM = "confirm"
+_PROMISE = re.compile(r"at most (\d+(?:\.\d+)?) min")
+
+
+def _own_part(phase: str, note: str, via: str) -> str | None:
+    """The part of a phase that has one of its own (None: a warm-up or cooldown, placed by its neighbour)."""
+    if phase in ("idle", "baseline"):
+        return "baseline"
+    if phase in ("verify", "drain"):
+        return "verify through the gateway" if via else "verify"
+    if phase == "step":
+        if note.startswith("re-measure"):
+            return "re-measures"
+        if note.startswith("refine"):
+            return "refinement"
+        if note.startswith("confirm the knee"):
+            return CONFIRM  # the part it confirms: the climb's or the refinement's
+        return "levels"
+    return None
+
+
+def _parts(steps: pd.DataFrame) -> list[str]:
+    """Each row's part, in order: a warm-up takes the next row's, a cooldown the previous row's."""
+    own = [
+        _own_part(str(p), n if isinstance(n, str) else "", v if isinstance(v, str) else "")  # None, NaN: none
+        for p, n, v in zip(steps["phase"], steps["note"], steps.get("via", [""] * len(steps)), strict=True)
+    ]
+    measured = "levels"  # the part of the last measured step: a confirmation belongs to it
+    for i, part in enumerate(own):
+        if part == CONFIRM:
+            own[i] = part = measured
+        if part in ("levels", "refinement"):
+            measured = part
+    parts: list[str] = []
+    for i, (phase, part) in enumerate(zip(steps["phase"], own, strict=True)):
+        if part is None and phase == "warmup":
+            part = next((p for p in own[i + 1 :] if p is not None), None)
+        if part is None:
+            part = parts[-1] if parts else "baseline"
+        parts.append(part)
+    return parts
+
+
+def promised_minutes(events: pd.DataFrame) -> tuple[float, float] | None:
+    """(minutes promised, when it was said) from the last `time_budget` event; None without one."""
+    if events is None or events.empty or "kind" not in events.columns:
+        return None
+    said = events[events["kind"] == PROMISE_EVENT]
+    for t, message in zip(reversed(said["t_unix_s"].tolist()), reversed(said["message"].tolist()), strict=True):
+        found = _PROMISE.search(str(message))
+        if found:
+            return float(found.group(1)), float(t)
+    return None
+
+
+def phase_times(steps: pd.DataFrame, events: pd.DataFrame | None = None) -> dict[str, Any]:
+    """{"total_s", "by_phase": [{phase, count, seconds}], "by_part": [{part, phases, seconds}],
+    "between_s" (the run's time outside any phase: the step-end flushes), "promised_min", "after_promise_s",
+    "kept" (None without a promise)}."""
+    empty: dict[str, Any] = {"total_s": 0.0, "by_phase": [], "by_part": [], "between_s": 0.0,
+                             "promised_min": None, "after_promise_s": None, "kept": None}  # fmt: skip
+    if steps is None or steps.empty:
+        return empty
+    steps = steps.sort_values("step_index", kind="stable").reset_index(drop=True)
+    took = (steps["t_end_unix_s"].astype(float) - steps["t_start_unix_s"].astype(float)).clip(lower=0.0)
+    parts = _parts(steps)
+    frame = pd.DataFrame({"phase": steps["phase"].astype(str), "part": parts, "seconds": took})
+    by_phase = [
+        {"phase": p, "count": int((frame["phase"] == p).sum()), "seconds": float(frame.loc[frame["phase"] == p, "seconds"].sum())}
+        for p in [*PHASES, *sorted(set(frame["phase"]) - set(PHASES))]
+        if (frame["phase"] == p).any()
+    ]  # fmt: skip
+    by_part = [
+        {"part": p, "phases": int((frame["part"] == p).sum()), "seconds": float(frame.loc[frame["part"] == p, "seconds"].sum())}
+        for p in PARTS
+        if (frame["part"] == p).any()
+    ]  # fmt: skip
+    start, end = float(steps["t_start_unix_s"].min()), float(steps["t_end_unix_s"].max())
+    total = max(0.0, end - start)
+    promise = promised_minutes(events) if events is not None else None
+    after = None if promise is None else max(0.0, end - promise[1])
+    return {
+        "total_s": total,
+        "by_phase": by_phase,
+        "by_part": by_part,
+        "between_s": max(0.0, total - float(took.sum())),
+        "promised_min": None if promise is None else promise[0],
+        "after_promise_s": after,
+        "kept": None if promise is None or after is None else bool(after <= promise[0] * 60.0 + 1e-9),
+    }
+
+
+def minutes(seconds: float | None) -> str:
+    """"2 min 05 s", "45 s", "—"."""
+    if seconds is None or not math.isfinite(seconds):
+        return "—"
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"{whole} s"

@@ -1,0 +1,156 @@
+"""What the progress line promises once the levels are chosen: the rest of the run, at most, part by part.
+
+"about N min as planned, at most M min": M is kept only if it counts every phase the plan may still run,
+each at the longest its own rule lets it last, from what the baseline measured (one request alone takes
+`latency_s`); N is the plan as drawn (its levels, the refinement, the verify windows and the report), the
+same phases at their longest, without the climbs and re-measures that a knee or a wide answer may add:
+
+    levels         the planned ones, and the CLIMB_BUDGET levels doubled past them where no knee may show
+    a level        warm-up (latency-led: `timing.warmup_bounds` from the baseline's latency), the step (STEP_S,
+                   longer while MIN_STEP_REQUESTS are not in: at one user's pace at worst, the knee's
+                   throughput never falls below the baseline's), then the cooldown (the drain: requests in flight
+                   come back within a latency at that level, at most the drain's cap; then COOLDOWN_S for memory)
+    refinement     as many levels as `levels.refine_guess` says, each as long as the highest planned level's
+    re-measures    REMEASURE_BUDGET of them (plan.py), each a level with a window of REMEASURE_MAX_WINDOWS
+                   STEP_S: only while the answer's interval stays wider than +-1 level, so "up to"
+    verify         the window (VERIFY_WINDOW_S), its drain (capped at the recommended queue wait timeout: WAIT_MULTIPLE
+                   x a P95 that is at most the latency at the highest level) and a cooldown; twice where the run
+                   may verify through a gateway too (method/gateway.py: GATEWAY=haproxy, or auto with haproxy here)
+    each phase     and the tick that sees its end, then the step-end flush: FLUSH_WAIT_S at most with workers
+    the report     REPORT_S for the analysis and the report after the plan
+
+What each phase then took is in the report (analysis/phase_time.py), beside this promise (the `time_budget` event).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from analysis.config import WAIT_MULTIPLE  # the drain's cap is this x the recommended level's P95
+from analysis.words import duration_words, plural
+from loadtest.method.gateway import find_haproxy
+from loadtest.method.levels import refine_guess
+from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, remeasure_max_s
+from loadtest.method.timing import warmup_bounds
+from loadtest.settings.limits import TimingLimits, limits_of
+from loadtest.settings.open_loop import DRAIN_MIN_S
+from loadtest.settings.run_config import RunConfig
+
+TICK_S = 1.0  # Locust calls the shape's tick about once a second: a phase ends at the tick after its end
+
+
+REPORT_S = 15.0  # the analysis and the report after the plan, on a busy 2-core driver
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """Seconds the rest of the run takes at most, by part (see the module's docstring), the report included."""
+
+    levels_s: float
+    refinement_s: float
+    remeasure_s: float
+    verify_s: float
+    refine_levels: int = 0
+    verify_windows: int = 0
+    climbs: int = 0
+    planned_levels_s: float = 0.0  # the levels as planned, none doubled past them, at their longest
+    typical_s: float = 0.0  # the plan as drawn, each phase as it usually goes: "about N min as planned"
+    report_s: float = REPORT_S
+
+    @property
+    def total_s(self) -> float:
+        return self.levels_s + self.refinement_s + self.remeasure_s + self.verify_s + self.report_s
+
+    def words(self) -> str:
+        """ "about 5 min as planned, at most 14 min (levels 4.1 min, about 3 refinement levels 2.0, ...)"."""
+        parts = [f"levels {self.planned_levels_s / 60:.1f} min"]
+        if self.climbs:
+            more_s = self.levels_s - self.planned_levels_s
+            parts.append(f"up to {plural(self.climbs, 'level')} doubled past them {more_s / 60:.1f}")
+        if self.refine_levels:
+            parts.append(
+                f"about {plural(self.refine_levels, 'refinement level')} {self.refinement_s / 60:.1f}"
+            )
+        if self.remeasure_s:
+            parts.append(
+                f"re-measures up to {self.remeasure_s / 60:.1f} (while the answer stays wider than +-1 level)"
+            )
+        if self.verify_windows:
+            through = " (the server as it is, then through the gateway)" if self.verify_windows > 1 else ""
+            parts.append(f"verify {self.verify_s / 60:.1f}{through}")
+        parts.append(f"the report {self.report_s / 60:.1f}")
+        return (f"about {duration_words(self.typical_s)} as planned, at most {math.ceil(self.total_s / 60)} min"
+                f" ({', '.join(parts)})")  # fmt: skip
+
+
+def level_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: float | None, window_s: float,
+            window_max_s: float, typical: bool = False) -> float:  # fmt: skip
+    """A level's warm-up, measured window and cooldown, each at the longest its rule lets it last; `typical`:
+    each as a level usually goes (the warm-up's lower bound, the window, a cooldown that ends at its minimum
+    once the requests in flight are back within a latency, the tick after each phase)."""
+    warmup_s = 0.0
+    if cfg.warmup_s > 0:
+        measured = [(1, latency_s * 1000.0)] if latency_s else []
+        bounds = warmup_bounds(level, measured, limits, cfg.request_timeout_s)
+        warmup_s = bounds.min_s if typical else bounds.max_s
+    step_s = window_s
+    if latency_s and cfg.min_step_requests and not typical:  # at one user's pace at worst
+        step_s = min(max(window_s, cfg.min_step_requests * latency_s), window_max_s)
+    phases = 3 if cfg.warmup_s > 0 else 2
+    if typical:
+        return warmup_s + step_s + (latency_s or 0.0) + limits.cooldown_min_s + phases * TICK_S
+    return warmup_s + step_s + cooldown_s(cfg, limits, level, latency_s) + phases * flush_s(cfg, limits)
+
+
+def flush_s(cfg: RunConfig, limits: TimingLimits) -> float:
+    """After each phase: the master sees its end at Locust's next tick (about once a second), then waits for
+    the workers' rows (FLUSH_WAIT_S at most; a local run at once)."""
+    return TICK_S + (limits.flush_wait_s if cfg.workers > 0 else 0.0)
+
+
+def cooldown_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: float | None) -> float:
+    """The drain (the requests in flight come back within a latency at `level`, at most the drain's cap),
+    then at most COOLDOWN_S for memory."""
+    in_flight_s = min(latency_s * level, cfg.request_timeout_s) if latency_s else limits.drain_cap_s
+    return min(in_flight_s, limits.drain_cap_s) + limits.cooldown_cap_s
+
+
+def time_budget(cfg: RunConfig, levels: list[int], latency_s: float | None, limits: TimingLimits | None = None,
+                gateway: bool | None = None, climbs: int = 0) -> TimeBudget:  # fmt: skip
+    """The rest of the run at most once `levels` are chosen, the baseline's mean latency `latency_s` known
+    (None: unknown; the latency-led parts then take their caps). `climbs`: levels the plan may double past
+    them when no knee shows (CLIMB_BUDGET where the levels may be extended). `gateway`: whether the verify
+    window may run a second time through a gateway (None: as GATEWAY and this machine say)."""
+    limits = limits or limits_of(cfg)
+    soak = cfg.scenario == "soak"
+    window_s, window_max_s = (cfg.soak_s, cfg.soak_s) if soak else (cfg.step_s, limits.step_max_s)
+    top = max(levels, default=1)
+    reach = [*levels, *(top * 2**k for k in range(1, climbs + 1))] if not soak else list(levels)
+    levels_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s) for n in reach)
+    planned_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s) for n in levels)
+    typical_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s, typical=True) for n in levels)
+    top = max(reach, default=1)
+    refine = refine_guess(sorted(reach)) if cfg.refine and not soak else 0
+    refinement_s = refine * level_s(cfg, limits, top, latency_s, window_s, window_max_s)
+    typical_s += refine * level_s(cfg, limits, top, latency_s, window_s, window_max_s, typical=True)
+    remeasure_s = 0.0
+    if cfg.refine and not soak:
+        w = REMEASURE_MAX_WINDOWS * cfg.step_s
+        remeasure_s = REMEASURE_BUDGET * level_s(cfg, limits, top, latency_s, w, remeasure_max_s(w))
+    windows = 0
+    verify_s = 0.0
+    if cfg.verify and not soak:
+        if gateway is None:
+            gateway = cfg.gateway == "haproxy" or (cfg.gateway == "auto" and find_haproxy() is not None)
+        windows = 2 if gateway else 1
+        p95_s = min(latency_s * top, cfg.request_timeout_s) if latency_s else cfg.request_timeout_s
+        drain_s = max(DRAIN_MIN_S, float(math.ceil(WAIT_MULTIPLE * p95_s)))
+        cooldown = cooldown_s(cfg, limits, cfg.max_in_flight, latency_s)
+        verify_s = windows * (cfg.verify_window_s + drain_s + cooldown + 3 * flush_s(cfg, limits))
+        typical_s += windows * (cfg.verify_window_s + DRAIN_MIN_S + limits.cooldown_min_s + 3 * TICK_S)
+    return TimeBudget(
+        levels_s=levels_s, refinement_s=refinement_s, remeasure_s=remeasure_s, verify_s=verify_s,
+        refine_levels=refine, verify_windows=windows, climbs=len(reach) - len(levels), planned_levels_s=planned_s,
+        typical_s=typical_s + REPORT_S,
+    )  # fmt: skip

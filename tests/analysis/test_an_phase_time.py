@@ -1,0 +1,85 @@
+"""Where a run's time went, part by part and phase by phase, from steps.jsonl, beside the promise."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.phase_time import minutes, phase_times, promised_minutes
+
+ROWS = [  # (phase, level, seconds, note, via)
+    ("idle", 0, 2, "idle GPU memory", ""),
+    ("warmup", 1, 1, "baseline warm-up", ""),
+    ("baseline", 1, 5, "1 rounds x 10 requests", ""),
+    ("cooldown", 0, 2, "cooldown", ""),
+    ("warmup", 4, 1, "warm-up for 4", ""),
+    ("step", 4, 10, "estimate x0.25", ""),
+    ("cooldown", 0, 3, "cooldown", ""),
+    ("warmup", 8, 1, "warm-up for 8", ""),
+    ("step", 8, 10, "estimate x0.5", ""),
+    ("cooldown", 0, 3, "cooldown", ""),
+    ("warmup", 6, 1, "warm-up for 6", ""),
+    ("step", 6, 10, "refine the knee", ""),
+    ("cooldown", 0, 3, "cooldown", ""),
+    ("warmup", 6, 1, "warm-up for 6", ""),
+    ("step", 6, 10, "confirm the knee at 6: few failures, measured once more", ""),
+    ("cooldown", 0, 3, "cooldown", ""),
+    ("warmup", 6, 1, "warm-up for 6", ""),
+    ("step", 6, 60, "re-measure: the answer's interval is wide", ""),
+    ("cooldown", 0, 3, "cooldown", ""),
+    ("verify", 256, 30, "verify at 3.00 rps", ""),
+    ("drain", 1, 4, "drain", ""),
+    ("cooldown", 0, 2, "cooldown", ""),
+    ("verify", 256, 30, "verify through the gateway", "http://127.0.0.1:1"),
+    ("drain", 1, 4, "drain through the gateway", "http://127.0.0.1:1"),
+    ("cooldown", 0, 2, "cooldown", ""),
+]
+GAP_S = 0.5  # between phases: the step-end flush
+
+
+def _steps() -> pd.DataFrame:
+    t, rows = 1000.0, []
+    for i, (phase, level, seconds, note, via) in enumerate(ROWS):
+        rows.append({"step_index": i, "phase": phase, "level": level, "t_start_unix_s": t,
+                     "t_end_unix_s": t + seconds, "status": "complete", "note": note, "via": via or None})  # fmt: skip
+        t += seconds + GAP_S
+    return pd.DataFrame(rows)
+
+
+def _events(t: float, message: str) -> pd.DataFrame:
+    return pd.DataFrame([{"t_unix_s": t, "step_index": 3, "kind": "time_budget", "message": message}])
+
+
+def test_each_part_and_phase_gets_its_own_time():
+    got = phase_times(_steps())
+    parts = {r["part"]: r["seconds"] for r in got["by_part"]}
+    assert parts == {
+        "baseline": 2 + 1 + 5 + 2,
+        "levels": 1 + 10 + 3 + 1 + 10 + 3,
+        "refinement": (1 + 10 + 3) * 2,  # the confirmation after a refinement is the refinement's
+        "re-measures": 1 + 60 + 3,
+        "verify": 30 + 4 + 2,
+        "verify through the gateway": 30 + 4 + 2,
+    }
+    phases = {r["phase"]: (r["count"], r["seconds"]) for r in got["by_phase"]}
+    assert phases["warmup"] == (6, 6) and phases["step"] == (5, 100) and phases["drain"] == (2, 8)
+    total = sum(r[2] for r in ROWS)
+    assert got["total_s"] == total + GAP_S * (len(ROWS) - 1)
+    assert abs(got["between_s"] - GAP_S * (len(ROWS) - 1)) < 1e-9
+    assert got["promised_min"] is None and got["kept"] is None
+
+
+def test_the_promise_is_read_and_judged_from_when_it_was_said():
+    steps = _steps()
+    said_at = float(steps["t_end_unix_s"].iloc[3])  # after the baseline's cooldown
+    left_s = float(steps["t_end_unix_s"].max()) - said_at
+    message = "levels: 4, 8 (estimate); climbing stops at the knee; the rest of the run: about 2 min as planned, at most {} min (levels 1.0 min)"
+    kept = phase_times(steps, _events(said_at, message.format(4)))
+    assert kept["promised_min"] == 4 and kept["kept"] is True and kept["after_promise_s"] == left_s
+    broken = phase_times(steps, _events(said_at, message.format(3)))
+    assert left_s > 180 and broken["kept"] is False
+    assert promised_minutes(pd.DataFrame(columns=["t_unix_s", "kind", "message"])) is None
+
+
+def test_no_steps_no_times_and_durations_read_as_people_say_them():
+    assert phase_times(pd.DataFrame())["by_part"] == []
+    assert (minutes(45.2), minutes(125), minutes(None)) == ("45 s", "2 min 05 s", "—")

@@ -1,0 +1,80 @@
+"""The progress line's promise counts every phase the plan may still run, each at its own longest: the
+latency-led warm-ups, the re-measures, the refinement and the verify window (twice where a gateway may verify
+too), and the flush after each phase."""
+
+from __future__ import annotations
+
+import math
+
+from analysis.words import duration_words
+from loadtest.method.budget import REPORT_S, TICK_S, level_s, time_budget
+from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS
+from loadtest.settings.limits import limits_of
+from loadtest.settings.run_config import RunConfig
+
+LEVELS = [4, 8, 16, 32]
+
+
+def _cfg(**fields: object) -> RunConfig:
+    return RunConfig(host="http://127.0.0.1:9", **fields)  # type: ignore[arg-type]
+
+
+def test_a_slow_baseline_lengthens_the_warm_ups_it_leads():
+    cfg = _cfg(workers=0, refine=False, verify=False)
+    fast = time_budget(cfg, LEVELS, 0.05)
+    slow = time_budget(cfg, LEVELS, 2.0)
+    fixed = len(LEVELS) * (cfg.warmup_s + cfg.step_s + cfg.cooldown_s)  # what the line used to promise
+    assert fast.levels_s >= fixed
+    # at 32 users and 2 s a request alone, the warm-up alone may last two latencies of 64 s
+    assert slow.levels_s - fast.levels_s > 2 * 2.0 * 32 - cfg.warmup_s
+    assert fast.remeasure_s == 0 and fast.verify_s == 0 and fast.refinement_s == 0
+
+
+def test_re_measures_refinement_and_both_verify_windows_count():
+    cfg = _cfg(workers=2)
+    limits = limits_of(cfg)
+    plain = time_budget(cfg, LEVELS, 0.1, gateway=False)
+    gated = time_budget(cfg, LEVELS, 0.1, gateway=True)
+    window_s = REMEASURE_MAX_WINDOWS * cfg.step_s
+    one = level_s(cfg, limits, max(LEVELS), 0.1, window_s, 2 * window_s)
+    assert plain.remeasure_s == REMEASURE_BUDGET * one
+    assert plain.refine_levels > 0 and plain.refinement_s > 0
+    assert plain.verify_windows == 1 and gated.verify_windows == 2
+    assert math.isclose(gated.verify_s, 2 * plain.verify_s)
+    assert plain.verify_s > cfg.verify_window_s + limits.cooldown_cap_s + 3 * (TICK_S + limits.flush_wait_s)
+    words = gated.words()
+    assert words.startswith(
+        f"about {duration_words(gated.typical_s)} as planned, at most {math.ceil(gated.total_s / 60)} min ("
+    )
+    assert "re-measures up to" in words and "through the gateway" in words
+    assert (
+        gated.total_s == gated.levels_s + gated.refinement_s + gated.remeasure_s + gated.verify_s + REPORT_S
+    )
+    assert REPORT_S < gated.typical_s < gated.levels_s + gated.refinement_s + gated.verify_s + REPORT_S
+
+
+def test_a_soak_promises_its_windows_alone():
+    cfg = _cfg(scenario="soak", soak_s=120.0, workers=0)
+    budget = time_budget(cfg, [8], 0.1)
+    assert budget.remeasure_s == budget.refinement_s == budget.verify_s == 0
+    assert budget.levels_s >= 120.0 + cfg.cooldown_s
+
+
+def test_levels_that_may_be_climbed_past_count_too():
+    cfg = _cfg(workers=0, verify=False, refine=False)
+    planned = time_budget(cfg, LEVELS, 0.1)
+    climbing = time_budget(cfg, LEVELS, 0.1, climbs=cfg.climb_budget)
+    assert climbing.climbs == cfg.climb_budget
+    assert climbing.levels_s > planned.levels_s + cfg.climb_budget * (cfg.step_s + cfg.cooldown_s)
+    assert f"up to {cfg.climb_budget} levels doubled past them" in climbing.words()
+
+
+def test_the_plan_as_drawn_covers_what_a_demo_took():
+    """The demo's test settings (steps of 4 s, cooldowns of 4 s, warm-ups of 1 s, verify windows of 4 s),
+    a server answering in 0.2 s: 7 levels and two verify windows took 95 s of phases, then the report."""
+    cfg = _cfg(step_s=4, cooldown_s=4, warmup_s=1, verify_window_s=4, refine=False)
+    drawn = time_budget(cfg, [1, 2, 3, 4, 5, 6, 7], 0.2, gateway=True)
+    assert drawn.typical_s >= 95 + REPORT_S and drawn.total_s >= drawn.typical_s
+    slow = time_budget(_cfg(step_s=4, cooldown_s=4, warmup_s=1, refine=False, verify=False), [1], 10.0)
+    # a 10 s request: the warm-up is two of them, the drain one
+    assert slow.typical_s >= 2 * 10.0 + 4 + 10.0 + 4
