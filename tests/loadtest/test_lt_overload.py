@@ -39,7 +39,7 @@ class _Run:
         return self.ctl.tick(users)
 
     def feed(self, n: int, *, ok: bool, kind: str = "", level: int | None = None, step: int | None = None,
-             status: int | None = None) -> None:  # fmt: skip
+             status: int | None = None, latency_ms: float = 400.0) -> None:  # fmt: skip
         spec = self.ctl.spec
         assert spec is not None
         level = spec.level if level is None else level
@@ -49,7 +49,7 @@ class _Run:
             self.rows += 1
             rows.append(RequestRow(
                 request_id=f"w-{self.rows}", t_start_unix_s=self.now - 0.5, step_index=step, phase=str(spec.phase),
-                level=level, scenario="fixed", bucket="b", latency_ms=400.0 if ok else 120000.0, ttft_ms=None,
+                level=level, scenario="fixed", bucket="b", latency_ms=latency_ms if ok else 120000.0, ttft_ms=None,
                 status_code=status if status is not None else 200 if ok else 0, ok=ok, failure_kind=kind, bytes_sent=1, bytes_received=1, cer=None,
                 prompt_tokens=None, completion_tokens=None, attempt=1, final_attempt=True, worker_id="w",
                 error_text="",
@@ -79,7 +79,10 @@ def test_timeouts_at_a_level_above_the_baseline_end_the_step_and_the_plan_steps_
     step = run.ctl.step_index
     run.feed(THRESHOLD, ok=False, kind="timeout")  # 20 users on a server that serves ~2: our own load
     flushes = run.flushes
-    assert run.tick(20) == (0, 100.0)  # the step ended early: a cooldown (its 20 users stopped at 100/s), not the end
+    assert run.tick(20) == (
+        0,
+        100.0,
+    )  # the step ended early: a cooldown (its 20 users stopped at 100/s), not the end
     assert run.flushes == flushes + 1  # its rows were flushed to the master before its row was written
     assert not run.ctl.aborted and not run.ctl.finished
     row = next(s for s in run.steps() if s["step_index"] == step)
@@ -141,7 +144,9 @@ def _overloaded_with_nothing_left_to_measure(tmp_path: Path) -> _Run:
     return run
 
 
-def test_a_hung_server_the_plan_cannot_step_down_from_ends_the_run_after_one_users_request(tmp_path: Path) -> None:
+def test_a_hung_server_the_plan_cannot_step_down_from_ends_the_run_after_one_users_request(
+    tmp_path: Path,
+) -> None:
     run = _overloaded_with_nothing_left_to_measure(tmp_path)
     assert run.tick(1) == (1, 10.0)  # waiting for its answer
     run.feed(1, ok=False, kind="timeout")
@@ -169,10 +174,43 @@ def test_the_verdict_of_a_streak() -> None:
     assert verdict.action == OVERLOAD and verdict.level == 20  # the fewest users that timed out: the knee
     assert streak_verdict(streak, THRESHOLD, "cooldown", 0).action == ""  # the tail of our own load
     assert streak_verdict(streak, THRESHOLD, "step", 10).action == ""  # a lower step: the tail too
-    assert streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=False).action == ABORT
-    assert streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=True).action == OVERLOAD
+    assert (
+        streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=False).action
+        == ABORT
+    )
+    assert (
+        streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=True).action
+        == OVERLOAD
+    )
     for _ in range(THRESHOLD):
         streak.fail("connection", 40)
     assert streak_verdict(streak, THRESHOLD, "step", 40).action == ABORT  # mostly refused: nothing listens
     streak.reset()
     assert streak.count == 0 and streak.lowest_level is None
+
+
+def test_a_drain_lasts_until_its_probes_are_back_at_the_baselines_latency_or_its_cap(tmp_path: Path) -> None:
+    """A drain is over when its probe answers at the baseline's latency again, never at its minimum alone
+    (it ended after 1 s with two slow probes, and the verify's queue_drained check then had no answer from
+    after the queue drained), and at its cap whatever the probes say."""
+    from loadtest.method.plan import Phase, PhaseSpec
+
+    run = _Run(tmp_path)
+    run.ctl._drain_base_s = 0.2  # the baseline's latency: a probe within 1.5x (300 ms) is back
+    drain = PhaseSpec(Phase.DRAIN, 1, "drain", 1.0, 5.0)
+    run.ctl._plan = iter([drain, drain, PhaseSpec(Phase.COOLDOWN, 0, "cooldown", 0.0, 1.0)])
+    run.tick(0)
+    assert run.ctl.spec is not None and run.ctl.spec.phase == "drain"
+    first = run.ctl.step_index
+    run.feed(2, ok=True)  # 400 ms each: the queue still holds work
+    run.tick(1, after_s=1.5)
+    assert run.ctl.step_index == first, "a drain with slow probes goes on past its minimum"
+    run.feed(2, ok=True, latency_ms=150.0)
+    run.tick(1)
+    assert run.ctl.step_index == first + 1 and run.ctl.spec.phase == "drain", "back at the baseline: over"
+    run.feed(2, ok=True)
+    run.tick(1, after_s=2.0)
+    assert run.ctl.step_index == first + 1
+    run.tick(1, after_s=3.5)  # 5.5 s: past its cap, slow as the probes still are
+    assert run.ctl.step_index == first + 2 and run.ctl.spec.phase == "cooldown"
+    run.ctl.close()
