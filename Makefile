@@ -153,7 +153,7 @@ ENSURE_HAPROXY = $(call ENSURE_DEBIAN,haproxy,haproxy,the gateway tests)
 # Every test runs under a time limit (pyproject.toml: timeout; tests/conftest.py): a hang fails, never waits.
 # The suite runs as TEST_SHARDS pytest processes side by side, whole files each (tests/shards.py), and ends
 # with the ten slowest tests and one line of counts.
-TEST_SHARDS ?= 3
+TEST_SHARDS ?= 4
 test:
 	@$(ENSURE_BROWSER)
 	@$(ENSURE_PROMETHEUS)

@@ -67,9 +67,10 @@ def limit_level(limit: int) -> int:
 
 
 def _untrusted_kv(estimate: Any) -> bool:
-    """A KV-cache estimate that no engine limit bounds (see the module doc): not a level."""
+    """A KV-cache estimate that no engine limit bounds (see the module doc): not a level. One the memory
+    above the pool binds (analysis.prealloc) is bounded by evidence."""
     dimension, seqs = getattr(estimate, "dimension", ""), getattr(estimate, "max_num_seqs", None)
-    return dimension == "kv_cache" and seqs is None
+    return dimension == "kv_cache" and seqs is None and getattr(estimate, "binding", "") in ("", "kv_cache")
 
 
 def choose_levels(cfg: RunConfig, estimate: Any, *, baseline_latency_s: float | None = None) -> LevelChoice:

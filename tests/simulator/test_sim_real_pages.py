@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, png_with_text, run, served, session_of
 
-from gpu_sampler.scrape import SERVER_NAMES, TRTLLM_NAMES, VLLM_KV_USAGE, parse_server_metrics
+from gpu_sampler.scrape import HAPROXY_ACTIVE, SERVER_NAMES, TRTLLM_NAMES, VLLM_KV_USAGE, parse_server_metrics
 from simulator import PROFILES
 from simulator.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
 from simulator.options import Options
@@ -81,7 +81,9 @@ def _simulated_page(profile: str) -> str:
 def test_every_name_and_label_key_the_simulator_writes_is_on_a_real_vllm_page(profile: str) -> None:
     real_keys, real_kinds = _real()
     keys, kinds = _shape(_simulated_page(profile))
-    keys.pop("ocr_framework_peak_bytes", None)  # the framework's gauge: the FastAPI example in docs/real-use.md, not vLLM
+    keys.pop(
+        "ocr_framework_peak_bytes", None
+    )  # the framework's gauge: the FastAPI example in docs/real-use.md, not vLLM
     kinds.pop("ocr_framework_peak_bytes", None)
     extra_names = sorted(set(keys) - set(real_keys))
     assert not extra_names, f"names real vLLM 0.32 does not write: {extra_names}"
@@ -108,7 +110,8 @@ def test_the_cache_info_carries_what_real_vllm_writes_and_no_max_num_seqs() -> N
 def test_the_names_the_suite_reads_are_on_both_pages() -> None:
     real_keys, _ = _real()
     sim_keys, _ = _shape(_simulated_page("vllm-24g"))
-    vllm_names = [n for n in SERVER_NAMES if n not in TRTLLM_NAMES]  # trtllm-serve's: test_sim_backends
+    # trtllm-serve's: test_sim_backends; HAProxy's exporter's (a balancer's page): tests/integration/test_it_fleet.py
+    vllm_names = [n for n in SERVER_NAMES if n not in TRTLLM_NAMES and n != HAPROXY_ACTIVE]
     missing_real = [n for n in vllm_names if n not in real_keys and n not in OLD_NAMES]
     assert not missing_real, f"the suite reads names real vLLM 0.32 does not write: {missing_real}"
     missing_sim = [n for n in vllm_names if n in real_keys and n not in sim_keys]
@@ -154,7 +157,9 @@ def test_another_jobs_card_is_card_0_and_the_servers_card_is_1() -> None:
     lines = _dcgm_lines(Options(other_card_mib=20000.0))
     cards = {labels["gpu"]: labels for _, labels, _ in lines}
     assert sorted(cards) == ["0", "1"]
-    assert len({c["UUID"] for c in cards.values()}) == 2 and len({c["pci_bus_id"] for c in cards.values()}) == 2
+    assert (
+        len({c["UUID"] for c in cards.values()}) == 2 and len({c["pci_bus_id"] for c in cards.values()}) == 2
+    )
     assert [c["device"] for _, c in sorted(cards.items())] == ["nvidia0", "nvidia1"]
     used = {labels["gpu"]: v for name, labels, v in lines if name == "DCGM_FI_DEV_FB_USED"}
     assert used == {"0": 20000.0, "1": PROFILES["pytorch-24g"].idle_mib}
