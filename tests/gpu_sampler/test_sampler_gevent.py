@@ -46,11 +46,14 @@ def test_sampler_thread_leaves_greenlets_on_time_and_a_greenlet_sampler_does_not
 
 
 def test_monitor_under_gevent_delivers_in_the_main_thread() -> None:
+    idle = probe("idle", 1.5)  # the same loop's wake-ups with no monitor, side by side: the machine's own
     result = probe("monitor", 1.5)
     assert result["batches"] >= 20, result  # 50 Hz fake GPU for 1.5 s
     assert result["all_in_main"], result
     assert result["mem"] is not None and result["mem"] > 3000
-    assert result["p99_ms"] < 5.0, result
+    # 5 ms on a quiet machine; with a core busy beside the suite the monitor's loop woke 11 ms late, so it
+    # is judged against the idle loop too (a loop the monitor starved would be late by its reads)
+    assert result["p99_ms"] < max(5.0, 3 * idle["p99_ms"]), (result, idle)
 
 
 def test_logging_from_the_sampler_thread_cannot_hang_a_greenlet() -> None:
