@@ -65,6 +65,15 @@ class Ui:
             return dict(json.load(answer))
 
 
+def _signal_ends_ui(ui: Ui, sig: int, timeout_s: float) -> None:
+    """`sig` ends `ui` with exit status 0, and none of its children (master, workers) outlives it."""
+    children = psutil.Process(ui.proc.pid).children(recursive=True)  # the master may have started some
+    os.kill(ui.proc.pid, sig)
+    assert ui.proc.wait(timeout=timeout_s) == 0, ui.log()
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, [p.pid for p in alive]
+
+
 def _start_ui(
     sim: Any, out: Path, levels: str, env: dict[str, str] | None = None, sigint_ignored: bool = False,
     extra: tuple[str, ...] = (),
@@ -243,11 +252,7 @@ def test_a_stop_from_the_panel_and_sigterm_end_runs_as_the_users_and_leave_no_pr
         page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
         second_run = ui.state()["run_id"]
         assert not errors, errors
-        children = psutil.Process(ui.proc.pid).children(recursive=True)  # the master may have started some
-        os.kill(ui.proc.pid, signal.SIGTERM)
-        assert ui.proc.wait(timeout=60) == 0, ui.log()
-        gone, alive = psutil.wait_procs(children, timeout=5)
-        assert not alive, [p.pid for p in alive]
+        _signal_ends_ui(ui, signal.SIGTERM, 60.0)
     finally:
         _end(ui)
     assert second_run != first_run
@@ -300,11 +305,7 @@ def test_a_background_ui_stops_on_sigint_a_second_start_is_refused_and_old_repor
         code, answer = _post(ui.url + "swarm")
         assert code == 409 and not answer["success"] and "a run is in progress" in answer["message"], answer
         run_id = ui.state()["run_id"]
-        children = psutil.Process(ui.proc.pid).children(recursive=True)
-        os.kill(ui.proc.pid, signal.SIGINT)
-        assert ui.proc.wait(timeout=90) == 0, ui.log()
-        gone, alive = psutil.wait_procs(children, timeout=5)
-        assert not alive, [p.pid for p in alive]
+        _signal_ends_ui(ui, signal.SIGINT, 90.0)
     finally:
         _end(ui)
     assert (tmp_path / run_id / "report.html").is_file(), ui.log()
