@@ -50,9 +50,7 @@ from runfolder import (
 
 log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
-MAX_SPAWN_PER_WORKER = (
-    100.0  # users a second per worker: Locust warns above it (runners.py, MasterRunner.start)
-)
+MAX_SPAWN_PER_WORKER = 100.0  # users a second per worker: Locust warns above it (runners.py, MasterRunner.start)
 VERIFYING = (Phase.VERIFY, Phase.DRAIN)
 
 
@@ -100,9 +98,7 @@ class Controller(PlanDecisions):
         self.limits = limits_of(cfg)  # wiring puts Locust's own stop timeout in
         self.timing = PhaseTiming(self)  # warm-ups, step targets and cooldowns that follow the server
         self.gpus_named = analysis.gpus_named({"config": {"gpu": cfg.gpu}})  # GPU= names the server's cards
-        self.card = CardWatch(
-            self.gpus_named
-        )  # the server's card: every card until chosen after the baseline
+        self.card = CardWatch(self.gpus_named)  # the server's card: every card until chosen after the baseline
         self.estimate_now: analysis.Estimate | None = None  # the estimate as last (re-)stated
         self.choice: LevelChoice | None = None
         self.knee_seen = None  # the knee as last evaluated (decisions), for the live panel
@@ -242,9 +238,7 @@ class Controller(PlanDecisions):
         verdict = self._streak_verdict()
         if verdict.action == ABORT:
             return verdict.why
-        unanswered = self.watch.recheck_failed(
-            self.spec, self.rows_per_step[self.step_index], now - self.phase_start
-        )
+        unanswered = self.watch.recheck_failed(self.spec, self.rows_per_step[self.step_index], now - self.phase_start)
         if unanswered:
             return unanswered
         # a hung server fails slowly (one timeout per user at a time): also end on a long silence
@@ -306,7 +300,7 @@ class Controller(PlanDecisions):
         return self._users(spec)
 
     def _step_head(self) -> str:
-        """ "step 8 · level 2 of 5" (the phase's index in steps.jsonl, the level as a user counts it), or
+        """"step 8 · level 2 of 5" (the phase's index in steps.jsonl, the level as a user counts it), or
         "step 2" before the levels: the console's progress lines start so."""
         name = self.level_name()
         return f"step {self.step_index}" + (f" · {name.split(',')[0]}" if name.startswith("level ") else "")
@@ -333,9 +327,7 @@ class Controller(PlanDecisions):
             now = max(now, self.clock())
         ended = "past_knee" if self.phase_past_knee else "degraded" if self.phase_degraded else "complete"
         status = "aborted" if self.aborted else ended
-        note = (
-            self.aborted or self.phase_past_knee or self.phase_degraded or spec.note
-        )  # why a step ended early
+        note = self.aborted or self.phase_past_knee or self.phase_degraded or spec.note  # why a step ended early
         row = StepRow(self.step_index, str(spec.phase), spec.level, self.phase_start, now, status, note,
                       rate_rps=spec.rate_rps or None, via=spec.via or None)  # fmt: skip
         self.steps.append([row])
@@ -344,19 +336,8 @@ class Controller(PlanDecisions):
             self.measured_levels.append(spec.level)
             self._print_live(now - self.phase_start, final=True)
             rps = self.live.throughput_rps(row.step_index, row.t_start_unix_s, row.t_end_unix_s)
-            self.completed.append(
-                panel_row(
-                    row,
-                    None,
-                    self.gpu_peak_per_step,
-                    provisional=(
-                        self.rows_per_step[row.step_index],
-                        self.live_errors,
-                        rps,
-                        self.live_latency_ms,
-                    ),
-                )
-            )
+            self.completed.append(panel_row(row, None, self.gpu_peak_per_step, provisional=(
+                self.rows_per_step[row.step_index], self.live_errors, rps, self.live_latency_ms)))
         if spec.phase == Phase.COOLDOWN:
             self.timing.finalize_rows()  # every request of the steps before is back or cut: their rows are final
         if spec.phase == Phase.IDLE and self.monitor is not None:
@@ -426,8 +407,8 @@ class Controller(PlanDecisions):
         if self.monitor is not None:
             self.monitor.stop()
         gpu = self.last_gpu  # the timeline ends on the reading the panel's cards show
-        self.timeline.append(
-            (self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None)
-        )
+        self.timeline.append((self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
         for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
             sink.close()
+
+

@@ -289,10 +289,7 @@ class PlanDecisions:
             return None
         drain_s = drain_max_s(base_s or 0.0, analysis.config.WAIT_MULTIPLE)
         rate = self.cfg.verify_rate_rps
-        self.event(
-            "verify",
-            f"verify: {rate:.2f} rps for {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s",
-        )
+        self.event("verify", f"verify: {rate:.2f} rps for {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")
         return rate, drain_s
 
     def _drained(self) -> bool:

@@ -48,11 +48,7 @@ def _handler(srv: SlotServer, gate: bool, slots: int, service_s: float) -> type[
 
         def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
             self.send_response(status)
-            for name, value in {
-                "Content-Type": "application/json",
-                "Content-Length": str(len(body)),
-                **headers,
-            }.items():
+            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)

@@ -38,9 +38,7 @@ def _haproxy_pids(under: Path) -> set[int]:
 
 
 @pytest.mark.timeout(300)
-def test_the_verify_window_fails_as_the_server_is_and_passes_behind_the_recommended_haproxy(
-    tmp_path: Path,
-) -> None:
+def test_the_verify_window_fails_as_the_server_is_and_passes_behind_the_recommended_haproxy(tmp_path: Path) -> None:
     with serving(gate=False, slots=SLOTS, service_s=SERVICE_S) as served:  # no admission control: queues all
         done = run_cli(["run", "--host", served.url, "--out", str(tmp_path), *QUICK], 240.0)
     (run_dir,) = [p for p in tmp_path.iterdir() if (p / "summary.json").is_file()]
@@ -54,16 +52,10 @@ def test_the_verify_window_fails_as_the_server_is_and_passes_behind_the_recommen
     assert gateway["passed"], (gateway["why"], checks)
     assert checks["admitted_p95_within_timeout"]["passed"]
     assert gateway["rejected"] > 0 and gateway["rejected_p95_ms"] < 500  # 503 at the door, not after a wait
-    assert (
-        verify["compared"].startswith("as it is: failed")
-        and "behind the recommended HAProxy: passed" in verify["compared"]
-    )
+    assert verify["compared"].startswith("as it is: failed") and "behind the recommended HAProxy: passed" in verify["compared"]
     # HAProxy's own checker accepts the gateway's config; its phases are the ones through it
     config = run_dir / "verify-haproxy.cfg"
-    assert (
-        subprocess.run([str(HAPROXY), "-c", "-f", str(config)], capture_output=True, check=False).returncode
-        == 0
-    )
+    assert subprocess.run([str(HAPROXY), "-c", "-f", str(config)], capture_output=True, check=False).returncode == 0
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     through = [s for s in steps if s.get("via")]
     assert [s["phase"] for s in through] == ["verify", "drain"] and through[0]["via"] == gateway["via"]

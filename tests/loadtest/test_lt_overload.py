@@ -79,10 +79,7 @@ def test_timeouts_at_a_level_above_the_baseline_end_the_step_and_the_plan_steps_
     step = run.ctl.step_index
     run.feed(THRESHOLD, ok=False, kind="timeout")  # 20 users on a server that serves ~2: our own load
     flushes = run.flushes
-    assert run.tick(20) == (
-        0,
-        100.0,
-    )  # the step ended early: a cooldown (its 20 users stopped at 100/s), not the end
+    assert run.tick(20) == (0, 100.0)  # the step ended early: a cooldown (its 20 users stopped at 100/s), not the end
     assert run.flushes == flushes + 1  # its rows were flushed to the master before its row was written
     assert not run.ctl.aborted and not run.ctl.finished
     row = next(s for s in run.steps() if s["step_index"] == step)
@@ -144,9 +141,7 @@ def _overloaded_with_nothing_left_to_measure(tmp_path: Path) -> _Run:
     return run
 
 
-def test_a_hung_server_the_plan_cannot_step_down_from_ends_the_run_after_one_users_request(
-    tmp_path: Path,
-) -> None:
+def test_a_hung_server_the_plan_cannot_step_down_from_ends_the_run_after_one_users_request(tmp_path: Path) -> None:
     run = _overloaded_with_nothing_left_to_measure(tmp_path)
     assert run.tick(1) == (1, 10.0)  # waiting for its answer
     run.feed(1, ok=False, kind="timeout")
@@ -174,20 +169,13 @@ def test_the_verdict_of_a_streak() -> None:
     assert verdict.action == OVERLOAD and verdict.level == 20  # the fewest users that timed out: the knee
     assert streak_verdict(streak, THRESHOLD, "cooldown", 0).action == ""  # the tail of our own load
     assert streak_verdict(streak, THRESHOLD, "step", 10).action == ""  # a lower step: the tail too
-    assert (
-        streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=False).action
-        == ABORT
-    )
-    assert (
-        streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=True).action
-        == OVERLOAD
-    )
+    assert streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=False).action == ABORT
+    assert streak_verdict(streak, THRESHOLD, "step", 40, stepped_down_from=80, answered_since=True).action == OVERLOAD
     for _ in range(THRESHOLD):
         streak.fail("connection", 40)
     assert streak_verdict(streak, THRESHOLD, "step", 40).action == ABORT  # mostly refused: nothing listens
     streak.reset()
     assert streak.count == 0 and streak.lowest_level is None
-
 
 def test_a_drain_lasts_until_its_probes_are_back_at_the_baselines_latency_or_its_cap(tmp_path: Path) -> None:
     """A drain is over when its probe answers at the baseline's latency again, never at its minimum alone

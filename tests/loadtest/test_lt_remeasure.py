@@ -82,11 +82,7 @@ def test_the_controller_asks_analysis_and_says_why_in_an_event(tmp_path):
         import analysis
 
         ctl._knee = lambda: (table, analysis.find_knee(table))  # the live table, without a run behind it
-        assert ctl._remeasure_level(60.0) == (
-            12,
-            10.0,
-            analysis.remeasure_level(table, ctl._knee()[1], 60.0).why,
-        )
+        assert ctl._remeasure_level(60.0) == (12, 10.0, analysis.remeasure_level(table, ctl._knee()[1], 60.0).why)
         assert ctl._refined == 1
         again = ctl._remeasure_level(60.0)  # the same table: above the highest once a run, so rule 2 now
         assert again is not None and again[0] == 8 and ctl._refined == 2
@@ -114,9 +110,7 @@ def test_the_knee_is_computed_once_per_change_of_the_live_table_and_shared_by_th
 
     class Live:  # the running totals as the decisions read them: a table and its revision
         revision = 0
-        frame = pd.DataFrame(
-            [row(1, 3.3, 2, "baseline"), row(2, 6.6, 10), row(4, 12.0, 13), row(8, 12.2, 16)]
-        )
+        frame = pd.DataFrame([row(1, 3.3, 2, "baseline"), row(2, 6.6, 10), row(4, 12.0, 13), row(8, 12.2, 16)])
 
         def table(self, _now=None):
             return self.frame

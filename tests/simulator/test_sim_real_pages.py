@@ -81,9 +81,8 @@ def _simulated_page(profile: str) -> str:
 def test_every_name_and_label_key_the_simulator_writes_is_on_a_real_vllm_page(profile: str) -> None:
     real_keys, real_kinds = _real()
     keys, kinds = _shape(_simulated_page(profile))
-    keys.pop(
-        "ocr_framework_peak_bytes", None
-    )  # the framework's gauge: the FastAPI example in docs/real-use.md, not vLLM
+    # the framework's gauge: the FastAPI example in docs/real-use.md, not vLLM
+    keys.pop("ocr_framework_peak_bytes", None)
     kinds.pop("ocr_framework_peak_bytes", None)
     extra_names = sorted(set(keys) - set(real_keys))
     assert not extra_names, f"names real vLLM 0.32 does not write: {extra_names}"
@@ -157,9 +156,7 @@ def test_another_jobs_card_is_card_0_and_the_servers_card_is_1() -> None:
     lines = _dcgm_lines(Options(other_card_mib=20000.0))
     cards = {labels["gpu"]: labels for _, labels, _ in lines}
     assert sorted(cards) == ["0", "1"]
-    assert (
-        len({c["UUID"] for c in cards.values()}) == 2 and len({c["pci_bus_id"] for c in cards.values()}) == 2
-    )
+    assert len({c["UUID"] for c in cards.values()}) == 2 and len({c["pci_bus_id"] for c in cards.values()}) == 2
     assert [c["device"] for _, c in sorted(cards.items())] == ["nvidia0", "nvidia1"]
     used = {labels["gpu"]: v for name, labels, v in lines if name == "DCGM_FI_DEV_FB_USED"}
     assert used == {"0": 20000.0, "1": PROFILES["pytorch-24g"].idle_mib}
