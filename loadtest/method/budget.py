@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 from analysis.config import WAIT_MULTIPLE  # the drain's cap is this x the recommended level's P95
 from analysis.words import duration_words, plural
-from loadtest.method.gateway import find_haproxy
+from loadtest.method.gateway import skip_reason
 from loadtest.method.levels import refine_guess
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, remeasure_max_s
 from loadtest.method.timing import warmup_bounds
 from loadtest.settings.limits import TimingLimits, limits_of
-from loadtest.settings.open_loop import DRAIN_MIN_S
+from loadtest.settings.open_loop import DRAIN_MIN_S, drain_max_s
 from loadtest.settings.run_config import RunConfig
 
 TICK_S = 1.0  # Locust calls the shape's tick about once a second: a phase ends at the tick after its end
@@ -141,11 +141,11 @@ def time_budget(cfg: RunConfig, levels: list[int], latency_s: float | None, limi
     windows = 0
     verify_s = 0.0
     if cfg.verify and not soak:
-        if gateway is None:
-            gateway = cfg.gateway == "haproxy" or (cfg.gateway == "auto" and find_haproxy() is not None)
+        if gateway is None:  # as the plan decides it (decisions._gateway_plan), before any window ran
+            gateway = cfg.verify_rate_rps <= 0 and not skip_reason(cfg.gateway, 0)
         windows = 2 if gateway else 1
         p95_s = min(latency_s * top, cfg.request_timeout_s) if latency_s else cfg.request_timeout_s
-        drain_s = max(DRAIN_MIN_S, float(math.ceil(WAIT_MULTIPLE * p95_s)))
+        drain_s = drain_max_s(p95_s, WAIT_MULTIPLE)
         cooldown = cooldown_s(cfg, limits, cfg.max_in_flight, latency_s)
         verify_s = windows * (cfg.verify_window_s + drain_s + cooldown + 3 * flush_s(cfg, limits))
         typical_s += windows * (cfg.verify_window_s + DRAIN_MIN_S + limits.cooldown_min_s + 3 * TICK_S)

@@ -92,20 +92,13 @@ class PlanDecisions:
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         climbs = cfg.climb_budget if choice.extend else 0
-        gateway = self._verify_windows() > 1
-        budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, gateway=gateway, climbs=climbs)
+        budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs)
         self.event(  # an event: the report sets the time each part took beside it (analysis/phase_time.py)
             "time_budget",
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
             f" the rest of the run: {budget.words()}",
         )
         return choice
-
-    def _verify_windows(self) -> int:
-        """The verify windows the plan will run: the server as it is, and through the gateway where it may."""
-        if not self.cfg.verify:
-            return 0
-        return 1 if self.cfg.verify_rate_rps > 0 or skip_reason(self.cfg.gateway, 0) else 2
 
     def _choose_card(self, run: Any) -> int | None:
         """The server's card after the baseline (analysis.server_card's rule): printed with its evidence,
