@@ -12,20 +12,13 @@ import ssl
 import time
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
-from typing import Any
 
 from aiohttp import web
 
-from simulator.answers import ocr_fields, runaway_text, shaped_text
 from simulator.bodies import read_json, read_ocr_body
+from simulator.chat_stream import stream_chat
 from simulator.faults import Decision, FaultError, FaultPlan, Faults, starting_faults, updated_faults
-from simulator.images import (
-    BadInput,
-    ImageInput,
-    chat_request_from_json,
-    inspect_image,
-    placeholder_text,
-)
+from simulator.images import BadInput, ImageInput, chat_request_from_json, inspect_image
 from simulator.metrics import ServerStats, render_dcgm_metrics, render_framework_metric, render_vllm_metrics
 from simulator.options import Options
 from simulator.pipeline import Failed, Finished, Outcome, Pipeline, Tokens
@@ -37,21 +30,13 @@ from simulator.replies import (
     failed_response,
     json_errors,
     reset_connection,
-    send_event,
     usage_of,
 )
-from simulator.requestlog import (
-    RESET_KEY,
-    START_KEY,
-    RequestLog,
-    elapsed_ms,
-    server_timing,
-    timing_middleware,
-)
+from simulator.requestlog import RESET_KEY, START_KEY, RequestLog, timing_middleware
 from simulator.settings import settle
 from simulator.trtllm_metrics import iteration_stats, render_trtllm_metrics
 from simulator.truth import truth
-from simulator.work import Work, drawn_work, runaway_work, work_of
+from simulator.waiter import Waiter, new_waiter
 
 MIB = 1024 * 1024
 LOOPBACK = {"127.0.0.1", "::1"}
@@ -70,16 +55,6 @@ class ServerConfig:
     request_log: str = ""  # a CSV path: one line per OCR request with the server's own times (requestlog)
 
 
-@dataclass(slots=True)
-class _Waiter:
-    future: asyncio.Future[Finished | Failed]
-    tokens: asyncio.Queue[Outcome] | None
-    work: Work
-    text: str  # the answer: ground truth cut to the output-token budget, in the answer shape
-    ocr: dict[str, Any]  # the answer's fields of a /ocr body, in the answer shape
-    truncated: bool
-
-
 class SimServer:
     def __init__(self, config: ServerConfig):
         self.config = config
@@ -93,7 +68,7 @@ class SimServer:
         self._log = RequestLog(config.request_log) if config.request_log else None
         self._unix_t0 = 0.0
         self.stats = ServerStats()
-        self._waiters: dict[int, _Waiter] = {}
+        self._waiters: dict[int, Waiter] = {}
         self._next_id = 0
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -144,34 +119,16 @@ class SimServer:
         if due is not None and self._loop is not None:
             self._timer = self._loop.call_at(self._t0 + due / 1000.0, self._tick)
 
-    def _submit(self, image: ImageInput, max_tokens: int | None, stream: bool, decision: Decision) -> _Waiter:
+    def _submit(self, image: ImageInput, max_tokens: int | None, stream: bool, decision: Decision) -> Waiter:
         assert self._loop is not None
-        nominal = work_of(self.profile, self.config.options, image.width_px, image.height_px, max_tokens)
-        work = drawn_work(self.profile, nominal, self._lengths)  # in arrival order: the seed repeats it
-        work = runaway_work(work, self.config.options.runaway_rate, self._runaways)
-        cpt = self.profile.chars_per_token
-        # Compute follows the image area; the text is the truth, cut only by the request's token budget.
-        text = (
-            image.text
-            if image.has_truth
-            else placeholder_text(image.width_px, image.height_px, int(work.output_tokens * cpt))
-        )
-        n_chars = int((max_tokens or self.profile.default_max_tokens) * cpt)
-        if work.runaway:  # the whole budget, ending in a loop
-            text = runaway_text(text, n_chars)
-        shape, size = self.config.options.answer_shape, (image.width_px, image.height_px)
-        waiter = _Waiter(
-            future=self._loop.create_future(),
-            tokens=asyncio.Queue() if stream else None,
-            work=work,
-            text=shaped_text(shape, text[:n_chars], *size),
-            ocr=ocr_fields(shape, text[:n_chars], *size),
-            truncated=work.runaway or len(text) > n_chars,
-        )
+        waiter = new_waiter(
+            self._loop, profile=self.profile, options=self.config.options, image=image, max_tokens=max_tokens,
+            stream=stream, lengths=self._lengths, runaways=self._runaways,
+        )  # fmt: skip
         job_id = self._next_id
         self._next_id += 1
         self._waiters[job_id] = waiter
-        self.pipeline.submit(job_id, work, self.now_ms(), stream=stream, force_oom=decision.force_oom)
+        self.pipeline.submit(job_id, waiter.work, self.now_ms(), stream=stream, force_oom=decision.force_oom)
         if self._timer is not None:
             self._timer.cancel()
         self._tick()
@@ -242,8 +199,7 @@ class SimServer:
         data, max_tokens = await read_ocr_body(request)
         waiter = self._submit(inspect_image(data, self.config.max_pixels), max_tokens, False, decision)
         outcome = await waiter.future
-        self._note_start(request, outcome)
-        await self._spike(decision)
+        await self._finish(request, outcome, decision)
         if isinstance(outcome, Failed):
             return failed_response(outcome)
         return web.json_response(
@@ -266,8 +222,7 @@ class SimServer:
         reason = "length" if waiter.truncated else "stop"
         if not chat.stream:
             outcome = await waiter.future
-            self._note_start(request, outcome)
-            await self._spike(decision)
+            await self._finish(request, outcome, decision)
             if isinstance(outcome, Failed):
                 return failed_response(outcome)
             message = {"role": "assistant", "content": waiter.text}
@@ -276,54 +231,17 @@ class SimServer:
                 {**base, "object": "chat.completion", "choices": [choice], "usage": usage_of(outcome)}
             )
         try:
-            return await self._stream(request, waiter, decision, base, reason)
+            return await stream_chat(
+                request, waiter, base, reason, lambda done: self._finish(request, done, decision)
+            )
         except ConnectionResetError:  # the client left mid-stream; the engine already did the work
             return web.Response(status=499)
 
-    def _note_start(self, request: web.Request, outcome: Finished | Failed) -> None:
-        """The engine's start of work on this request, for the request log (Unix s)."""
+    async def _finish(self, request: web.Request, outcome: Finished | Failed, decision: Decision) -> None:
+        """The engine is done: note its start of work for the request log (Unix s), then the drawn spike."""
         if isinstance(outcome, Finished):
             request[START_KEY] = self._unix_t0 + outcome.admitted_ms / 1000.0
-
-    async def _stream(
-        self, request: web.Request, waiter: _Waiter, decision: Decision, base: dict[str, Any], reason: str
-    ) -> web.StreamResponse:
-        assert waiter.tokens is not None
-        resp: web.StreamResponse | None = None
-        chunk_base = {**base, "object": "chat.completion.chunk"}
-        while True:
-            item = await waiter.tokens.get()
-            if isinstance(item, Failed) and resp is None:
-                return failed_response(item)
-            if resp is None:  # headers go out with the first token, so TTFT is the first byte
-                resp = web.StreamResponse(
-                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                             "Server-Timing": server_timing(elapsed_ms(request))}  # fmt: skip
-                )
-                await resp.prepare(request)
-            if isinstance(item, Tokens):  # the text spread evenly over the decode steps
-                per_token = len(waiter.text) / waiter.work.output_tokens
-                lo, hi = (
-                    round(item.first_index * per_token),
-                    round((item.first_index + item.count) * per_token),
-                )
-                text = waiter.text[lo:hi]
-                delta = {"role": "assistant", "content": text} if item.first_index == 0 else {"content": text}
-                choice = {"index": 0, "delta": delta, "finish_reason": None}
-                await send_event(resp, {**chunk_base, "choices": [choice]})
-                continue
-            if isinstance(item, Finished):
-                self._note_start(request, item)
-                await self._spike(decision)
-                choice = {"index": 0, "delta": {}, "finish_reason": reason}
-                await send_event(resp, {**chunk_base, "choices": [choice], "usage": usage_of(item)})
-            else:
-                await send_event(
-                    resp, {"error": {"message": item.message, "type": item.kind, "code": item.status}}
-                )
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-            return resp
+        await self._spike(decision)
 
     async def _spike(self, decision: Decision) -> None:
         if decision.spike_ms > 0:
