@@ -19,7 +19,7 @@ import logging
 import random
 import re
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import gevent
 from gevent import GreenletExit
@@ -34,20 +34,11 @@ from loadtest.traffic.arrivals import Schedule
 from loadtest.traffic.payloads import Payloads
 from loadtest.traffic.server_time import server_time_ms
 from loadtest.traffic.state import SEATS, STATE, StepTag
+from loadtest.traffic.verdicts import Reply, Verdict, forget_verdicts, judge
 from runfolder import RequestRow
-from scenarios import (
-    AnswerError,
-    EncodedRequest,
-    ImageItem,
-    character_error_rate,
-    extract_finish_reason,
-    extract_text,
-    extract_usage,
-    repeated_tail,
-)
+from scenarios import EncodedRequest, ImageItem
 
 log = logging.getLogger(__name__)
-ERROR_TEXT_CHARS = 200
 SEATLESS_WAIT_S = 0.2  # a user above its phase's level looks again after this (Locust stops it meanwhile)
 _RETRYABLE = frozenset((failures.REJECTED, failures.TIMEOUT, failures.CONNECTION))
 _ABSOLUTE_URL = re.compile(r"^https?://", re.IGNORECASE)  # as FastHttpSession tells a full URL from a path
@@ -58,26 +49,12 @@ _new_row = tuple.__new__  # RequestRow from one tuple of its values (see OcrUser
 SCHEDULE = Schedule(clock=lambda: STATE.now(), step_now=lambda: STATE.tag.step_index)  # this process's open loop
 
 
-# Verdicts by (image, status, body, error): a deterministic server sends the same bytes for the same
-# image, and judging an answer (parse, CER, kinds) cost 1.1 us a request against 0.2 us to look it up.
-# The body is keyed by its length and 64-bit hash, not kept: 1024 long markdown answers would hold tens
-# of MB. Bounded: a server whose answers all differ (vLLM's carry a fresh id) only fills and clears it.
-# Cleared with new payloads (the config's style, JSON path and CER bar decide the verdict).
-_VERDICTS: dict[tuple[str, int, int, int, str], _Verdict] = {}
-VERDICTS_MAX = 1024
-# Before hashing: the last answer per (image, status, error) and its verdict. Comparing the bytes (a memcmp:
-# 0.15 us for a 5 KB answer) costs less than hashing them (2 us), and a deterministic server's answer for
-# an image is the one it gave last time. One answer per image: far less than the image's own request.
-_LAST: dict[tuple[str, int, str], tuple[bytes, _Verdict]] = {}
-
-
 def set_payloads(payloads: Payloads | None) -> None:
     """The payloads of this process's users, and the run's request timeout and TLS settings for their
     connections."""
     global _PAYLOADS
     _PAYLOADS = payloads
-    _VERDICTS.clear()
-    _LAST.clear()
+    forget_verdicts()
     if payloads is None:
         return
     OcrUser.network_timeout = payloads.config.request_timeout_s
@@ -232,7 +209,7 @@ class OcrUser(FastHttpUser):
                 f"cut: its user was stopped at a step-down {latency_ms / 1000:.1f} s into the request"
             )
             self._report(enc, url, latency_ms, 0, None, t_start, CatchResponseError(error_text))
-            cut = _Verdict(failures.CUT, "", error_text, None, None, None, "", False)
+            cut = Verdict(failures.CUT, "", error_text, None, None, None, "", False)
             STATE.add_row(
                 self._row(cfg, item, enc, tag, t_start, latency_ms, None, 0, 0, cut, attempt, True, None, intended)
             )
@@ -257,7 +234,7 @@ class OcrUser(FastHttpUser):
         )  # fmt: skip
         return row, reply.retry_after
 
-    def _send(self, url: str, headers: dict[str, str], enc: EncodedRequest, t0: float) -> _Reply:
+    def _send(self, url: str, headers: dict[str, str], enc: EncodedRequest, t0: float) -> Reply:
         """POST through the session's agent; read the whole answer (timing the first byte of a stream)."""
         ttft_ms: float | None = None
         body = b""
@@ -284,7 +261,7 @@ class OcrUser(FastHttpUser):
             if status and not 200 <= status < 300 and resp.headers:  # read only where a pause follows:
                 retry_after = resp.headers.get("Retry-After")  # after a failure (a 2xx answer is never retried)
         error = f"{type(exc).__name__}: {exc}" if status == 0 and exc is not None else ""
-        return _Reply(status, body, ttft_ms, retry_after, resp, error)
+        return Reply(status, body, ttft_ms, retry_after, resp, error)
 
     def _report(
         self, enc: EncodedRequest, url: str, latency_ms: float, length: int, resp: Any, t_start: float,
@@ -305,7 +282,7 @@ class OcrUser(FastHttpUser):
 
     def _row(
         self, cfg: RunConfig, item: ImageItem, enc: EncodedRequest, tag: StepTag, t_start: float,
-        latency_ms: float, ttft_ms: float | None, status: int, received: int, verdict: _Verdict,
+        latency_ms: float, ttft_ms: float | None, status: int, received: int, verdict: Verdict,
         attempt: int, final: bool, server_ms: float | None = None, intended: float | None = None,
     ) -> RequestRow:  # fmt: skip
         # positional, in RequestRow's field order (tests/loadtest/test_lt_hot_path.py checks it): keywords cost
@@ -339,70 +316,3 @@ class OcrUser(FastHttpUser):
             verdict.repeated_tail,
             intended,  # t_intended_unix_s
         ))  # fmt: skip
-
-
-class _Reply(NamedTuple):
-    status: int  # 0 when no HTTP answer came
-    body: bytes
-    ttft_ms: float | None
-    retry_after: str | None
-    resp: Any
-    error: str  # the exception of a request without an answer, else ""
-
-
-class _Verdict(NamedTuple):
-    failure_kind: str  # did the server fail ("" = ok)
-    answer_kind: str  # how good a 2xx answer is ("" = fine or no answer)
-    error_text: str
-    cer: float | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    finish_reason: str  # the server's ("length": hit max_tokens), "" when the answer has none
-    repeated_tail: bool  # the text ends in one phrase repeated (scenarios.runaway)
-
-
-def judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
-    """_judge's verdict, remembered (see _VERDICTS and _LAST)."""
-    body = reply.body
-    last_key = (item.name, reply.status, reply.error)
-    last = _LAST.get(last_key)
-    if last is not None and last[0] == body:
-        return last[1]
-    key = (item.name, reply.status, len(body), hash(body), reply.error)
-    verdict = _VERDICTS.get(key)
-    if verdict is None:
-        if len(_VERDICTS) >= VERDICTS_MAX:
-            _VERDICTS.clear()
-        verdict = _VERDICTS[key] = _judge(cfg, item, reply)
-    if len(_LAST) >= VERDICTS_MAX:  # error texts vary: bounded like _VERDICTS
-        _LAST.clear()
-    _LAST[last_key] = (body, verdict)
-    return verdict
-
-
-def _judge(cfg: RunConfig, item: ImageItem, reply: _Reply) -> _Verdict:
-    """The server's failure kind and, for a 2xx answer, its quality: text, CER, tokens, answer kind.
-    A 2xx answer is ok whatever its text, unless CER_FAIL_ABOVE makes a far one a failure."""
-    body, error = reply.body, reply.error
-    kind = failures.classify_http(reply.status, body, error)
-    answer_kind = finish_reason = ""
-    cer = prompt_tokens = completion_tokens = None
-    runaway = False
-    if kind == failures.OK:
-        text = None
-        try:
-            text = extract_text(cfg.style, body, cfg.json_path or None)
-        except AnswerError as e:
-            error = str(e)
-        if text is not None and item.expected_text is not None:
-            cer = character_error_rate(item.expected_text, text)  # an empty answer: 1.0
-        prompt_tokens, completion_tokens = extract_usage(body)
-        finish_reason, runaway = extract_finish_reason(body), repeated_tail(text or "")
-        answer_kind = failures.classify_answer(text, cer)
-        kind = failures.answer_failure(answer_kind, cer, cfg.cer_fail_above)
-    error_text = ""
-    if kind or answer_kind:  # the evidence: the error, or the start of the answer the server gave
-        error_text = (error or body[:ERROR_TEXT_CHARS].decode("utf-8", "replace"))[:ERROR_TEXT_CHARS]
-    return _Verdict(
-        kind, answer_kind, error_text, cer, prompt_tokens, completion_tokens, finish_reason, runaway
-    )

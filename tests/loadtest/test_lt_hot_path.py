@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from loadtest.settings.run_config import RunConfig
-from loadtest.traffic import users
+from loadtest.traffic import users, verdicts
 from loadtest.traffic.payloads import build_payloads
 from loadtest.traffic.state import STATE, StepTag
 from runfolder import RequestRow
@@ -21,7 +21,7 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
     payloads = _payloads()
     item = payloads.image_set.items[0]
     enc = payloads.encoded[item.name]
-    verdict = users._Verdict("http_5xx", "wrong_answer", "boom", 0.25, 11, 22, "length", True)
+    verdict = verdicts.Verdict("http_5xx", "wrong_answer", "boom", 0.25, 11, 22, "length", True)
     user = users.OcrUser.__new__(users.OcrUser)  # _row uses no instance state
     monkeypatch.setattr(STATE, "worker_id", "wtest")
     row = user._row(
@@ -61,8 +61,8 @@ def test_the_row_puts_every_value_in_its_named_field(monkeypatch):
     assert set(RequestRow._fields) == {"request_id", *want}
 
 
-def _reply(text: str, status: int = 200) -> users._Reply:
-    return users._Reply(status, json.dumps({"text": text}).encode(), None, None, None, "")
+def _reply(text: str, status: int = 200) -> verdicts.Reply:
+    return verdicts.Reply(status, json.dumps({"text": text}).encode(), None, None, None, "")
 
 
 def test_a_remembered_verdict_equals_judging_again_and_new_payloads_forget_it(monkeypatch):
@@ -77,14 +77,14 @@ def test_a_remembered_verdict_equals_judging_again_and_new_payloads_forget_it(mo
         _reply("", 500),
         _reply("x", 302),
     ):
-        first = users.judge(cfg, item, reply)
-        assert users.judge(cfg, item, reply) is first  # remembered
-        assert first == users._judge(cfg, item, reply)
+        first = verdicts.judge(cfg, item, reply)
+        assert verdicts.judge(cfg, item, reply) is first  # remembered
+        assert first == verdicts._judge(cfg, item, reply)
     wrong = _reply("nothing alike")
-    assert users.judge(cfg, item, wrong).failure_kind == ""  # a poor answer is measured, not failed
+    assert verdicts.judge(cfg, item, wrong).failure_kind == ""  # a poor answer is measured, not failed
     strict = _payloads(cer_fail_above=0.5)
     users.set_payloads(strict)  # a new config: CER_FAIL_ABOVE now makes the same answer a failure
-    assert users.judge(strict.config, item, wrong).failure_kind != ""
+    assert verdicts.judge(strict.config, item, wrong).failure_kind != ""
 
 
 def test_the_remembered_verdicts_stay_bounded_and_keep_no_answer(monkeypatch):
@@ -92,15 +92,15 @@ def test_the_remembered_verdicts_stay_bounded_and_keep_no_answer(monkeypatch):
     payloads = _payloads()
     users.set_payloads(payloads)
     item = payloads.image_set.items[0]
-    for i in range(users.VERDICTS_MAX + 10):
-        users.judge(payloads.config, item, _reply(f"answer {i}"))
-    assert len(users._VERDICTS) <= users.VERDICTS_MAX
-    assert not any(isinstance(part, bytes) for key in users._VERDICTS for part in key), "answers are not kept"
+    for i in range(verdicts.VERDICTS_MAX + 10):
+        verdicts.judge(payloads.config, item, _reply(f"answer {i}"))
+    assert len(verdicts._VERDICTS) <= verdicts.VERDICTS_MAX
+    assert not any(isinstance(part, bytes) for key in verdicts._VERDICTS for part in key), "answers are not kept"
 
 
-def _openai(text: str, finish_reason: str) -> users._Reply:
+def _openai(text: str, finish_reason: str) -> verdicts.Reply:
     answer = {"choices": [{"index": 0, "message": {"content": text}, "finish_reason": finish_reason}]}
-    return users._Reply(200, json.dumps(answer).encode(), None, None, None, "")
+    return verdicts.Reply(200, json.dumps(answer).encode(), None, None, None, "")
 
 
 def test_the_verdict_keeps_the_finish_reason_and_a_repeated_tail(monkeypatch):
@@ -108,11 +108,11 @@ def test_the_verdict_keeps_the_finish_reason_and_a_repeated_tail(monkeypatch):
     payloads = _payloads(style="openai")
     users.set_payloads(payloads)
     item = payloads.image_set.items[0]
-    runaway = users.judge(payloads.config, item, _openai("Total due 12.00 " + "the the the " * 40, "length"))
+    runaway = verdicts.judge(payloads.config, item, _openai("Total due 12.00 " + "the the the " * 40, "length"))
     assert (runaway.failure_kind, runaway.finish_reason, runaway.repeated_tail) == ("", "length", True)
-    normal = users.judge(payloads.config, item, _openai(item.expected_text or "text", "stop"))
+    normal = verdicts.judge(payloads.config, item, _openai(item.expected_text or "text", "stop"))
     assert (normal.finish_reason, normal.repeated_tail) == ("stop", False)
-    refused = users.judge(payloads.config, item, users._Reply(503, b"busy", None, "1", None, ""))
+    refused = verdicts.judge(payloads.config, item, verdicts.Reply(503, b"busy", None, "1", None, ""))
     assert (refused.finish_reason, refused.repeated_tail) == ("", False)
 
 
@@ -128,8 +128,8 @@ def test_the_last_answer_per_image_gives_the_verdict_its_bytes_earn(monkeypatch)
     good, bad = _reply(text), _reply("".join("#" if c.isalnum() else c for c in text))
     assert len(good.body) == len(bad.body)
     for reply in (good, bad, good, bad):
-        fresh = users._Reply(reply.status, bytes(bytearray(reply.body)), None, None, None, "")  # new bytes
-        assert users.judge(cfg, item, fresh) == users._judge(cfg, item, fresh)
-    assert users.judge(cfg, item, good).cer != users.judge(cfg, item, bad).cer
+        fresh = verdicts.Reply(reply.status, bytes(bytearray(reply.body)), None, None, None, "")  # new bytes
+        assert verdicts.judge(cfg, item, fresh) == verdicts._judge(cfg, item, fresh)
+    assert verdicts.judge(cfg, item, good).cer != verdicts.judge(cfg, item, bad).cer
     users.set_payloads(_payloads(cer_fail_above=0.5))
-    assert not users._LAST and not users._VERDICTS
+    assert not verdicts._LAST and not verdicts._VERDICTS
