@@ -64,6 +64,8 @@ GATEWAY_BIND ?=
 SERVERS ?=
 A ?=
 B ?=
+# make compare: 1 exits 1 when B's plateau or recommended level is worse than A's (a CI gate)
+FAIL_IF_WORSE ?=
 PROFILE ?= pytorch-24g
 WEB_HOST ?= 127.0.0.1
 WEB_PORT ?= 8089
@@ -233,7 +235,7 @@ report: $(STAMP)
 	@$(PY) -m reports '$(RUN)'
 
 compare: $(STAMP)
-	@$(PY) -m reports compare '$(A)' '$(B)'
+	@$(PY) -m reports compare '$(A)' '$(B)' $(call flag,--fail-if-worse,$(FAIL_IF_WORSE))
 
 # Each script's exit status is its verdict (bench/verdict.py): 0 met, 1 missed, 3 no verdict (a machine too
 # noisy to tell: reported, never a failure). One summary line per script at the end; fails only on a miss

@@ -11,8 +11,10 @@ gain 5-8% that way (simulator hunyuan-vllm-24g --max-num-seqs 8 at time scale 0.
 
 So where the limit L is known, the recommendation is at most L:
 - the limit is the one the server shows (`server_limit`: vllm:num_requests_running stays at its most
-  while others wait), else the one the user gave (MAX_NUM_SEQS), unless the server ran more than that
-  at once (the number is then not the engine's: several replicas behind a balancer);
+  while others wait), else the one its /metrics gives (`server_max_num_seqs`: trtllm-serve's
+  trtllm_max_batch_size_static, Triton's nv_trt_llm_request_metrics{request_type="max"}; vLLM has none),
+  else the one the user gave (MAX_NUM_SEQS); a stated one (gauge or MAX_NUM_SEQS) not where the server
+  ran more than that at once (the number is then not the engine's: several replicas behind a balancer);
 - the cap is the lowest clean level at or above L (L itself once measured; below it the refinement
   measures L first, next_level.next_refine_level), and it applies when rule 2's answer lies above it;
 - the level above the cap must show the queue, not more running: its throughput grows by less than
@@ -52,18 +54,36 @@ def server_limit(table: pd.DataFrame) -> int | None:
     return int(top) if top >= 1 and int((running == top).sum()) >= 2 else None
 
 
+def gauge_limit(table: pd.DataFrame) -> int | None:
+    """The engine's limit as the server's /metrics gives it (`server_max_num_seqs`), None without one."""
+    if table.empty or "server_max_num_seqs" not in table.columns:
+        return None
+    exported = table["server_max_num_seqs"].astype(float).max()
+    return int(round(exported)) if not math.isnan(exported) and exported >= 1 else None
+
+
+def _ran_more(table: pd.DataFrame, limit: int) -> bool:
+    """Some step ran more requests at once than `limit`: it is not one engine's limit."""
+    if table.empty or "server_running_max" not in table.columns:
+        return False
+    running = table.loc[table["phase"] == "step", "server_running_max"].astype(float).max()
+    return not math.isnan(running) and running > limit
+
+
 def engine_limit(table: pd.DataFrame, given: int, shown: int | None) -> EngineLimit | None:
-    """The engine's limit the recommendation stays within: the server's own (`shown`), else `given`
-    (MAX_NUM_SEQS) unless some step ran more requests at once than it; None when neither is known."""
+    """The engine's limit the recommendation stays within: the server's own (`shown`), else its gauge's
+    (`gauge_limit`), else `given` (MAX_NUM_SEQS), a stated one unless some step ran more requests at once
+    than it; None when none is known."""
     if shown:
         return EngineLimit(shown, f"the server's vllm:num_requests_running stays at {shown} while others wait")
-    if given <= 0:
-        return None
-    if not table.empty and "server_running_max" in table.columns:
-        running = table.loc[table["phase"] == "step", "server_running_max"].astype(float).max()
-        if not math.isnan(running) and running > given:
-            return None
-    return EngineLimit(given, f"MAX_NUM_SEQS={given} as given")
+    exported = gauge_limit(table)
+    for level, source in (
+        (exported, f"the server's /metrics gives its limit {exported} (server.csv max_num_seqs)"),
+        (given, f"MAX_NUM_SEQS={given} as given"),
+    ):
+        if level is not None and level > 0 and not _ran_more(table, level):
+            return EngineLimit(level, source)
+    return None
 
 
 def cap_level(clean: list[dict[str, Any]], limit: EngineLimit | None) -> tuple[int, str] | None:

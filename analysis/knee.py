@@ -80,7 +80,7 @@ from analysis.driver import driver_load
 from analysis.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.failure_rule import outcomes_of, steady_errors
 from analysis.knee_points import Walk, request_count, walk_points
-from analysis.plateau import confidence_interval, recommend
+from analysis.plateau import confidence_interval, plateau_interval, recommend
 from analysis.stats import num, records
 
 DEFAULTS: dict[str, Any] = {
@@ -115,6 +115,7 @@ class Knee:
     confirm_level: int | None = None  # a knee by few failures: measure this level once more first
     driver_saturated_levels: tuple[int, ...] = field(default=())  # driver CPU >= 85% (analysis/driver.py)
     engine_limit: int | None = None  # the engine's limit the answer stays within (rule 2b), where known
+    plateau_interval_rps: tuple[float, float] | None = None  # 95% band of plateau_rps (analysis.plateau)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +136,7 @@ class Knee:
             "confirm_level": self.confirm_level,
             "driver_saturated_levels": list(self.driver_saturated_levels),
             "engine_limit": self.engine_limit,
+            "plateau_interval_rps": list(self.plateau_interval_rps) if self.plateau_interval_rps else None,
         }
 
 
@@ -158,6 +160,10 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
         return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)
     w = walk_points(table, p)
     knee = _decide(table, w, p, flagged, max_num_seqs)
+    if knee.plateau_rps is not None and w.clean:
+        thr = np.nan_to_num(np.array([num(r, "throughput_rps") for r in w.clean], dtype=np.float64), nan=0.0)
+        se = np.array([num(r, "throughput_se_rps") for r in w.clean], dtype=np.float64)
+        knee = replace(knee, plateau_interval_rps=plateau_interval(thr, se, p))
     if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
         few = outcomes_of(w.failing).failed if w.failing is not None else 0
         knee = replace(knee, confirm_level=w.confirm_level, reason=(

@@ -86,7 +86,8 @@ _DTYPES: dict[type, dict[str, str]] = {
         "sm_clock_mhz": "float64",
         "throttle_reasons": "float64",
     },
-    ServerSample: {c: "float64" if c != "e2e_buckets_s" else _TEXT for c in columns_of(ServerSample)},
+    ServerSample: {c: "float64" if c not in ("e2e_buckets_s", "max_num_seqs_metric") else _TEXT
+                   for c in columns_of(ServerSample)},  # fmt: skip
     HostSample: {
         "t_unix_s": "float64",
         "step_index": "float64",
@@ -114,7 +115,8 @@ _TRUE = {"1", "true", "True", "TRUE", "1.0"}
 _ADDED_LATER: dict[type, dict[str, str | float]] = {
     RequestRow: {"answer_kind": "", "server_time_ms": math.nan, "finish_reason": "", "repeated_tail": "",
                  "t_intended_unix_s": math.nan},
-    ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": "", "balancer_replicas": math.nan},
+    ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": "", "balancer_replicas": math.nan,
+                   "max_num_seqs_metric": ""},  # fmt: skip
     GpuSample: {"other_mem_mib": math.nan, "sm_clock_mhz": math.nan, "throttle_reasons": math.nan},
 }
 

@@ -6,6 +6,8 @@
                    the plateau is seen when that point is below the highest
     confidence   = rule 2 rerun on `draws` throughputs drawn within their standard errors (seed 0: pure);
                    the 2.5% and 97.5% quantiles of the recommended level, within the engine's limit
+    plateau band = the 2.5% and 97.5% quantiles of the plateau over the same draws (rps): what a comparison
+                   of two runs (reports/verdict.py) holds one plateau against another with
 The points are the clean, trusted ones analysis.knee hands over; the words are analysis.knee's.
 """
 
@@ -44,16 +46,33 @@ def recommend(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, 
     return int(levels[index]), index < levels.size - 1, float(plateau[0])
 
 
+def drawn(thr: np.ndarray, se: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(`count` rows of throughputs drawn within their standard errors, the errors with NaN as 0); seed 0,
+    so the level's and the plateau's intervals come from the same draws and stay pure."""
+    rng = np.random.default_rng(0)
+    noise = np.nan_to_num(se, nan=0.0)
+    return np.maximum(thr + noise * rng.standard_normal((count, thr.size)), 0.0), noise
+
+
 def confidence_interval(
     levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any], cap: int | None = None
 ) -> tuple[int, int]:
     """95% interval of the recommended level under the throughputs' own errors (rule 3): rule 2 run on
     every draw at once (one row of throughputs per draw), within the engine's limit (`cap`, rule 2b)."""
-    rng = np.random.default_rng(0)
-    noise = np.nan_to_num(se, nan=0.0)
-    draws = np.maximum(thr + noise * rng.standard_normal((p["draws"], thr.size)), 0.0)
+    draws, noise = drawn(thr, se, p["draws"])
     picks = levels[plateau_and_reach(draws, noise, p["knee_share"])[1]].astype(np.float64)
     if cap is not None:
         picks = np.minimum(picks, cap)
     low, high = np.quantile(picks, [0.025, 0.975], method="inverted_cdf")
     return int(low), int(high)
+
+
+def plateau_interval(thr: np.ndarray, se: np.ndarray, p: dict[str, Any]) -> tuple[float, float] | None:
+    """95% interval of the plateau (rps) under the throughputs' own errors: the 2.5% and 97.5% quantiles
+    of the plateau over the draws rule 3 uses. None where no point has a standard error (one batch, or an
+    old run): a zero-width interval would claim a precision nobody measured."""
+    if thr.size == 0 or not np.any(np.nan_to_num(se, nan=0.0) > 0):
+        return None
+    draws, noise = drawn(thr, se, p["draws"])
+    low, high = np.quantile(plateau_and_reach(draws, noise, p["knee_share"])[0], [0.025, 0.975])
+    return float(low), float(high)

@@ -7,7 +7,9 @@ What limits it is the smallest of three bounds, each known or not:
     kv_cache           = floor(kv_cache_size_tokens x kv_headroom / tokens_per_request)
                          (analysis.estimate: the requests whose tokens fit in the pool at once)
     engine_limit       = what the engine runs at once: MAX_NUM_SEQS as given, or the server's own
-                         max_num_seqs where its /metrics exports it (the smaller)
+                         limit where its /metrics exports it (the smaller; gpu_sampler.scrape's
+                         ENGINE_LIMIT_GAUGES: trtllm-serve's trtllm_max_batch_size_static, Triton's
+                         nv_trt_llm_request_metrics{request_type="max"}; vLLM 0.32 exports none)
     activation_memory  = floor((total - reserved - other processes - idle) / rise)
                          rise = the baseline's peak - idle: what one request takes OUTSIDE the pool
                          (the vision encoder's activations for its image), visible only where it is above
@@ -22,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 
 from analysis.estimate_record import ACTIVATION_MEMORY, ENGINE_LIMIT, KV_CACHE, Bound, Estimate
@@ -93,7 +96,10 @@ def engine_limits(server: pd.DataFrame, max_num_seqs: int = 0) -> list[tuple[int
     seqs = server["max_num_seqs"].dropna() if "max_num_seqs" in server.columns else pd.Series(dtype="float64")
     limits = [(int(max_num_seqs), f"MAX_NUM_SEQS={int(max_num_seqs)} (given)")] if max_num_seqs > 0 else []
     if not seqs.empty:
-        limits.append((int(seqs.max()), f"the server's max_num_seqs {int(seqs.max())}"))
+        top = int(np.nanargmax(server["max_num_seqs"].to_numpy(dtype=np.float64)))
+        metric = str(server["max_num_seqs_metric"].iloc[top]) if "max_num_seqs_metric" in server.columns else ""
+        named = metric if metric and metric != "nan" else "max_num_seqs"  # a folder from before the name
+        limits.append((int(seqs.max()), f"the server's {named} {int(seqs.max())}"))
     return limits
 
 

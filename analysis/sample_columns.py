@@ -95,6 +95,7 @@ def server_columns(server: pd.DataFrame, rows: np.ndarray | None, row: Mapping[s
         "kv_cache_peak_frac": stat(sample_values(server, rows, "kv_cache_usage_frac"), "max"),
         "preemptions": positive_increase(sample_values(server, rows, "num_preemptions_total")),
         "framework_peak_mib": stat(sample_values(server, rows, "framework_peak_mib"), "max"),
+        "server_max_num_seqs": stat(sample_values(server, rows, "max_num_seqs"), "max"),  # its own gauge
     }
     if rows is not None and rows.size and "e2e_buckets_s" in server.columns:
         scrapes = server["e2e_buckets_s"].to_numpy()[rows]  # in time order

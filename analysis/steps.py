@@ -40,7 +40,7 @@ STEP_COLUMNS = [
     "ttft_p50_ms", "ttft_p95_ms",
     "gpu_mem_peak_mib", "gpu_mem_rise_mib", "gpu_mem_after_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
-    "server_waiting_max", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
+    "server_waiting_max", "server_max_num_seqs", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
     "rejected", "retried", "completed_requests", "gpu_mem_climb_mib", "other_mem_mib",
     # marks: heat and clocks (analysis.heat), the server's own time (analysis.server_time)
     "gpu_temp_c_peak", "gpu_temp_c_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "throttled",

@@ -60,8 +60,15 @@ TRTLLM_ALIASES = {
 TRTLLM_MAX_BATCH = "trtllm_max_batch_size_static"  # the engine's max_batch_size: its max_num_seqs
 TRTLLM_KV_BLOCKS = ("trtllm_kv_cache_max_blocks", "trtllm_kv_cache_tokens_per_block")  # their product: KV tokens
 TRTLLM_NAMES = (*TRTLLM_ALIASES, TRTLLM_MAX_BATCH, *TRTLLM_KV_BLOCKS)
+# The engine's own limit on requests at once, where a server exports it (vLLM 0.32 does not): trtllm-serve's
+# static max batch size, and Triton's TensorRT-LLM backend's request gauge of type "max" (its max active
+# requests). Each name with the label value it must carry (None: any), read into max_num_seqs.
+ENGINE_LIMIT_GAUGES: dict[str, tuple[str, str] | None] = {
+    TRTLLM_MAX_BATCH: None,
+    "nv_trt_llm_request_metrics": ("request_type", "max"),
+}
 SERVER_NAMES = (VLLM_RUNNING, VLLM_WAITING, *VLLM_KV_USAGE, VLLM_PREEMPTIONS, VLLM_CACHE_INFO, VLLM_E2E_BUCKET,
-                HAPROXY_ACTIVE, *TRTLLM_NAMES)  # fmt: skip
+                HAPROXY_ACTIVE, *TRTLLM_NAMES, *ENGINE_LIMIT_GAUGES)  # fmt: skip
 # The framework's memory view (torch.cuda.max_memory_allocated()): read when a server exports it under this
 # name and FRAMEWORK_METRIC is not set (the simulator's pytorch profiles and the FastAPI example in docs/real-use.md).
 FRAMEWORK_AUTO = "ocr_framework_peak_bytes"
@@ -287,7 +294,7 @@ def parse_server_metrics(
     sums: dict[str, float] = {}
     kv_usage: dict[str, list[float]] = {}
     kv_tokens: list[float] = []
-    max_seqs: list[float] = []
+    max_seqs: list[tuple[float, str]] = []  # (the engine's limit, the series it was read from)
     framework = framework_metric or FRAMEWORK_AUTO
     framework_values: list[float] = []
     e2e: dict[str, float] = {}  # cumulative count by `le`, summed over engines
@@ -301,8 +308,10 @@ def parse_server_metrics(
         if name in TRTLLM_KV_BLOCKS:
             trt_blocks[name] = trt_blocks.get(name, 0.0) + value if name == TRTLLM_KV_BLOCKS[0] else value
             continue
-        if name == TRTLLM_MAX_BATCH:
-            max_seqs.append(value)
+        if name in ENGINE_LIMIT_GAUGES:
+            label = ENGINE_LIMIT_GAUGES[name]
+            if label is None or labels.get(label[0]) == label[1]:
+                max_seqs.append((value, name if label is None else f'{name}{{{label[0]}="{label[1]}"}}'))
             continue
         name = TRTLLM_ALIASES.get(name, name)
         if name == framework:
@@ -321,9 +330,9 @@ def parse_server_metrics(
         if "max_num_seqs" in labels:
             seqs = _label_float(labels["max_num_seqs"])
             if seqs is not None:
-                max_seqs.append(seqs)
+                max_seqs.append((seqs, f"{name}{{max_num_seqs}}"))
         elif name.endswith("max_num_seqs"):
-            max_seqs.append(value)
+            max_seqs.append((value, name))
     usage = next((kv_usage[n] for n in VLLM_KV_USAGE if n in kv_usage), None)
     if len(trt_blocks) == len(TRTLLM_KV_BLOCKS):
         kv_tokens.append(trt_blocks[TRTLLM_KV_BLOCKS[0]] * trt_blocks[TRTLLM_KV_BLOCKS[1]])
@@ -335,7 +344,8 @@ def parse_server_metrics(
         kv_cache_usage_frac=_finite(max(usage)) if usage else None,
         num_preemptions_total=_finite(sums.get(VLLM_PREEMPTIONS)),
         kv_cache_size_tokens=_finite(sum(kv_tokens)) if kv_tokens else None,
-        max_num_seqs=_finite(max(max_seqs)) if max_seqs else None,
+        max_num_seqs=_finite(max(max_seqs)[0]) if max_seqs else None,
+        max_num_seqs_metric=max(max_seqs)[1] if max_seqs else "",
         framework_peak_mib=_framework_mib(framework, framework_values),
         e2e_buckets_s=" ".join(f"{le}:{count:g}" for le, count in sorted(e2e.items(), key=lambda kv: float(kv[0]))),
         balancer_replicas=_finite(max(active)) if active else None,

@@ -1,7 +1,10 @@
-"""CLI: `python -m reports RUN_DIR`, `python -m reports compare A B [--out PATH]`, `python -m reports sweep DIR`.
+"""CLI: `python -m reports RUN_DIR`, `python -m reports compare A B [--out PATH] [--fail-if-worse]`,
+`python -m reports sweep DIR`.
 
-Prints the run's answer (reports/answer.py), then `config:`, `gateway:` and `report: <path>` last, on success. A user error (missing or corrupt folder) prints one line to
-stderr and exits 2; nothing else is caught, so a bug still shows its traceback.
+Prints the run's answer (reports/answer.py), then `config:`, `gateway:` and `report: <path>` last, on success;
+`compare` prints its verdict line (reports/verdict.py) before `report:`, and with --fail-if-worse exits 1
+when B is worse than A (a CI gate). A user error (missing or corrupt folder) prints one line to stderr and
+exits 2; nothing else is caught, so a bug still shows its traceback.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reports.answer import answer_lines
-from reports.output import ReportError, gateway_note, write_compare, write_report
+from reports.output import ReportError, compare_folders, gateway_note, write_report
 from reports.sweep import write_sweep
+from reports.verdict import verdict_line
 
 USER_ERROR_EXIT = 2
+WORSE_EXIT = 1  # compare --fail-if-worse: B is worse than A
 
 
 def parse_report_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -35,6 +40,8 @@ def parse_compare_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("a", help="first run folder (e.g. before a change)")
     parser.add_argument("b", help="second run folder (e.g. after it)")
     parser.add_argument("--out", default=None, help="output HTML path (default: B/compare-<A>.html)")
+    parser.add_argument("--fail-if-worse", action="store_true",
+                        help="exit 1 when B's plateau or recommended level is worse than A's (a CI gate)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -80,10 +87,13 @@ def print_answer(report: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
+    status = 0
     try:
         if args_in[:1] == ["compare"]:
             args = parse_compare_args(args_in[1:])
-            path = write_compare(args.a, args.b, args.out)
+            path, verdict = compare_folders(args.a, args.b, args.out)
+            print(verdict_line(verdict))
+            status = WORSE_EXIT if args.fail_if_worse and verdict.worse else 0
         elif args_in[:1] == ["sweep"]:
             args = parse_sweep_args(args_in[1:])
             path = write_sweep(args.sweep_dir)
@@ -95,7 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reports: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
     print(f"report: {path}")
-    return 0
+    if status == WORSE_EXIT:
+        print("reports: B is worse than A: exit 1 (--fail-if-worse)", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

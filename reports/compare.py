@@ -1,5 +1,6 @@
-"""Two runs side by side (e.g. before and after a `--max-num-seqs` change): headline numbers,
-their curves on shared axes, and both step tables. Pure: summaries in, HTML text out.
+"""Two runs side by side (e.g. before and after a `--max-num-seqs` change): the verdict between them
+(reports/verdict.py), headline numbers, their curves on shared axes, and both step tables. Pure:
+summaries in, HTML text out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from reports.figures import Chart, make_chart, one_axis
 from reports.points import LevelPoint, level_points, mapping, whole
 from reports.render import headline as headline_of
 from reports.render import make_environment, shown_columns, step_at
+from reports.verdict import HEADS, Verdict, compare_runs, show
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,17 @@ def headline(side: CompareSide) -> dict[str, Any]:
     }
 
 
-def render_compare(a: CompareSide, b: CompareSide, charts: Sequence[Chart] | None = None) -> str:
+def verdict_view(v: Verdict) -> dict[str, Any]:
+    """The verdict block's words: the outcome, then one row per number (A, B, outcome, why)."""
+    rows = [{"what": j.what, "a": show(j.a, j.unit), "b": show(j.b, j.unit), "outcome": j.outcome, "why": j.why}
+            for j in v.judgements]  # fmt: skip
+    return {"outcome": v.outcome, "head": HEADS[v.outcome], "rows": rows, "notes": list(v.notes)}
+
+
+def render_compare(
+    a: CompareSide, b: CompareSide, charts: Sequence[Chart] | None = None, verdict: Verdict | None = None
+) -> str:
     charts = compare_charts(a, b) if charts is None else charts
+    verdict = compare_runs(a.summary, b.summary) if verdict is None else verdict
     template = make_environment().get_template("compare.html.j2")
-    return template.render(a=headline(a), b=headline(b), charts=list(charts))
+    return template.render(a=headline(a), b=headline(b), charts=list(charts), verdict=verdict_view(verdict))

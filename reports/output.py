@@ -16,6 +16,7 @@ from typing import Any
 from reports.compare import CompareSide, render_compare
 from reports.points import ReportFrames
 from reports.render import render_report
+from reports.verdict import Verdict, compare_runs
 from runfolder import GATEWAY_FILE
 
 REPORT_FILE = "report.html"
@@ -95,6 +96,13 @@ def write_compare(
     a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None, load: Loader = load_for_report
 ) -> Path:
     """Analyse both runs and write a side-by-side page; default `B/compare-<A's name>.html`."""
+    return compare_folders(a_dir, b_dir, out, load)[0]
+
+
+def compare_folders(
+    a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None, load: Loader = load_for_report
+) -> tuple[Path, Verdict]:
+    """`write_compare`, also handing back the verdict it wrote (the CLI prints it and exits by it)."""
     a, b = check_run_dir(a_dir), check_run_dir(b_dir)
     out_path = Path(out) if out is not None else default_compare_path(a, b)
     if not out_path.parent.is_dir():
@@ -106,4 +114,5 @@ def write_compare(
         href = os.path.relpath(report, out_path.parent.resolve()) if report.is_file() else None
         label = f"{tag}: {summary.get('run_id') or run.resolve().name}"
         sides.append(CompareSide(label, summary, href))
-    return write_atomic(out_path, render_compare(sides[0], sides[1]))
+    verdict = compare_runs(sides[0].summary, sides[1].summary)
+    return write_atomic(out_path, render_compare(sides[0], sides[1], verdict=verdict)), verdict

@@ -144,6 +144,9 @@ class ServerSample:
     # a balancer's /metrics (HAProxy's built-in Prometheus exporter): the replicas it balances over, its
     # haproxy_backend_active_servers (servers up and active) of the backend with the most; None elsewhere
     balancer_replicas: float | None = None
+    # the series max_num_seqs was read from, e.g. trtllm_max_batch_size_static (gpu_sampler.scrape's
+    # ENGINE_LIMIT_GAUGES), so capacity.md can name it; "" where the server exports no limit
+    max_num_seqs_metric: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,3 +118,17 @@ def test_the_queue_test_is_half_a_proportional_gain() -> None:
     for gain, capped in ((0.9 * QUEUE_GAIN_SHARE * 0.25, True), (1.1 * QUEUE_GAIN_SHARE * 0.25, False)):
         points = [(4, 33.0, 0.1, 120.0, 4, 0), (8, 50.0, 0.1, 160.0, 8, 0), (10, 50.0 * (1 + gain), 0.1, 170.0, 8, 2)]
         assert (cap_level(_table(points).to_dict("records"), limit) is not None) is capped, gain
+
+
+def test_the_limit_the_servers_metrics_give_keeps_the_answer_at_8_when_max_num_seqs_is_not_given() -> None:
+    """A server that exports its limit (trtllm-serve's trtllm_max_batch_size_static, read into
+    server_max_num_seqs) but whose running gauge does not show it flat: the gauge alone caps the answer."""
+    table = _table(SEEN_WITH_MAX_NUM_SEQS_8, gauges=False).assign(server_max_num_seqs=8.0)
+    knee = find_knee(table)
+    assert knee.found and knee.recommended_level == 8 and knee.engine_limit == 8, knee.reason
+    assert "the server's /metrics gives its limit 8 (server.csv max_num_seqs)" in knee.reason
+    assert engine_limit(table, 0, None) == EngineLimit(8, "the server's /metrics gives its limit 8 (server.csv max_num_seqs)")
+    # the gauge comes before MAX_NUM_SEQS (the server's word on itself), and none that some step ran past
+    assert engine_limit(table, 12, None) is not None and engine_limit(table, 12, None).level == 8  # type: ignore[union-attr]
+    ran_more = _table([(8, 53.69, 1.25, 148.4, 8, 0), (10, 58.13, 0.30, 171.6, 10, 0)]).assign(server_max_num_seqs=8.0)
+    assert engine_limit(ran_more, 0, None) is None

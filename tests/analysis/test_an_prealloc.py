@@ -89,3 +89,15 @@ def test_capacity_md_names_each_bound_with_its_numbers(make_run: Callable[..., P
     assert "| KV cache: requests whose tokens fit in the pool | 200 |" in text
     assert "| engine's own limit on requests at once | 256 | the server's max_num_seqs 256 |" in text
 
+
+
+def test_capacity_md_names_the_gauge_the_engines_limit_was_read_from(make_run: Callable[..., Path]) -> None:
+    """A trtllm-serve-like server: its max batch size on /metrics (server.csv max_num_seqs 16, read from
+    trtllm_max_batch_size_static), no MAX_NUM_SEQS given: the estimate names that gauge with its number."""
+    run = load_run(make_run(kind="vllm", total_mib=TOTAL_MIB))
+    server = run.server.assign(max_num_seqs=16.0, max_num_seqs_metric="trtllm_max_batch_size_static")
+    told = dataclasses.replace(run, gpu=_with_rise(run, RISE_MIB), server=server)
+    text = capacity_markdown(told, analyze_run(told))
+    assert "Estimate: **16**" in text and "bound by engine limit" in text
+    assert ("| engine's own limit on requests at once **(binding)** | 16 | the server's trtllm_max_batch_size_static"
+            " 16 |") in text  # fmt: skip

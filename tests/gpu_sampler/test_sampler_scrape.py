@@ -59,6 +59,27 @@ def test_old_kv_cache_name_two_engines_and_max_num_seqs() -> None:
     assert sample.num_requests_running == 7.0  # summed over engines
     assert sample.num_requests_waiting is None  # not exported: unknown, not zero
     assert sample.max_num_seqs == 64.0
+    assert sample.max_num_seqs_metric == "vllm:scheduler_config_info{max_num_seqs}"
+
+
+def test_tritons_tensorrt_llm_max_request_gauge_is_the_engines_limit() -> None:
+    """Triton's TensorRT-LLM backend (port 8002 /metrics, as its README shows it): the request gauge of
+    type "max" is the engine's limit; "active", "scheduled" and "context" are not."""
+    text = "\n".join(
+        [
+            "# HELP nv_trt_llm_request_metrics TRT LLM request metrics",
+            "# TYPE nv_trt_llm_request_metrics gauge",
+            'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="context",version="1"} 1',
+            'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="scheduled",version="1"} 1',
+            'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 512',
+            'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 0',
+            "",
+        ]
+    )
+    sample = parse_server_metrics(text)
+    assert sample.max_num_seqs == 512.0
+    assert sample.max_num_seqs_metric == 'nv_trt_llm_request_metrics{request_type="max"}'
+    assert parse_server_metrics(VLLM_UNDER_LOAD).max_num_seqs_metric == ""  # vLLM: none
 
 
 def test_new_kv_name_wins_over_old_one() -> None:

@@ -40,3 +40,27 @@ def test_a_server_with_90_percent_preallocated_gets_the_memory_above_its_pool(tm
     assert bounds["kv_cache"] > 10 * est["estimate"]  # the pool holds hundreds: it is not what binds
     capacity = (folder / "capacity.md").read_text()
     assert "**(binding)**" in capacity and f"| {est['estimate']} |" in capacity
+
+
+@pytest.mark.timeout(180)
+def test_trtllm_serves_max_batch_size_names_the_engine_limit_16_without_max_num_seqs(tmp_path: Path) -> None:
+    """hunyuan-trtllm-24g: max_batch_size 16 fixed at engine build, exported on /prometheus/metrics as
+    trtllm-serve does (trtllm_max_batch_size_static); no MAX_NUM_SEQS given. The estimate is that limit,
+    named by the gauge with its number in capacity.md, and the knee knows it as the engine's limit."""
+    sim = start_simulator("--profile", "hunyuan-trtllm-24g", "--time-scale", f"{SCALE}")
+    try:
+        args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics",
+                f"{sim.url}/prometheus/metrics", "--out", str(tmp_path), "--workers", "1", *SHORT]  # fmt: skip
+        done = run_cli(args, 150.0)
+    finally:
+        stop(sim.proc)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    folder = next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+    summary = json.loads((folder / "summary.json").read_text())
+    est, true = summary["estimate"], truth("hunyuan-trtllm-24g", 1000, 700, time_scale=SCALE)
+    assert true.engine_slots == 16
+    assert est["binding"] == "engine_limit" and est["estimate"] == 16, est["reason"]
+    assert summary["knee"]["engine_limit"] == 16, summary["knee"]["reason"]
+    capacity = (folder / "capacity.md").read_text()
+    line = "| engine's own limit on requests at once **(binding)** | 16 | the server's trtllm_max_batch_size_static 16 |"
+    assert line in capacity, capacity

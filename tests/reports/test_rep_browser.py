@@ -87,3 +87,33 @@ def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path, c
     others = [u for u in requests if u not in urls and not u.startswith("data:")]
     assert others == [], f"the page made network requests: {others}"
     assert all(u in requests for u in urls)
+
+
+@pytest.mark.browser
+def test_compare_page_shows_the_verdict_between_two_runs_on_its_first_screen(tmp_path: Path, chromium: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from reports import CompareSide, render_compare
+
+    base = build_run().summary  # a hand-built summary: the knee's intervals as analysis writes them
+    a = {**base, "knee": {**base["knee"], "plateau_rps": 6.9, "plateau_interval_rps": [6.7, 7.6], "confidence": [6, 8]}}
+    knee = {**base["knee"], "plateau_rps": 3.1, "plateau_interval_rps": [2.9, 3.3], "confidence": [4, 4]}
+    b = {**base, "run_id": "20261130-070000-cd34", "recommended_level": 4, "knee": knee}
+    html = render_compare(CompareSide("A: before", a), CompareSide("B: after", b))
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(chromium), args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            _open(page, tmp_path / "compare.html", html)
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "compare-first-screen.png"))
+            block = page.locator("#ab-verdict")
+            assert block.is_visible() and block.bounding_box()["y"] < 800  # type: ignore[index]
+            assert block.locator("h2").inner_text().startswith("Verdict: B is worse than A")
+            assert block.locator("td.outcome").all_inner_texts() == ["worse", "worse"]
+        finally:
+            browser.close()
+    assert errors == []

@@ -73,6 +73,31 @@ def test_report_and_compare_print_their_paths(tmp_path: Path) -> None:
     out = tmp_path / "cmp.html"
     proc = _run("compare", str(a), str(b), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"report: {out}"
+    verdict, report = proc.stdout.strip().splitlines()  # the verdict between them, then the page (issue 30)
+    assert verdict.startswith("verdict: B and A are not told apart (B is a partial run): plateau ") and report == f"report: {out}"
     html = out.read_text(encoding="utf-8")
     assert html.count('<table class="steps">') == 2 and 'href="a/report.html"' in html
+
+
+def _make_compare_line(*variables: str) -> str:
+    """The command `make compare` runs, with the Python running these tests (make -n: nothing installed)."""
+    out = subprocess.run(["make", "-n", "compare", f"PY={sys.executable}", *variables], cwd=REPO,
+                         capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    return next(line for line in out.stdout.splitlines() if "-m reports compare" in line)
+
+
+@needs_analysis
+def test_make_compare_passes_fail_if_worse_and_a_run_not_worse_exits_0(tmp_path: Path) -> None:
+    a = write_run_folder(tmp_path / "a", build_run())
+    b = write_run_folder(tmp_path / "b", build_run(complete=False))
+    assert "--fail-if-worse" not in _make_compare_line(f"A={a}", f"B={b}")
+    assert "--fail-if-worse" not in _make_compare_line(f"A={a}", f"B={b}", "FAIL_IF_WORSE=0")
+    line = _make_compare_line(f"A={a}", f"B={b}", "FAIL_IF_WORSE=1")
+    assert line.endswith("--fail-if-worse")
+    proc = subprocess.run(["bash", "-c", line], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr  # not told apart is not worse: the gate passes
+    assert proc.stdout.splitlines()[0].startswith("verdict: B and A are not told apart")
+    assert '<section id="ab-verdict"' in (b / f"compare-{a.name}.html").read_text(encoding="utf-8")
+    gone = subprocess.run(["bash", "-c", _make_compare_line(f"A={a}", f"B={tmp_path / 'nope'}", "FAIL_IF_WORSE=1")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "no run folder" in _one_line_error(gone)  # a bad path: still one line and exit 2

@@ -88,6 +88,7 @@ def test_each_backend_exports_only_its_real_names() -> None:
         sample = parse_server_metrics(prom)
         p = PROFILES[TRT]
         assert sample.max_num_seqs == 16 and sample.kv_cache_size_tokens == p.kv_cache_size_tokens
+        assert sample.max_num_seqs_metric == "trtllm_max_batch_size_static"  # a real name, named in capacity.md
         assert sample.num_requests_running == 0 and sample.kv_cache_usage_frac == 0.0
 
     run(body)
