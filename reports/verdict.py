@@ -12,7 +12,8 @@ The rule, for each: B is better where B's whole interval lies above A's (B's low
 value is higher too; worse where B's whole interval lies below A's; otherwise not told apart: the
 intervals overlap, so the difference lies inside the runs' own noise. A number without an interval (a
 plateau whose steps had no standard error) is never told apart from anything. A run without the number
-(no plateau reached, no recommendation) gives no verdict on it.
+(no plateau reached: still climbing) gives no verdict on it; but a run without a recommended level at all
+(every level failed, the baseline too) lost to one that has one: for a gate, a broken server is worse.
 Overall: worse if either is worse (a gate fails on any loss), else better if either is better, else not
 told apart (no verdict where neither could be judged). Only "worse" fails `--fail-if-worse`.
 The intervals hold within-run noise only: a machine that is slower on another day moves both ends alike,
@@ -55,8 +56,13 @@ class Judgement:
     why: str
 
 
-def judge(a: Reading, b: Reading) -> tuple[str, str]:
-    """(outcome, why) for B against A, higher better (module doc)."""
+def judge(a: Reading, b: Reading, none_fails: bool = False) -> tuple[str, str]:
+    """(outcome, why) for B against A, higher better (module doc). `none_fails`: a run without the number
+    failed to give one (no recommended level at all), so the side that has one is the better."""
+    if none_fails and (a.value is None) != (b.value is None):
+        lost = a.value is not None
+        side = b if lost else a
+        return (WORSE if lost else BETTER), f"{'B' if lost else 'A'} has none ({side.missing or 'not measured'})"
     for tag, side in (("A", a), ("B", b)):
         if side.value is None:
             return NO_VERDICT, f"{tag} has none ({side.missing or 'not measured'})"
@@ -121,9 +127,10 @@ def overall(outcomes: Sequence[str]) -> str:
 def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
     """B's plateau and recommended level against A's (module doc)."""
     judgements = []
-    for what, unit, read in (("plateau", "rps", plateau_reading), ("recommended level", "", level_reading)):
+    numbers = (("plateau", "rps", plateau_reading, False), ("recommended level", "", level_reading, True))
+    for what, unit, read, none_fails in numbers:
         ra, rb = read(a), read(b)
-        outcome, why = judge(ra, rb)
+        outcome, why = judge(ra, rb, none_fails)
         judgements.append(Judgement(what, unit, ra, rb, outcome, why))
     notes = tuple(f"{tag} is a partial run" for tag, s in (("A", a), ("B", b)) if not s.get("complete", True))
     return Verdict(overall([j.outcome for j in judgements]), tuple(judgements), notes)

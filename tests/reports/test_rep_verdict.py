@@ -47,6 +47,15 @@ def test_judge_tells_apart_only_intervals_that_do_not_overlap(a: Reading, b: Rea
     assert judge(a, b)[0] == outcome
 
 
+def test_a_run_without_a_recommended_level_loses_to_one_with_it() -> None:
+    failed = {"recommended_level": None, "knee": {"reason": "the baseline itself failed; fix it"}}
+    good = {"recommended_level": 8, "knee": {"confidence": [8, 8]}}
+    assert compare_runs(good, failed).outcome == WORSE
+    assert compare_runs(failed, good).outcome == BETTER
+    assert compare_runs(failed, failed).outcome == NO_VERDICT
+    assert "baseline" in compare_runs(good, failed).judgements[1].why
+
+
 def test_readings_come_from_the_runs_own_intervals() -> None:
     plain = _summary(27.4, [26.9, 27.8], 8, [7, 8])
     assert plateau_reading(plain) == Reading(27.4, 26.9, 27.8)
