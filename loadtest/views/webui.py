@@ -204,9 +204,8 @@ def state_of(environment: Environment) -> dict[str, Any]:
     return {**state, **base, "report": report, "rendering": name in panel.rendering}
 
 
-def _plan_tab_rows(environment: Environment) -> list[dict[str, Any]]:
-    """The measured steps as Locust's "OCR plan" tab lists them (text cells)."""
-    state = state_of(environment)
+def _plan_tab_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measured steps of the run in `state` (state_of) as Locust's "OCR plan" tab lists them."""
     knee = state.get("knee") or {}
     rows = []
     for s in state.get("steps") or []:
@@ -229,6 +228,8 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
         {"key": TAB_KEY, "structure": [{"key": c, "title": c.replace("_", " ")} for c in columns]}
     ]
     web_ui.template_args["extended_csv_files"] = []
+    follow = resources.files("loadtest.views").joinpath("static/locust-page.js").read_text(encoding="utf-8")
+    follow_script = f'<script id="ocr-follow-runs">{follow.replace("__TAB_KEY__", TAB_KEY)}</script>'
     full_form = argument_parser.ui_extra_args_dict
 
     def short_form(args: Any = None) -> dict[str, dict[str, Any]]:
@@ -254,13 +255,15 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
     def extend(response: Response) -> Response:
         path = request.path.rstrip("/")
         if path.endswith("/stats/requests") and response.is_json:
-            data = response.get_json()
-            data["extended_stats"] = [{"key": TAB_KEY, "data": _plan_tab_rows(environment)}]
+            data, state = response.get_json(), state_of(environment)
+            data["extended_stats"] = [{"key": TAB_KEY, "data": _plan_tab_rows(state)}]
+            data["ocr_run_id"] = state["run_id"]  # whose rows these are (the page's script keys them by it)
             response.set_data(jsonify(data).get_data())
         elif request.path.rstrip("/") == (request.script_root or "") and response.mimetype == "text/html":
             response.direct_passthrough = False
             page = response.get_data(as_text=True)
-            response.set_data(page.replace("</body>", LINK_HTML + form_labels_script() + "</body>", 1))
+            scripts = LINK_HTML + form_labels_script() + follow_script
+            response.set_data(page.replace("</body>", scripts + "</body>", 1))
         return response
 
 
