@@ -4,8 +4,9 @@ Locust's page polls /stats/requests every 2 s, and only while it believes a run 
 run started elsewhere (the panel) never reached it, a new start showed the last poll's rows (the previous
 run's) until its first poll, and a poll answered "stopping" (a worker still letting its requests finish)
 ended its polling, the page left at STOPPING until reloaded. Here: a run started from the panel reaches
-the page; a second run started from the page at once shows none of the first's rows; a STOP whose worker
-is slow to stop (held with SIGSTOP for a few seconds) ends at STOPPED on the page without a reload.
+the page; a second run started from the page at once shows none of the first's rows; a start refused during
+a run reaches Locust's form with its reason; a STOP whose worker is slow to stop (held with SIGSTOP for a few
+seconds) ends at STOPPED on the page without a reload.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ def test_locusts_page_follows_a_run_from_the_panel_a_new_start_at_once_and_a_slo
         page.wait_for_function("() => [...document.querySelectorAll('tbody tr')].some(r => /running/.test(r.innerText))",
                                timeout=60_000)  # fmt: skip
         assert ui.state()["run_id"] != first_run
+        # a start refused (409: one run at a time) reaches Locust's form as its message (it reads a 200 only)
+        answer = page.evaluate("""async () => { const r = await fetch('swarm', {method: 'POST',
+            body: new URLSearchParams({user_count: '1', spawn_rate: '1'})}); return [r.status, await r.json()]; }""")
+        assert answer[0] == 200 and not answer[1]["success"] and "a run is in progress" in answer[1]["message"], answer
 
         # Locust's STOP while the worker is slow to stop: the master stays "stopping" for seconds, and
         # the page, which polled that, still reaches STOPPED once the master has stopped
