@@ -25,13 +25,14 @@ import gevent
 from flask import Response, jsonify, redirect, request, send_file
 from locust import argument_parser
 from locust.env import Environment
-from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
+from locust.runners import STATE_INIT, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from loadtest.method.controller import Controller
 from loadtest.settings.manifest import REPO_ROOT
 from loadtest.views.panel_state import rendered_view, snapshot
 
 MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
+START_WAIT_S = 30.0  # a stop asked for while a start's first tick runs waits this long at most for the run
 TAB_KEY = "ocr-plan"
 # the parameters Locust's form shows, with a help short enough for one line; every other one keeps the
 # value `ui` was started with (make ui VAR=...)
@@ -118,6 +119,21 @@ def note_user_stop(environment: Environment, how: str) -> None:
         _panel(environment).user_stop = how
 
 
+def start_under_way(environment: Environment) -> bool:
+    """A start whose first tick still runs: Locust's state reads "ready" until the plan's first tick returns
+    (about 2 s: the run folder, the GPU reader), and its runner.stop() does nothing in that state: a STOP
+    right after a start was answered "Test stopped" while the whole plan ran."""
+    runner = environment.runner
+    return runner is not None and runner.state == STATE_INIT and getattr(runner, "shape_greenlet", None) is not None
+
+
+def wait_for_start(environment: Environment) -> None:
+    """A stop asked for while a start is under way: once the run spawns or runs, a stop stops it."""
+    deadline = time.monotonic() + START_WAIT_S
+    while start_under_way(environment) and time.monotonic() < deadline:
+        gevent.sleep(0.1)
+
+
 def take_user_stop(environment: Environment) -> str:
     panel = _panel(environment)
     how, panel.user_stop = panel.user_stop, ""
@@ -175,7 +191,8 @@ def _locust_view(environment: Environment) -> dict[str, Any]:
         notes.append(f"Locust's RPS ({rps:.1f}) is the rate of the seconds before its last request and stays"
                      " after a run: no request runs now.")  # fmt: skip
     return {"state": runner.state if runner else "none", "workers_connected": connected,
-            "workers_expected": expected, "note": " ".join(notes)}  # fmt: skip
+            "workers_expected": expected, "note": " ".join(notes),
+            "starting": start_under_way(environment)}  # fmt: skip
 
 
 def settings_of(environment: Environment) -> dict[str, Any]:
@@ -248,6 +265,7 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
                 return jsonify({"success": False, "message": why, "host": environment.host}), 409
             _on_start(environment)
         elif request.path.endswith("/stop") and not request.path.endswith("/ocr/stop"):
+            wait_for_start(environment)  # then Locust's own /stop stops the run
             note_user_stop(environment, "Locust's STOP")
         return None
 
@@ -287,7 +305,9 @@ def report_on_disk(out: Path, run_id: str) -> Path | None:
     return folder / "report.html"
 
 
-def _stop(environment: Environment) -> None:
+def _stop(environment: Environment, how: str) -> None:
+    wait_for_start(environment)
+    note_user_stop(environment, how)
     web_ui, runner = environment.web_ui, environment.runner
     swarm = getattr(web_ui, "_swarm_greenlet", None)
     if swarm is not None:
@@ -320,10 +340,10 @@ def attach(environment: Environment) -> None:
     @app.route("/ocr/stop", methods=["POST"])
     def ocr_stop() -> Any:
         runner = environment.runner
-        if runner is None or runner.state not in (STATE_RUNNING, STATE_SPAWNING):
+        if runner is None or (runner.state not in (STATE_RUNNING, STATE_SPAWNING) and not start_under_way(environment)):
             return jsonify({"stopped": False, "why": "no run in progress"}), 409
-        note_user_stop(environment, "the panel's Stop")
-        gevent.spawn(_stop, environment)  # as Locust's /stop does, without holding the page while users stop
+        # as Locust's /stop does, without holding the page while the start ends or the users stop
+        gevent.spawn(_stop, environment, "the panel's Stop")
         return jsonify({"stopped": True})
 
     @app.route("/ocr/report")

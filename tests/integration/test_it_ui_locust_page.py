@@ -16,13 +16,14 @@ import os
 import re
 import signal
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from it_ui import end, launched, start_ui
+from it_ui import end, events, launched, start_ui
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 WORKER_HELD_S = 4.0  # two of the page's polls land while the master is stopping
@@ -123,3 +124,48 @@ def test_locusts_page_follows_a_run_from_the_panel_a_new_start_at_once_and_a_slo
         assert not errors, errors
     finally:
         end(ui)
+
+
+def _post(url: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=b"user_count=1&spawn_rate=1", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, dict(json.load(answer))
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(json.load(exc))
+
+
+def _stopped_run(ui: Any, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while not (state := ui.state())["finished"] or _server_state(ui.url) != "stopped":
+        assert time.monotonic() < deadline, state
+        time.sleep(0.2)
+    return state
+
+
+def test_a_stop_right_after_a_start_stops_the_run(simulator_factory, tmp_path):
+    """Locust's state reads "ready" while the plan's first tick runs (about 2 s), and Locust's stop does
+    nothing then: a STOP right after a start was answered "Test stopped" while the whole plan ran, and the
+    panel's Stop was refused. Both now wait for the start, then stop the run as the user's."""
+    sim = simulator_factory("--profile", "pytorch-24g")
+    ui = start_ui(sim, tmp_path, "2,4", extra=("--idle-s", "3"))
+    try:
+        runs = []
+        for stop_path, how in (("stop", "Locust's STOP"), ("ocr/stop", "the panel's Stop")):
+            assert _post(ui.url + "swarm")[0] == 200
+            assert _server_state(ui.url) == "ready"  # the start's first tick runs
+            code, answer = _post(ui.url + stop_path)
+            assert code == 200, answer
+            state = _stopped_run(ui, 30)
+            assert state["stopped_by_user"] and state["phase"] == "stopped", state
+            assert [row["phase"] for row in state["steps"] if row["phase"] == "step"] == [], state["steps"]
+            runs.append((state["run_id"], how))
+            deadline = time.monotonic() + 30
+            while ui.state()["rendering"] or not ui.state().get("report"):
+                assert time.monotonic() < deadline, ui.state()
+                time.sleep(0.2)
+    finally:
+        end(ui)
+    for run_id, how in runs:
+        stops = [e["message"] for e in events(tmp_path / run_id) if e["kind"] == "user_stop"]
+        assert len(stops) == 1 and how in stops[0], stops
