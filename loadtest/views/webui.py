@@ -29,6 +29,7 @@ from locust.runners import STATE_INIT, STATE_RUNNING, STATE_SPAWNING, MasterRunn
 
 from loadtest.method.controller import Controller
 from loadtest.settings.manifest import REPO_ROOT
+from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
 from loadtest.views.panel_state import rendered_view, snapshot
 
 MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
@@ -316,9 +317,26 @@ def _stop(environment: Environment, how: str) -> None:
         runner.stop()
 
 
+def _on_quitting(environment: Environment, **_kwargs: Any) -> None:
+    note_user_stop(environment, "Ctrl-C or SIGTERM")
+    _tables_to_run_folder(environment)
+
+
+def _tables_to_run_folder(environment: Environment) -> None:
+    """Locust prints its summary tables as it quits (the last run's: its stats reset at each start), which
+    left `ui`'s terminal ending on them; they go to the last run's folder instead, as a headless run's do
+    (Locust reads --json-file after the quitting event)."""
+    options, ctl = environment.parsed_options, _panel(environment).current
+    if environment.web_ui is None or options is None or getattr(options, "json_file", None) or ctl is None:
+        return
+    folder = ctl.run_dir / WORKER_COPY_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    options.json_file = str(folder / LOCUST_STATS)
+
+
 def attach(environment: Environment) -> None:
     environment.events.test_start.add_listener(_on_start)
-    environment.events.quitting.add_listener(lambda environment, **_kw: note_user_stop(environment, "Ctrl-C or SIGTERM"))
+    environment.events.quitting.add_listener(_on_quitting)
     app = environment.web_ui.app if environment.web_ui else None
     if app is None:
         return

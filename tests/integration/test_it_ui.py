@@ -207,6 +207,9 @@ def test_a_background_ui_stops_on_sigint_a_second_start_is_refused_and_old_repor
     finally:
         end(ui)
     assert (tmp_path / run_id / "report.html").is_file(), ui.log()
+    # Locust's tables of the last run go beside it, as a headless run's: ui's terminal ends on its own lines
+    assert (tmp_path / run_id / "workers" / "locust-stats.json").is_file(), ui.log()
+    assert "Response time percentiles" not in "".join(ui.lines) and ui.lines[-1].startswith("ui: stopped"), ui.log()
     again = start_ui(sim, tmp_path, "2")
     try:
         with urllib.request.urlopen(again.url + f"ocr/report/{run_id}", timeout=10) as old:
