@@ -6,9 +6,9 @@
 // from the panel never reached a page showing its form or STOPPED. And a new start kept the last poll's
 // rows, the previous run's, on the "OCR plan" tab until the first poll 2 s later.
 // Here: while Locust's page does not poll, this script asks /stats/requests itself every 2 s, and when the
-// state or the tab's rows (keyed by the run id) differ from what the page last got, it has the page poll
-// now, through Locust's own store (RTK Query's invalidateTags on the "stats" tag: what its Reset does), so
-// the page's own code takes the answer in. A start from the page clears the tab's rows at once. A start
+// state, the worker count or the tab's rows (keyed by the run id) differ from what the page last got, it
+// has the page poll now, through Locust's own store (RTK Query's invalidateTags on the "stats" tag: what
+// its Reset does), so the page's own code takes the answer in. A start from the page clears the tab's rows at once. A start
 // the server refuses (409: one run at a time) shows its reason in Locust's form, which reads only a 200.
 (() => {
   const TAB_KEY = "__TAB_KEY__";
@@ -17,9 +17,12 @@
   const ownFetch = window.fetch.bind(window);
   const statsUrl = new URL("stats/requests", document.baseURI).pathname;
   const swarmUrl = new URL("swarm", document.baseURI).pathname;
-  let got = null;  // what the page's last poll got: state, run id, the tab's rows
+  let got = null;  // what the page's last poll got: state, workers, run id, the tab's rows
 
-  const seen = (data) => JSON.stringify([data.state, data.ocr_run_id ?? null, data.extended_stats ?? []]);
+  // the worker count too: a worker leaves Locust's count while it stops and rejoins after; a page whose last
+  // poll read 0 kept its form's Start disabled ("before at least one worker ... has connected")
+  const seen = (data) => JSON.stringify([data.state, data.worker_count ?? null, data.ocr_run_id ?? null,
+    data.extended_stats ?? []]);
 
   const store = () => {  // Locust's Redux store, the prop of the Provider at the top of its React tree
     const root = document.getElementById("root");
