@@ -157,7 +157,7 @@ def _against_estimate(table: pd.DataFrame, estimate: Estimate, knee: Knee, held:
     )
     numbers = (
         f"at level {at['level']} memory {_num(at['measured'], unit)} vs predicted {_num(at['predicted'], unit)},"
-        f" P95 {fmt(at['p95_ms'], '.0f', ' ms')} ({fmt(latency_ratio, '.2f', 'x')} level {first['level']}), GPU utilisation"
+        f" P95 {fmt(at['p95_ms'], '.0f', ' ms')} ({fmt(latency_ratio, '.2f', 'x')} {_p95_of(first)}), GPU utilisation"
         f" {_num(util, '%', '.0f')}, GPU-host CPU {_num(host, '%', '.0f')}, driver CPU {_num(driver, '%', '.0f')}"
     )
     if climbs and used_part < BELOW_FRAC:
@@ -186,6 +186,12 @@ def _num(value: float, unit: str, spec: str = ",.0f") -> str:
         sign = "+" if spec.startswith("+") else ""
         return f"{100 * value:{sign}.1f}% of the KV cache"
     return f"{value:{spec}}{unit}" if unit == "%" else f"{value:{spec}} {unit}"
+
+
+def _p95_of(row: dict[str, Any]) -> str:
+    """Whose P95 a ratio is to: the baseline is named so, never "level 1" (the plan counts its levels from
+    the first step above it)."""
+    return "the baseline's" if row["phase"] == "baseline" else f"level {row['level']}'s"
 
 
 def _focus(compared: list[dict[str, Any]], knee: Knee) -> dict[str, Any]:

@@ -27,13 +27,11 @@ from loadtest.settings.checks import ConfigError
 from loadtest.settings.manifest import REPO_ROOT, build_manifest
 from loadtest.settings.options import add_arguments, secret_env, to_argv, with_env_secrets
 from loadtest.settings.run_config import RunConfig
-from loadtest.traffic.merge import WORKER_COPY_DIR
+from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
 from loadtest.traffic.payloads import build_payloads, images_sent
 from loadtest.traffic.rowlink import LOCAL_WORKER_ENV
 from runfolder import STEPS_FILE, GpuSample, new_run_folder, write_manifest
 from scenarios import ScenarioError
-
-LOCUST_STATS = "locust-stats"  # Locust writes <this>.json in the run's workers/ folder
 
 
 def config_from_args(ns: argparse.Namespace) -> RunConfig:

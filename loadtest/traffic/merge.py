@@ -24,6 +24,7 @@ from loadtest.traffic.clock import corrected, read_corrections
 from runfolder import REQUESTS_FILE, CsvAppender, RequestRow, read_manifest, write_manifest
 
 WORKER_COPY_DIR = "workers"  # in the run folder: local workers' logs and the clock offsets
+LOCUST_STATS = "locust-stats"  # Locust writes its own tables to <this>.json in WORKER_COPY_DIR
 LOCAL_COPY_SUFFIX = ".rows"
 
 

@@ -25,13 +25,15 @@ import gevent
 from flask import Response, jsonify, redirect, request, send_file
 from locust import argument_parser
 from locust.env import Environment
-from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
+from locust.runners import STATE_INIT, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from loadtest.method.controller import Controller
 from loadtest.settings.manifest import REPO_ROOT
+from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
 from loadtest.views.panel_state import rendered_view, snapshot
 
 MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
+START_WAIT_S = 30.0  # a stop asked for while a start's first tick runs waits this long at most for the run
 TAB_KEY = "ocr-plan"
 # the parameters Locust's form shows, with a help short enough for one line; every other one keeps the
 # value `ui` was started with (make ui VAR=...)
@@ -118,6 +120,21 @@ def note_user_stop(environment: Environment, how: str) -> None:
         _panel(environment).user_stop = how
 
 
+def start_under_way(environment: Environment) -> bool:
+    """A start whose first tick still runs: Locust's state reads "ready" until the plan's first tick returns
+    (about 2 s: the run folder, the GPU reader), and its runner.stop() does nothing in that state: a STOP
+    right after a start was answered "Test stopped" while the whole plan ran."""
+    runner = environment.runner
+    return runner is not None and runner.state == STATE_INIT and getattr(runner, "shape_greenlet", None) is not None
+
+
+def wait_for_start(environment: Environment) -> None:
+    """A stop asked for while a start is under way: once the run spawns or runs, a stop stops it."""
+    deadline = time.monotonic() + START_WAIT_S
+    while start_under_way(environment) and time.monotonic() < deadline:
+        gevent.sleep(0.1)
+
+
 def take_user_stop(environment: Environment) -> str:
     panel = _panel(environment)
     how, panel.user_stop = panel.user_stop, ""
@@ -175,7 +192,8 @@ def _locust_view(environment: Environment) -> dict[str, Any]:
         notes.append(f"Locust's RPS ({rps:.1f}) is the rate of the seconds before its last request and stays"
                      " after a run: no request runs now.")  # fmt: skip
     return {"state": runner.state if runner else "none", "workers_connected": connected,
-            "workers_expected": expected, "note": " ".join(notes)}  # fmt: skip
+            "workers_expected": expected, "note": " ".join(notes),
+            "starting": start_under_way(environment)}  # fmt: skip
 
 
 def settings_of(environment: Environment) -> dict[str, Any]:
@@ -204,9 +222,8 @@ def state_of(environment: Environment) -> dict[str, Any]:
     return {**state, **base, "report": report, "rendering": name in panel.rendering}
 
 
-def _plan_tab_rows(environment: Environment) -> list[dict[str, Any]]:
-    """The measured steps as Locust's "OCR plan" tab lists them (text cells)."""
-    state = state_of(environment)
+def _plan_tab_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measured steps of the run in `state` (state_of) as Locust's "OCR plan" tab lists them."""
     knee = state.get("knee") or {}
     rows = []
     for s in state.get("steps") or []:
@@ -229,6 +246,8 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
         {"key": TAB_KEY, "structure": [{"key": c, "title": c.replace("_", " ")} for c in columns]}
     ]
     web_ui.template_args["extended_csv_files"] = []
+    follow = resources.files("loadtest.views").joinpath("static/locust-page.js").read_text(encoding="utf-8")
+    follow_script = f'<script id="ocr-follow-runs">{follow.replace("__TAB_KEY__", TAB_KEY)}</script>'
     full_form = argument_parser.ui_extra_args_dict
 
     def short_form(args: Any = None) -> dict[str, dict[str, Any]]:
@@ -247,6 +266,7 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
                 return jsonify({"success": False, "message": why, "host": environment.host}), 409
             _on_start(environment)
         elif request.path.endswith("/stop") and not request.path.endswith("/ocr/stop"):
+            wait_for_start(environment)  # then Locust's own /stop stops the run
             note_user_stop(environment, "Locust's STOP")
         return None
 
@@ -254,13 +274,15 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
     def extend(response: Response) -> Response:
         path = request.path.rstrip("/")
         if path.endswith("/stats/requests") and response.is_json:
-            data = response.get_json()
-            data["extended_stats"] = [{"key": TAB_KEY, "data": _plan_tab_rows(environment)}]
+            data, state = response.get_json(), state_of(environment)
+            data["extended_stats"] = [{"key": TAB_KEY, "data": _plan_tab_rows(state)}]
+            data["ocr_run_id"] = state["run_id"]  # whose rows these are (the page's script keys them by it)
             response.set_data(jsonify(data).get_data())
         elif request.path.rstrip("/") == (request.script_root or "") and response.mimetype == "text/html":
             response.direct_passthrough = False
             page = response.get_data(as_text=True)
-            response.set_data(page.replace("</body>", LINK_HTML + form_labels_script() + "</body>", 1))
+            scripts = LINK_HTML + form_labels_script() + follow_script
+            response.set_data(page.replace("</body>", scripts + "</body>", 1))
         return response
 
 
@@ -284,7 +306,9 @@ def report_on_disk(out: Path, run_id: str) -> Path | None:
     return folder / "report.html"
 
 
-def _stop(environment: Environment) -> None:
+def _stop(environment: Environment, how: str) -> None:
+    wait_for_start(environment)
+    note_user_stop(environment, how)
     web_ui, runner = environment.web_ui, environment.runner
     swarm = getattr(web_ui, "_swarm_greenlet", None)
     if swarm is not None:
@@ -293,9 +317,26 @@ def _stop(environment: Environment) -> None:
         runner.stop()
 
 
+def _on_quitting(environment: Environment, **_kwargs: Any) -> None:
+    note_user_stop(environment, "Ctrl-C or SIGTERM")
+    _tables_to_run_folder(environment)
+
+
+def _tables_to_run_folder(environment: Environment) -> None:
+    """Locust prints its summary tables as it quits (the last run's: its stats reset at each start), which
+    left `ui`'s terminal ending on them; they go to the last run's folder instead, as a headless run's do
+    (Locust reads --json-file after the quitting event)."""
+    options, ctl = environment.parsed_options, _panel(environment).current
+    if environment.web_ui is None or options is None or getattr(options, "json_file", None) or ctl is None:
+        return
+    folder = ctl.run_dir / WORKER_COPY_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    options.json_file = str(folder / LOCUST_STATS)
+
+
 def attach(environment: Environment) -> None:
     environment.events.test_start.add_listener(_on_start)
-    environment.events.quitting.add_listener(lambda environment, **_kw: note_user_stop(environment, "Ctrl-C or SIGTERM"))
+    environment.events.quitting.add_listener(_on_quitting)
     app = environment.web_ui.app if environment.web_ui else None
     if app is None:
         return
@@ -317,10 +358,10 @@ def attach(environment: Environment) -> None:
     @app.route("/ocr/stop", methods=["POST"])
     def ocr_stop() -> Any:
         runner = environment.runner
-        if runner is None or runner.state not in (STATE_RUNNING, STATE_SPAWNING):
+        if runner is None or (runner.state not in (STATE_RUNNING, STATE_SPAWNING) and not start_under_way(environment)):
             return jsonify({"stopped": False, "why": "no run in progress"}), 409
-        note_user_stop(environment, "the panel's Stop")
-        gevent.spawn(_stop, environment)  # as Locust's /stop does, without holding the page while users stop
+        # as Locust's /stop does, without holding the page while the start ends or the users stop
+        gevent.spawn(_stop, environment, "the panel's Stop")
         return jsonify({"stopped": True})
 
     @app.route("/ocr/report")

@@ -43,6 +43,7 @@ def test_memory_far_below_while_latency_climbs_points_at_the_cpu() -> None:
     diag = diagnose(table, EST, knee)
     assert diag.case == "memory_below_latency_up"
     assert "CPU preprocessing" in diag.text and "GPU utilisation 30%" in diag.text and "4.50x" in diag.text
+    assert "(4.50x the baseline's)" in diag.text and "level 1" not in diag.text  # the plan's level 1 is 4 users
     assert diag.evidence["level"] == 8 and diag.evidence["gpu_util_mean_pct"] == 30
 
 

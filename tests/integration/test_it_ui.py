@@ -9,124 +9,30 @@ seconds after a stop, not 55 s).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
-import socket
-import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from it_procs import REPO, spawn_cli
+from it_procs import REPO
+from it_ui import end, events, js, launched, signal_ends_ui, start_ui
 
 ARTIFACTS = REPO / "test-artifacts"
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Ui:
-    proc: subprocess.Popen[str]
-    url: str = ""
-    pids: list[int] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-
-    def log(self) -> str:
-        return "".join(self.lines[-60:])
-
-    def wait_line(self, prefix: str, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if line.startswith(prefix):
-                    return line
-            time.sleep(0.2)
-        raise AssertionError(f"no line starting with {prefix!r}:\n{self.log()}")
-
-    def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.url + "ocr/state", timeout=5) as answer:
-            return dict(json.load(answer))
-
-
-def _signal_ends_ui(ui: Ui, sig: int, timeout_s: float) -> None:
-    """`sig` ends `ui` with exit status 0, and none of its children (master, workers) outlives it."""
-    children = psutil.Process(ui.proc.pid).children(recursive=True)  # the master may have started some
-    os.kill(ui.proc.pid, sig)
-    assert ui.proc.wait(timeout=timeout_s) == 0, ui.log()
-    _, alive = psutil.wait_procs(children, timeout=5)
-    assert not alive, [p.pid for p in alive]
-
-
-def _start_ui(
-    sim: Any, out: Path, levels: str, env: dict[str, str] | None = None, sigint_ignored: bool = False,
-    extra: tuple[str, ...] = (),
-) -> Ui:
-    web_port = _free_port()
-    proc = spawn_cli(["ui", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics",
-                      sim.url + "/metrics", "--levels", levels, "--idle-s", "1", "--warmup-s", "1", "--verify", "false", "--step-s", "3",
-                      "--cooldown-s", "2", "--baseline-rounds", "1", "--refine", "false", "--workers", "1",
-                      "--request-timeout-s", "4", "--web-port", str(web_port), "--out", str(out), *extra],
-                     env=env, merge_stderr=True, sigint_ignored=sigint_ignored)  # fmt: skip
-    ui = Ui(proc)
-
-    def pump() -> None:  # the master's and the workers' output come through the same pipe
-        assert proc.stdout is not None
-        for line in iter(proc.stdout.readline, ""):
-            ui.lines.append(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        ui.url = ui.wait_line("ui: http", 90).split()[1].removesuffix("ocr")
-        words = ui.wait_line("ui: processes", 5).split()[2:]
-        ui.pids = [int(w.rstrip(";")) for w in words if w.rstrip(";").isdigit()]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the web server comes up just after the line
-            try:
-                ui.state()
-                break
-            except OSError:
-                time.sleep(0.3)
-    except BaseException:
-        _end(ui)
-        raise
-    return ui
-
-
-def _end(ui: Ui) -> None:
-    """Teardown: whatever is left of `ui` and its children, by PID."""
-    for pid in [ui.proc.pid, *ui.pids]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    ui.proc.wait(timeout=30)
 
 
 @pytest.fixture
 def browser(chromium: Path) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched(chromium) as b:
+        yield b
 
 
 def _panel(browser: Any, url: str) -> tuple[Any, list[str]]:
@@ -138,21 +44,13 @@ def _panel(browser: Any, url: str) -> tuple[Any, list[str]]:
     return page, errors
 
 
-def _js(expr: str) -> str:
-    return f"(() => {{ const $ = (id) => document.getElementById(id); return {expr}; }})()"
-
-
-def _events(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines() if x]
-
-
 def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
     simulator_factory, tmp_path, browser
 ):
     sim = simulator_factory("--profile", "pytorch-24g")
     # 10 and 16 on a server of 8 slots: a plateau both reach with room to spare (at 8 exactly, a driver starved
     # of CPU with one core busy beside the suite fell short of it, and no knee showed)
-    ui = _start_ui(sim, tmp_path, "4,10,16")
+    ui = start_ui(sim, tmp_path, "4,10,16")
     try:
         # Locust's own page links to the panel and has the plan's tab; its form shows a few parameters
         locust = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -165,17 +63,17 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         locust.wait_for_url("**/ocr", timeout=10_000)
 
         page, errors = _panel(browser, ui.url)
-        page.wait_for_function(_js("$('phase').textContent === 'not started' && !$('start').disabled"), timeout=15_000)
+        page.wait_for_function(js("$('phase').textContent === 'not started' && !$('start').disabled"), timeout=15_000)
         assert page.is_disabled("#stop")
         page.click("#start")
-        page.wait_for_function(_js("!$('stop').disabled && $('start').disabled"), timeout=20_000)
+        page.wait_for_function(js("!$('stop').disabled && $('start').disabled"), timeout=20_000)
         # the estimate with its formula, then the plan and the level named as a user counts it
-        page.wait_for_function(_js("/MiB per request/.test($('estimate-inputs').textContent)"), timeout=60_000)
-        page.wait_for_function(_js("/level 1 of 3/.test($('level-name').textContent)"), timeout=30_000)
+        page.wait_for_function(js("/MiB per request/.test($('estimate-inputs').textContent)"), timeout=60_000)
+        page.wait_for_function(js("/level 1 of 3/.test($('level-name').textContent)"), timeout=30_000)
         assert page.locator("#plan .chip").count() == 3
-        page.wait_for_function(_js("/Recommended so far/.test($('answer').textContent)"), timeout=60_000)
+        page.wait_for_function(js("/Recommended so far/.test($('answer').textContent)"), timeout=60_000)
         # the end: the report's answer, the knee's row marked, the config to paste beside the report link
-        page.wait_for_function(_js("!$('config-box').hidden"), timeout=120_000)
+        page.wait_for_function(js("!$('config-box').hidden"), timeout=120_000)
         state = ui.state()
         assert state["knee"]["found"], state["knee"]
         assert page.locator("tr.knee").count() == 1
@@ -191,11 +89,11 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         assert "max_concurrency" in popup.value.content()
 
         # a second run: nothing of the first stays on the panel; the first report stays under its run id
-        page.wait_for_function(_js("!$('start').disabled"), timeout=30_000)  # the workers rejoined Locust's count
+        page.wait_for_function(js("!$('start').disabled"), timeout=30_000)  # the workers rejoined Locust's count
         page.click("#start")
-        page.wait_for_function(_js("$('report').textContent === '' && $('estimate').textContent === '-'"
+        page.wait_for_function(js("$('report').textContent === '' && $('estimate').textContent === '-'"
                                    " && $('config-box').hidden && $('steps').children.length === 0"), timeout=10_000)
-        page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
+        page.wait_for_function(js("$('phase').textContent === 'baseline'"), timeout=60_000)
         second_run = ui.state()["run_id"]
         assert second_run != first_run
         with urllib.request.urlopen(ui.url + f"ocr/report/{first_run}", timeout=10) as old:
@@ -207,7 +105,7 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         locust.wait_for_selector("th:has-text('p95 ms')", timeout=10_000)
         locust.screenshot(path=str(ARTIFACTS / "ui-locust-tab.png"))
         locust.get_by_role("button", name="Stop").click()
-        page.wait_for_function(_js("!$('stopped').hidden"), timeout=60_000)
+        page.wait_for_function(js("!$('stopped').hidden"), timeout=60_000)
         assert "Locust's STOP" in (page.text_content("#stopped") or "")
         page.wait_for_selector("#report-link", timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "ui-panel-stopped.png"), full_page=True)
@@ -215,9 +113,9 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         with urllib.request.urlopen(ui.url + "logs", timeout=10) as logs:  # no "!" on Locust's LOGS tab
             assert json.load(logs)["master"] == []
     finally:
-        _end(ui)
+        end(ui)
     run_dir = tmp_path / second_run
-    kinds = [e["kind"] for e in _events(run_dir)]
+    kinds = [e["kind"] for e in events(run_dir)]
     assert "user_stop" in kinds and "abort" not in kinds, kinds
     assert "every worker was lost" not in ui.log()
     assert "stopped by the user" in (run_dir / "report.html").read_text(encoding="utf-8")
@@ -228,35 +126,35 @@ def test_a_stop_from_the_panel_and_sigterm_end_runs_as_the_users_and_leave_no_pr
     simulator_factory, tmp_path, browser
 ):
     sim = simulator_factory("--profile", "pytorch-24g")
-    ui = _start_ui(sim, tmp_path, "2,4", env={"OCRCAP_HEADERS": "Authorization: Bearer s3cret-token"})
+    ui = start_ui(sim, tmp_path, "2,4", env={"OCRCAP_HEADERS": "Authorization: Bearer s3cret-token"})
     try:
         children = psutil.Process(ui.proc.pid).children(recursive=True)
         assert {p.pid for p in children} >= set(ui.pids) and len(ui.pids) == 2  # the master and its worker
         page, errors = _panel(browser, ui.url)
-        page.wait_for_function(_js("!$('start').disabled"), timeout=15_000)
+        page.wait_for_function(js("!$('start').disabled"), timeout=15_000)
         page.click("#settings-box summary")  # the settings in effect, secrets left out
         settings = page.text_content("#settings") or ""
         assert "LEVELS2,4" in settings and "WORKERS1" in settings, settings
         page.click("#start")
-        page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
+        page.wait_for_function(js("$('phase').textContent === 'baseline'"), timeout=60_000)
         assert "s3cret" not in page.content() and "s3cret" not in json.dumps(ui.state())
         page.click("#stop")
-        page.wait_for_function(_js("!$('stopped').hidden"), timeout=60_000)
+        page.wait_for_function(js("!$('stopped').hidden"), timeout=60_000)
         assert "the panel's Stop" in (page.text_content("#stopped") or "")
         assert "baseline" in (page.text_content("#stopped") or "")
-        page.wait_for_function(_js("/stopped reading at/.test($('gpu-read').textContent)"), timeout=10_000)
-        page.wait_for_function(_js("!$('start').disabled && $('stop').disabled"), timeout=30_000)
+        page.wait_for_function(js("/stopped reading at/.test($('gpu-read').textContent)"), timeout=10_000)
+        page.wait_for_function(js("!$('start').disabled && $('stop').disabled"), timeout=30_000)
         first_run = ui.state()["run_id"]
         # a run in progress when `ui` gets SIGTERM (docker stop): it stops, is recorded and rendered
         page.click("#start")
-        page.wait_for_function(_js("$('phase').textContent === 'baseline'"), timeout=60_000)
+        page.wait_for_function(js("$('phase').textContent === 'baseline'"), timeout=60_000)
         second_run = ui.state()["run_id"]
         assert not errors, errors
-        _signal_ends_ui(ui, signal.SIGTERM, 60.0)
+        signal_ends_ui(ui, signal.SIGTERM, 60.0)
     finally:
-        _end(ui)
+        end(ui)
     assert second_run != first_run
-    stops = {run: [e["message"] for e in _events(tmp_path / run) if e["kind"] == "user_stop"]
+    stops = {run: [e["message"] for e in events(tmp_path / run) if e["kind"] == "user_stop"]
              for run in (first_run, second_run)}  # fmt: skip
     assert "the panel's Stop" in stops[first_run][0], stops
     assert "Ctrl-C or SIGTERM" in stops[second_run][0], stops
@@ -268,7 +166,7 @@ def test_ui_killed_outright_takes_its_master_and_workers_with_it(simulator_facto
     """SIGKILL leaves `ui` no chance to stop anything: its children get SIGTERM from the kernel (Linux's
     parent-death signal) and end, none left bound to its ports."""
     sim = simulator_factory("--profile", "pytorch-24g")
-    ui = _start_ui(sim, tmp_path, "2")
+    ui = start_ui(sim, tmp_path, "2")
     try:
         children = [psutil.Process(pid) for pid in ui.pids]
         os.kill(ui.proc.pid, signal.SIGKILL)
@@ -276,7 +174,7 @@ def test_ui_killed_outright_takes_its_master_and_workers_with_it(simulator_facto
         gone, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, [p.pid for p in alive]
     finally:
-        _end(ui)
+        end(ui)
 
 
 def _post(url: str) -> tuple[int, dict[str, Any]]:
@@ -296,7 +194,7 @@ def test_a_background_ui_stops_on_sigint_a_second_start_is_refused_and_old_repor
     while a run is in progress is answered 409 with why. After a restart, every report under OUT is served
     by its run id, and /ocr/ is the panel."""
     sim = simulator_factory("--profile", "pytorch-24g")
-    ui = _start_ui(sim, tmp_path, "2", sigint_ignored=True)
+    ui = start_ui(sim, tmp_path, "2", sigint_ignored=True)
     try:
         assert _post(ui.url + "swarm")[0] == 200
         deadline = time.monotonic() + 60
@@ -305,11 +203,14 @@ def test_a_background_ui_stops_on_sigint_a_second_start_is_refused_and_old_repor
         code, answer = _post(ui.url + "swarm")
         assert code == 409 and not answer["success"] and "a run is in progress" in answer["message"], answer
         run_id = ui.state()["run_id"]
-        _signal_ends_ui(ui, signal.SIGINT, 90.0)
+        signal_ends_ui(ui, signal.SIGINT, 90.0)
     finally:
-        _end(ui)
+        end(ui)
     assert (tmp_path / run_id / "report.html").is_file(), ui.log()
-    again = _start_ui(sim, tmp_path, "2")
+    # Locust's tables of the last run go beside it, as a headless run's: ui's terminal ends on its own lines
+    assert (tmp_path / run_id / "workers" / "locust-stats.json").is_file(), ui.log()
+    assert "Response time percentiles" not in "".join(ui.lines) and ui.lines[-1].startswith("ui: stopped"), ui.log()
+    again = start_ui(sim, tmp_path, "2")
     try:
         with urllib.request.urlopen(again.url + f"ocr/report/{run_id}", timeout=10) as old:
             assert old.status == 200 and f"run <b>{run_id}</b>" in old.read().decode()
@@ -320,7 +221,7 @@ def test_a_background_ui_stops_on_sigint_a_second_start_is_refused_and_old_repor
         with urllib.request.urlopen(again.url + "ocr/", timeout=10) as panel:
             assert panel.geturl().endswith("/ocr") and 'id="start"' in panel.read().decode()
     finally:
-        _end(again)
+        end(again)
 
 
 def test_the_walk_labels_a_live_row_a_copy_a_start_at_once_and_a_panel_that_outlives_its_master(
@@ -331,7 +232,7 @@ def test_the_walk_labels_a_live_row_a_copy_a_start_at_once_and_a_panel_that_outl
     Locust's stop timeout, 31 s here), and once `ui` ends (SIGINT, started as a background job) the panel
     says the master is gone, keeps the report's link and polls with back-off."""
     sim = simulator_factory("--profile", "pytorch-24g")
-    ui = _start_ui(sim, tmp_path, "2,4", sigint_ignored=True, extra=("--request-timeout-s", "30"))
+    ui = start_ui(sim, tmp_path, "2,4", sigint_ignored=True, extra=("--request-timeout-s", "30"))
     try:
         locust = browser.new_page(viewport={"width": 1280, "height": 900})
         locust.goto(ui.url)
@@ -347,24 +248,24 @@ def test_the_walk_labels_a_live_row_a_copy_a_start_at_once_and_a_panel_that_outl
         errors: list[str] = []
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.goto(ui.url + "ocr")
-        page.wait_for_function(_js("!$('start').disabled"), timeout=15_000)
+        page.wait_for_function(js("!$('start').disabled"), timeout=15_000)
         page.click("#start")
-        page.wait_for_function(_js("document.querySelector('#steps tr.running') !== null"), timeout=60_000)
+        page.wait_for_function(js("document.querySelector('#steps tr.running') !== null"), timeout=60_000)
         live = page.text_content("#steps tr.running") or ""
         assert "running" in live, live
-        page.wait_for_function(_js("!$('config-box').hidden"), timeout=150_000)
+        page.wait_for_function(js("!$('config-box').hidden"), timeout=150_000)
         ended_at = time.monotonic()
-        page.wait_for_function(_js("!$('start').disabled"), timeout=12_000)  # not Locust's 31 s stop timeout
+        page.wait_for_function(js("!$('start').disabled"), timeout=12_000)  # not Locust's 31 s stop timeout
         assert time.monotonic() - ended_at < 12
         page.click("#copy")
-        page.wait_for_function(_js("$('copy').textContent === 'copied ✓'"), timeout=5_000)
+        page.wait_for_function(js("$('copy').textContent === 'copied ✓'"), timeout=5_000)
         assert page.evaluate("navigator.clipboard.readText()") == page.text_content("#config")
         assert re.match(r"Recommended: (at least )?\d+ concurrent requests?", page.text_content("#answer") or "")
         report = page.get_attribute("#report-link", "href")
         assert not errors, errors
         os.kill(ui.proc.pid, signal.SIGINT)
         assert ui.proc.wait(timeout=90) == 0, ui.log()
-        page.wait_for_function(_js("!$('gone').hidden"), timeout=10_000)
+        page.wait_for_function(js("!$('gone').hidden"), timeout=10_000)
         assert "The master is gone" in (page.text_content("#gone") or "")
         errors.clear()
         page.wait_for_timeout(9_000)
@@ -375,4 +276,4 @@ def test_the_walk_labels_a_live_row_a_copy_a_start_at_once_and_a_panel_that_outl
         page.screenshot(path=str(ARTIFACTS / "ui-panel-master-gone.png"), full_page=True)
         context.close()
     finally:
-        _end(ui)
+        end(ui)
