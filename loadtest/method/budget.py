@@ -133,12 +133,16 @@ def flush_s(cfg: RunConfig, limits: TimingLimits) -> float:
     return TICK_S + (limits.flush_wait_s if cfg.workers > 0 else 0.0)
 
 
-def cooldown_typical_s(limits: TimingLimits, in_flight_s: float) -> float:
+def cooldown_typical_s(limits: TimingLimits, in_flight_s: float, at_rest: bool = False) -> float:
     """A cooldown as it usually goes (method/phase_timing.py `cooldown_over`): the requests in flight come back
-    (`in_flight_s`: a latency at the step's level), then memory is back at idle with nothing in flight (at
-    once), or a caching allocator's high-water mark holds still (at COOLDOWN_MIN_S from the start): the
-    latter, the longer, counted; and the tick that sees its end."""
-    return min(in_flight_s, limits.drain_cap_s) + limits.cooldown_min_s + TICK_S
+    (`in_flight_s`: a latency at the step's level, seen at the tick after), then either memory is back at
+    idle with nothing in flight (`at_rest`: at the next tick, with a fresh reading; the simulator's demo
+    cooldowns took 2.0 s), or a caching allocator's high-water mark holds still (COOLDOWN_MIN_S from the
+    start, the longer: the progress line's "about" counts it)."""
+    back_s = min(in_flight_s, limits.drain_cap_s)
+    if at_rest:
+        return math.ceil(back_s / TICK_S) * TICK_S + TICK_S
+    return back_s + limits.cooldown_min_s + TICK_S
 
 
 def cooldown_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: float | None) -> float:
