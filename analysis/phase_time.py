@@ -11,23 +11,22 @@ promise counts them (loadtest/method/budget.py):
     verify through the gateway   the same through HAProxy (a row with `via`)
 
 A warm-up belongs to the part of the phase after it, a cooldown to the part of the one before it. The
-promise is the `time_budget` event's "at most N min", said when the levels were chosen: it covers
-the time from that event to the run's last phase end.
+promise is the manifest's `time_budget` (loadtest/method/budget.py `TimeBudget.to_dict`: `at_most_min`,
+`said_unix_s`, its parts in seconds), said when the levels were chosen (the `time_budget` event says it in
+words): it covers the time from then to the run's last phase end.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 PARTS = ("baseline", "levels", "refinement", "re-measures", "verify", "verify through the gateway")
 PHASES = ("idle", "warmup", "baseline", "step", "cooldown", "verify", "drain")
-PROMISE_EVENT = "time_budget"
 CONFIRM = "confirm"
-_PROMISE = re.compile(r"at most (\d+(?:\.\d+)?) min")
 
 
 def _own_part(phase: str, note: str, via: str) -> str | None:
@@ -69,19 +68,17 @@ def _parts(steps: pd.DataFrame) -> list[str]:
     return parts
 
 
-def promised_minutes(events: pd.DataFrame) -> tuple[float, float] | None:
-    """(minutes promised, when it was said) from the last `time_budget` event; None without one."""
-    if events is None or events.empty or "kind" not in events.columns:
+def promised_minutes(budget: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """(minutes promised, when it was said) from the manifest's `time_budget`; None without one."""
+    if not isinstance(budget, Mapping):
         return None
-    said = events[events["kind"] == PROMISE_EVENT]
-    for t, message in zip(reversed(said["t_unix_s"].tolist()), reversed(said["message"].tolist()), strict=True):
-        found = _PROMISE.search(str(message))
-        if found:
-            return float(found.group(1)), float(t)
-    return None
+    at_most, said = budget.get("at_most_min"), budget.get("said_unix_s")
+    if not isinstance(at_most, int | float) or not isinstance(said, int | float):
+        return None
+    return float(at_most), float(said)
 
 
-def phase_times(steps: pd.DataFrame, events: pd.DataFrame | None = None) -> dict[str, Any]:
+def phase_times(steps: pd.DataFrame, budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """{"total_s", "by_phase": [{phase, count, seconds}], "by_part": [{part, phases, seconds}],
     "between_s" (the run's time outside any phase: the step-end flushes), "promised_min", "after_promise_s",
     "kept" (None without a promise)}."""
@@ -105,7 +102,7 @@ def phase_times(steps: pd.DataFrame, events: pd.DataFrame | None = None) -> dict
     ]  # fmt: skip
     start, end = float(steps["t_start_unix_s"].min()), float(steps["t_end_unix_s"].max())
     total = max(0.0, end - start)
-    promise = promised_minutes(events) if events is not None else None
+    promise = promised_minutes(budget)
     after = None if promise is None else max(0.0, end - promise[1])
     return {
         "total_s": total,

@@ -325,7 +325,7 @@ def analyze_run(
         # the replicas for TARGET_RPS, the per-replica share, the cost (analysis/fleet.py)
         "fleet": fleet_summary(table, knee, {k: manifest_setting(run.manifest, k) for k in FLEET_SETTINGS}, run.server),
         "events": events,
-        "phase_times": phase_times(run.steps, run.events),  # where the time went, beside the promise
+        "phase_times": phase_times(run.steps, run.manifest.get("time_budget")),  # where the time went, beside the promise
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),
     }

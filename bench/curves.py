@@ -22,6 +22,7 @@ bench/bench_time_to_answer.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,9 +30,11 @@ import numpy as np
 import pandas as pd
 
 import analysis
+from loadtest.method.budget import TICK_S, cooldown_typical_s
 from loadtest.method.levels import choose_levels
-from loadtest.method.plan import plan_phases
-from loadtest.method.timing import target_requests
+from loadtest.method.plan import PhaseSpec, plan_phases
+from loadtest.method.windows import StepWindow, baseline_done, step_done
+from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
 KNEE_SHARE = 0.95
@@ -67,7 +70,8 @@ class VirtualRun:
 
     curve: Curve
     levels: list[int] = field(default_factory=list)  # measured step levels, in order
-    seconds: float = 0.0  # virtual time of the whole plan (warm-ups, windows, cooldown caps)
+    seconds: float = 0.0  # virtual time of the whole plan (warm-ups, windows, cooldowns as they usually go)
+    by_phase: dict[str, float] = field(default_factory=dict)  # the same, per phase (a re-measure apart)
     knee: Any = None
     table: pd.DataFrame | None = None
 
@@ -109,6 +113,14 @@ def _requests(
 
 def measure(curve: Curve, users: int, window_s: float, phase: str, index: int, seed: int) -> dict[str, Any]:
     """One measured step's row (analysis.STEP_COLUMNS) as the suite would compute it."""
+    req = _window_requests(curve, users, window_s, phase, index, seed)
+    step = {"step_index": index, "phase": phase, "level": users, "t_start_unix_s": 0.0,
+            "t_end_unix_s": window_s, "status": "complete", "note": ""}  # fmt: skip
+    return analysis.step_row(req.reset_index(drop=True), step)
+
+
+def _window_requests(curve: Curve, users: int, window_s: float, phase: str, index: int, seed: int) -> pd.DataFrame:
+    """The requests of one measured window, tagged as the suite tags them (the step current when each started)."""
     rng = np.random.default_rng([seed, index, users])
     req = _requests(curve, users, window_s, rng, curve.slow_first_requests if phase == "baseline" else 0)
     if curve.error_rate > 0:  # its own draws: the other curves' requests stay those of their seeds
@@ -117,10 +129,23 @@ def measure(curve: Curve, users: int, window_s: float, phase: str, index: int, s
         req.loc[dropped, ["ok", "failure_kind", "status_code"]] = [False, "http_5xx", 502]
     req = req[req["t_start_unix_s"] + req["latency_ms"] / 1000 > -1.0]
     tagged = req["t_start_unix_s"] >= 0  # a request belongs to the step current when it started
-    req = req.assign(step_index=np.where(tagged, index, index - 1))
-    step = {"step_index": index, "phase": phase, "level": users, "t_start_unix_s": 0.0,
-            "t_end_unix_s": window_s, "status": "complete", "note": ""}  # fmt: skip
-    return analysis.step_row(req.reset_index(drop=True), step)
+    return req.assign(step_index=np.where(tagged, index, index - 1))
+
+
+def window_end_s(req: pd.DataFrame, index: int, max_s: float, done: Callable[[list[float], int, float], bool]) -> float:
+    """The tick at which the product's rule `done(answers' latencies so far, rows so far, elapsed_s)` ends a
+    window whose requests are `req` (drawn up to `max_s`): the rows reach the controller as requests end."""
+    own = req[req["step_index"] == index]
+    ends = (own["t_start_unix_s"] + own["latency_ms"] / 1000.0).to_numpy()
+    order = np.argsort(ends, kind="stable")
+    ends, ok, lat = ends[order], own["ok"].to_numpy()[order], own["latency_ms"].to_numpy()[order]
+    t = TICK_S
+    while t < max_s:
+        back = int(np.searchsorted(ends, t, side="right"))
+        if done(lat[:back][ok[:back]].tolist(), back, t):
+            return t
+        t += TICK_S
+    return max_s
 
 
 class _Estimate:
@@ -167,27 +192,48 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
         return again
 
     phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
+    limits, in_flight_s = limits_of(cfg), 0.0
     for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
-            window = spec.min_s if spec.phase == "step" else max(cfg.step_s, 60 * curve.single_s)
-            rps = curve.throughput_rps(spec.level)
-            if spec.min_requests:  # and to min_requests, up to max_s (the slow first ones take longer)
-                slow_s = curve.slow_first_requests * curve.slow_first_s if spec.phase == "baseline" else 0.0
-                window = max(window, min(spec.min_requests / rps + slow_s, spec.max_s))
+            window = _window_s(curve, spec, cfg, 2 * index, seed)
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
-            needed_s = target_requests(row["latency_cv"]) / rps
-            if spec.phase == "step" and spec.target_max_s and needed_s > window:  # its own spread's target
-                window = min(needed_s, spec.target_max_s)
-                row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
             result.seconds += window
+            kind = "re-measure" if spec.phase == "step" and not spec.target_max_s else str(spec.phase)
+            result.by_phase[kind] = result.by_phase.get(kind, 0.0) + window
             if spec.phase == "step":
                 result.levels.append(spec.level)
         else:
-            result.seconds += spec.max_s if spec.phase == "cooldown" else spec.min_s
+            took_s = spec.min_s if spec.phase != "cooldown" else cooldown_typical_s(limits, in_flight_s, at_rest=True)
+            result.seconds += took_s
+            result.by_phase[str(spec.phase)] = result.by_phase.get(str(spec.phase), 0.0) + took_s
+        in_flight_s = spec.level / curve.throughput_rps(spec.level) if spec.level else 0.0  # a latency at its level
     result.table = judged()[0]
     result.knee = analysis.find_knee(result.table)
     return result
+
+
+def _window_s(curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int) -> float:
+    """How long the product's own rule lets a measured window run on `curve` (loadtest/method/windows.py):
+    a step of the search until precise (`step_done`), the baseline until settled after its first round
+    (`baseline_done`; no GPU here, so memory counts as settled) or its rounds, a re-measure its fixed window;
+    each at the tick that sees its end (the slow first requests of a baseline take longer)."""
+    rps = curve.throughput_rps(spec.level)
+    if spec.phase == "step" and not spec.target_max_s:  # a re-measure: its window, longer for min_requests
+        return max(spec.min_s, min(spec.min_requests / rps, spec.max_s)) if spec.min_requests else spec.min_s
+    slow_s = curve.slow_first_requests * curve.slow_first_s if spec.phase == "baseline" else 0.0
+    max_s = spec.max_s  # a step: up to its longest; the baseline: its rounds are in well before
+    if spec.phase == "baseline":
+        max_s = min(spec.max_s, max(spec.min_s, 2 * spec.min_requests / rps + slow_s + 2 * TICK_S))
+    req = _window_requests(curve, spec.level, max_s, str(spec.phase), index, seed)
+    if spec.phase == "step":
+        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s)
+        return window_end_s(req, index, max_s, lambda lat, rows, t: t >= spec.min_s and step_done(lat, rows, t, bounds))
+
+    def settled(lat: list[float], rows: int, t: float) -> bool:
+        return t >= spec.min_s and (rows >= spec.min_requests or baseline_done(lat, rows, cfg.baseline_round_requests, True))
+
+    return window_end_s(req, index, max_s, settled)
 
 
 def family(window_cfg: RunConfig | None = None) -> list[Curve]:

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, required=True,
                         help="the verify load, requests a second: about 1.5x the plateau throughput a run measured")  # fmt: skip
     parser.add_argument("--window-s", type=float, dest="ocr_verify_window_s", default=argparse.SUPPRESS,
-                        help="seconds of the verify load (the same as --verify-window-s; default 30)")  # fmt: skip
+                        help="the longest the verify load runs: it ends once its checks can be judged (the same as"
+                             " --verify-window-s; default 30)")  # fmt: skip
     parser.set_defaults(ocr_baseline_rounds=1, ocr_baseline_round_requests=10, ocr_idle_s=1.0)
     return parser
 

@@ -20,7 +20,7 @@ from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
 from loadtest.method.levels import LevelChoice
 from loadtest.method.live import LiveSteps, panel_row, phase_name
-from loadtest.method.overload import ABORT, OVERLOAD, OverloadWatch, Verdict
+from loadtest.method.overload import OVERLOAD, OverloadWatch, Verdict
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec, plan_phases
 from loadtest.method.progress import live_line, load_words, progress
@@ -81,7 +81,7 @@ class Controller(PlanDecisions):
         self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
         self.server_limit_said = False
         self.live_latency_ms: list[float] = []
-        self.live_errors = 0
+        self.live_errors = self.live_rejected = 0
         self.step_index = -1
         self.spec: PhaseSpec | None = None
         self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
@@ -135,6 +135,7 @@ class Controller(PlanDecisions):
                     self.live_latency_ms.append(row.latency_ms)
                 else:
                     self.live_errors += 1
+                    self.live_rejected += row.failure_kind == "rejected"  # the verify window's checks count them
             self.watch.on_row(row)
             if row.ok:
                 self.last_ok_at = self.clock()
@@ -190,7 +191,8 @@ class Controller(PlanDecisions):
         elapsed = now - self.phase_start
         if spec.level > 0 and self.last_ok_at is None:
             self.last_ok_at = now
-        down = self._server_down(now)
+        down = self.watch.down_why(spec, self.rows_per_step[self.step_index], elapsed,
+                                   None if self.last_ok_at is None else now - self.last_ok_at, self.cfg.request_timeout_s)
         if down:
             self.aborted = down
             self.event("abort", down)
@@ -201,11 +203,7 @@ class Controller(PlanDecisions):
         if spec.phase in MEASURED and now - self._last_progress >= 5:
             self._print_live(elapsed)
         rows = self.rows_per_step[self.step_index]
-        done = elapsed >= spec.min_s and rows >= spec.min_requests
-        if spec.phase == Phase.STEP and not self.timing.target_reached(spec, rows, elapsed):
-            done = False  # more requests for a precise throughput: the step's own spread says how many
-        if spec.phase == Phase.WARMUP and not self.measured_levels:
-            done = self.timing.baseline_warmed(spec, rows, elapsed)  # slow first requests are over
+        done = self.timing.done(spec, rows, elapsed)  # each phase as long as its evidence needs (method/windows.py)
         if spec.phase == Phase.DRAIN:  # back at the baseline's latency, or at its cap: never at min_s alone
             if elapsed >= spec.min_s and self._drained():
                 return self._advance(now)
@@ -231,21 +229,6 @@ class Controller(PlanDecisions):
     def _streak_verdict(self) -> Verdict:
         spec = self.spec
         return self.watch.verdict(str(spec.phase), spec.level) if spec else self.watch.verdict("", 0)
-
-    def _server_down(self, now: float) -> str:
-        """Why the run must end because the server stopped answering, or "" while it answers (timeouts
-        of our own load above the baseline's level end a step instead: loadtest.method.overload)."""
-        verdict = self._streak_verdict()
-        if verdict.action == ABORT:
-            return verdict.why
-        unanswered = self.watch.recheck_failed(self.spec, self.rows_per_step[self.step_index], now - self.phase_start)
-        if unanswered:
-            return unanswered
-        # a hung server fails slowly (one timeout per user at a time): also end on a long silence
-        silence_s = max(60.0, 3 * self.cfg.request_timeout_s)
-        if self.last_ok_at is not None and now - self.last_ok_at > silence_s:
-            return f"no request succeeded for {now - self.last_ok_at:.0f} s: the server looks hung; run ended"
-        return ""
 
     def _past_knee_by_timeouts(self) -> bool:
         """End the running step early as past the knee when requests of our own load time out in a row
@@ -288,7 +271,7 @@ class Controller(PlanDecisions):
         self.settle.reset()
         self.timing.reset()
         self.live_latency_ms = []
-        self.live_errors = 0
+        self.live_errors = self.live_rejected = 0
         if spec.phase == Phase.VERIFY and not spec.via:
             self._raw_verify_step = self.step_index
         tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via)

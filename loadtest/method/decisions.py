@@ -59,6 +59,7 @@ class PlanDecisions:
     _knee_cache: tuple[Any, tuple[Any, Any]] | None = None  # (the live table's revision, (table, knee))
     _verify_planned: tuple[float, float] | None = None  # the raw verify window's (rate_rps, drain_max_s)
     verify_rejected = 0  # requests the server itself turned away (503/429) in the raw verify window
+    verify_p95_s: float | None = None  # the recommended level's P95: the verify window's checks read against it
     gateway: Gateway | None = None  # HAProxy in front of the server for the gateway's verify window
 
     if TYPE_CHECKING:
@@ -92,12 +93,14 @@ class PlanDecisions:
         self.levels_planned = list(choice.levels)
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         climbs = cfg.climb_budget if choice.extend else 0
-        budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs)
-        self.event(  # an event: the report sets the time each part took beside it (analysis/phase_time.py)
+        budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
+                             latency_cv=self._baseline_cv())  # fmt: skip
+        self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/phase_time.py)
             "time_budget",
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
             f" the rest of the run: {budget.words()}",
         )
+        self._update_manifest(time_budget=budget.to_dict(self.clock()))
         return choice
 
     def _choose_card(self, run: Any) -> int | None:
@@ -135,6 +138,15 @@ class PlanDecisions:
             self.event("warning", f"could not read the baseline's latency: {exc}")
             return None
         return mean_ms / 1000.0 if mean_ms and mean_ms > 0 else None
+
+    def _baseline_cv(self) -> float | None:
+        """The baseline's latency CV: how many answers a step's precision usually needs (the promise's "about")."""
+        try:
+            base = self.live.table(self.clock()).query("phase == 'baseline'")
+            cv = None if base.empty else float(base["latency_cv"].iloc[-1])
+        except Exception:  # the promise then counts the P95's answers alone
+            return None
+        return cv if cv is not None and cv == cv else None
 
     def _knee(self) -> tuple[Any, Any] | None:
         """The step table from the running totals and the knee on it (no run folder reload); below a step
@@ -231,9 +243,10 @@ class PlanDecisions:
         rec = steps[steps["level"].astype(int) == int(knee.recommended_level or 0)]
         p95_ms = float((rec if not rec.empty else steps.loc[[thr.idxmax()]])["p95_ms"].iloc[-1])
         drain_s = drain_max_s(p95_ms / 1000.0, analysis.config.WAIT_MULTIPLE)
+        self.verify_p95_s = p95_ms / 1000.0 if p95_ms > 0 else None  # NaN and 0: the window runs to its cap
         rate = VERIFY_FACTOR * plateau
-        self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) for"
-                   f" {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
+        self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) until its checks"
+                   f" can be judged, at most {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
         self._verify_planned = rate, drain_s
         return rate, drain_s
 
@@ -281,8 +294,9 @@ class PlanDecisions:
             self.event("warning", f"no verify phase: {short}")
             return None
         drain_s = drain_max_s(base_s or 0.0, analysis.config.WAIT_MULTIPLE)
+        self.verify_p95_s = base_s  # one request alone: the verify window's checks read against it
         rate = self.cfg.verify_rate_rps
-        self.event("verify", f"verify: {rate:.2f} rps for {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")
+        self.event("verify", f"verify: {rate:.2f} rps until its checks can be judged, at most {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")
         return rate, drain_s
 
     def _drained(self) -> bool:

@@ -143,3 +143,18 @@ class OverloadWatch:
             f"one user's request got no answer either, after the step at {self.overload[1]} users timed out:"
             " the server looks down; run ended"
         )
+
+    def down_why(self, spec: PhaseSpec | None, rows: int, elapsed_s: float, silent_s: float | None,
+                 request_timeout_s: float) -> str:  # fmt: skip
+        """Why the run must end because the server stopped answering, or "" while it answers (timeouts of
+        our own load above the baseline's level end a step instead). `silent_s`: since the last success."""
+        verdict = self.verdict(str(spec.phase), spec.level) if spec else self.verdict("", 0)
+        if verdict.action == ABORT:
+            return verdict.why
+        unanswered = self.recheck_failed(spec, rows, elapsed_s)
+        if unanswered:
+            return unanswered
+        # a hung server fails slowly (one timeout per user at a time): also end on a long silence
+        if silent_s is not None and silent_s > max(60.0, 3 * request_timeout_s):
+            return f"no request succeeded for {silent_s:.0f} s: the server looks hung; run ended"
+        return ""

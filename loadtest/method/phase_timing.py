@@ -3,7 +3,9 @@
 - a warm-up before a step: bounds from the latencies measured so far (`timing.warmup_bounds`);
 - the baseline's warm-up: ends once latency has settled (`timing.latency_settled`), so a few slow first
   requests (lazy initialisation, a first compile) stay out of the baseline's latency and spread;
-- a step: its request target follows its own latency spread so far (`timing.target_requests`);
+- a step: ends once its throughput and P95 are precise, between a floor and a cap (`windows.step_done`);
+- the baseline: ends once its latency and memory settled, after one round (`windows.baseline_done`);
+- the verify window: ends once each check has enough requests to judge it (`windows.verify_done`);
 - a cooldown: first every user stopped (requests back or cut), then memory: it ends once memory is back at
   idle with nothing in flight, or settled after its minimum; the rows of the steps before it become final
   once it drained, after the step-end flush brought every worker's rows in.
@@ -19,13 +21,8 @@ from typing import Any, Protocol
 from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
 from loadtest.method.progress import progress
-from loadtest.method.timing import (
-    SETTLED_REQUESTS,
-    latency_settled,
-    own_latency_cv,
-    target_requests,
-    warmup_bounds,
-)
+from loadtest.method.timing import SETTLED_REQUESTS, latency_settled, warmup_bounds
+from loadtest.method.windows import StepWindow, baseline_done, step_done, verify_done
 from loadtest.settings.limits import TimingLimits
 from loadtest.settings.run_config import RunConfig
 from runfolder import Phase
@@ -42,6 +39,8 @@ class TimedRun(Protocol):
     limits: TimingLimits
     live: LiveSteps
     live_latency_ms: list[float]  # the answers of the current phase so far
+    live_rejected: int  # the current phase's requests turned away (503/429)
+    verify_p95_s: float | None  # the recommended level's P95, which the verify window's checks read against
     measured_levels: list[int]
     spec: PhaseSpec | None
     step_index: int
@@ -127,12 +126,21 @@ class PhaseTiming:
                 " starts after them, so they stay out of its latency and spread",
             )
 
-    def target_reached(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
-        """A step has the requests its own latency spread needs for a precise throughput (or ran out of time)."""
-        if not spec.target_max_s or elapsed_s >= spec.target_max_s:
-            return True
-        own = target_requests(own_latency_cv(self.ctl.live_latency_ms))
-        return rows >= own
+    def done(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
+        """The phase (not a drain or a cooldown: see the controller) has what it is for: its minimum time and
+        requests, and what its own rule asks (a step, the baseline and its warm-up, the verify window)."""
+        ctl = self.ctl
+        done = elapsed_s >= spec.min_s and rows >= spec.min_requests
+        if spec.phase == Phase.STEP and spec.target_max_s:  # a step of the search (a re-measure is a fixed window)
+            window = StepWindow(spec.min_requests, ctl.cfg.step_s, spec.target_max_s)
+            return elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window)
+        if spec.phase == Phase.WARMUP and not ctl.measured_levels:
+            return self.baseline_warmed(spec, rows, elapsed_s)  # slow first requests are over
+        if spec.phase == Phase.BASELINE and not done and elapsed_s >= spec.min_s:  # settled before its last round
+            return baseline_done(ctl.live_latency_ms, rows, ctl.cfg.baseline_round_requests, ctl.memory_settled())
+        if spec.phase == Phase.VERIFY:
+            return verify_done(len(ctl.live_latency_ms), ctl.live_rejected, elapsed_s, ctl.verify_p95_s, spec.max_s)
+        return done
 
     def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:
         """Every user stopped (each request of the step back, or cut at the stop timeout), then GPU memory

@@ -3,7 +3,7 @@
     idle (0 users) -> warmup (1 user) -> baseline (1 user, rounds x requests) -> cooldown
     -> estimate (capped by MAX_NUM_SEQS or the server's max_num_seqs) -> levels (x0.25 .. x1.2 of it,
        bounded by what a window can measure, or LEVELS: loadtest/method/levels.py)
-    -> for each level: warmup -> step (measured window) -> cooldown; after each step, stop climbing
+    -> for each level: warmup -> step (measured until precise: method/windows.py) -> cooldown; after each step, stop climbing
        once the step is confirmed past the knee (throughput stopped growing, or failures, a step that
        completed far fewer requests than its users, or one ended early because its requests timed out):
        higher levels only hurt the server and tell nothing new
@@ -38,6 +38,7 @@ from loadtest.method.levels import (
     keep_climbing,
     within_server_limit,
 )
+from loadtest.method.windows import STEP_FLOOR_S, verify_floor_s
 from loadtest.settings.limits import limits_of
 from loadtest.settings.open_loop import VERIFY_FACTOR, parse_rates
 from loadtest.settings.run_config import RunConfig
@@ -68,9 +69,9 @@ def _step(cfg: RunConfig, level: int, note: str) -> Iterator[PhaseSpec]:
     if cfg.scenario == "soak":
         yield PhaseSpec(Phase.STEP, level, f"soak at {level} ({note})", cfg.soak_s, cfg.soak_s)
     else:
-        limits = limits_of(cfg)  # the step's own spread sets its request target, up to step_target_max_s
+        limits = limits_of(cfg)  # ends once precise (method/windows.py), its request target up to step_target_max_s
         yield PhaseSpec(
-            Phase.STEP, level, note, cfg.step_s, limits.step_max_s,
+            Phase.STEP, level, note, min(STEP_FLOOR_S, cfg.step_s), limits.step_max_s,
             cfg.min_step_requests, target_max_s=limits.step_target_max_s,
         )  # fmt: skip
     yield _cooldown(cfg)
@@ -87,7 +88,8 @@ def open_loop_step(cfg: RunConfig, rate_rps: float, note: str) -> Iterator[Phase
 
 
 def verify_phases(cfg: RunConfig, verify_plan: Callable[[], tuple[float, float] | None]) -> Iterator[PhaseSpec]:
-    """The verify window (open loop at `verify_plan`'s rate: 1.5x the plateau throughput) and the drain
+    """The verify window (open loop at `verify_plan`'s rate: 1.5x the plateau throughput; as long as its checks
+    need, at most VERIFY_WINDOW_S: method/windows.py) and the drain
     after it (one closed-loop user probing until answers are back to the baseline's latency, at most
     drain_max_s: the recommended queue wait timeout)."""
     planned = verify_plan()
@@ -97,7 +99,7 @@ def verify_phases(cfg: RunConfig, verify_plan: Callable[[], tuple[float, float] 
     yield PhaseSpec(
         Phase.VERIFY, cfg.max_in_flight,
         f"verify at {rate_rps:.2f} rps, " + ("as --rate asked" if cfg.verify_rate_rps > 0 else f"{VERIFY_FACTOR:g}x the plateau throughput"),
-        cfg.verify_window_s, cfg.verify_window_s, rate_rps=rate_rps,
+        verify_floor_s(cfg.verify_window_s), cfg.verify_window_s, rate_rps=rate_rps,
     )  # fmt: skip
     yield PhaseSpec(Phase.DRAIN, 1, f"drain: one user until answers are back to the baseline's latency,"
                     f" at most {drain_max_s:.0f} s", min(1.0, drain_max_s), drain_max_s)  # fmt: skip
@@ -114,7 +116,7 @@ def gateway_phases(
         return
     via, rate_rps, drain_max_s = planned
     yield PhaseSpec(Phase.VERIFY, cfg.max_in_flight, f"verify at {rate_rps:.2f} rps through the gateway at {via}",
-                    cfg.verify_window_s, cfg.verify_window_s, rate_rps=rate_rps, via=via)  # fmt: skip
+                    verify_floor_s(cfg.verify_window_s), cfg.verify_window_s, rate_rps=rate_rps, via=via)  # fmt: skip
     yield PhaseSpec(Phase.DRAIN, 1, f"drain through the gateway, at most {drain_max_s:.0f} s",
                     min(1.0, drain_max_s), drain_max_s, via=via)  # fmt: skip
     yield _cooldown(cfg)

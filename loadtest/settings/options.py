@@ -48,13 +48,20 @@ FIELD_HELP = {
     ),
     "server_pid": "PID of the server process on the GPU machine, for its own GPU memory (nvml)",
     "idle_s": "seconds at 0 users to read idle GPU memory",
-    "baseline_rounds": "rounds of single-request baseline",
-    "baseline_round_requests": "requests per baseline round",
+    "baseline_rounds": (
+        "most rounds of the single-request baseline: it ends after its first round once its mean latency is known"
+        " to 5% and GPU memory has settled"
+    ),
+    "baseline_round_requests": "requests per baseline round (the first round is the baseline's floor)",
     "warmup_s": (
         "shortest unmeasured load before each step; a warm-up lasts about two of the server's latencies at its"
         " level, and the baseline's ends once latency has settled (slow first requests)"
     ),
-    "step_s": "measured seconds per step",
+    "step_s": (
+        "the longest a step runs once its throughput is precise: a step ends as soon as its throughput (to 2%)"
+        " and its P95 (to +-10%) are known, after a floor of 3 latencies at its level (at least 2 s); its P95 is"
+        " sought up to STEP_S, a noisy server's throughput up to 4 x STEP_S"
+    ),
     "min_step_requests": "a step is lengthened (up to 3 x STEP_S) until it has this many requests",
     "cooldown_s": (
         "longest wait for GPU memory in a cooldown, once every request of the step is back (or cut at the stop"
@@ -105,10 +112,13 @@ FIELD_HELP = {
         "open loop: users held in reserve, the most requests in flight at once (the report says when it was hit)"
     ),
     "verify": (
-        "after the recommendation, verify it: open-loop load at 1.5x the plateau throughput for VERIFY_WINDOW_S,"
+        "after the recommendation, verify it: open-loop load at 1.5x the plateau throughput (at most VERIFY_WINDOW_S),"
         " then a drain until answers are back to the baseline's latency; 0 skips it"
     ),
-    "verify_window_s": "seconds of the verify phase's overload",
+    "verify_window_s": (
+        "the longest the verify phase's overload runs: it ends once each check can be judged (60 admitted answers,"
+        " and 20 requests turned away or, none turned away, 10 latencies), at least 5 s"
+    ),
     "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
     "target_rps": (
         "the traffic to serve, requests a second: the report plans the replicas for it (ceil(TARGET_RPS x PEAK_FACTOR"

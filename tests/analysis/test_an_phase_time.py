@@ -45,8 +45,13 @@ def _steps() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _events(t: float, message: str) -> pd.DataFrame:
-    return pd.DataFrame([{"t_unix_s": t, "step_index": 3, "kind": "time_budget", "message": message}])
+def _budget(t: float, at_most_min: int) -> dict[str, float | int]:
+    """The manifest's `time_budget` as the controller writes it (loadtest/method/budget.py TimeBudget.to_dict)."""
+    from loadtest.method.budget import TimeBudget
+
+    budget = TimeBudget(levels_s=at_most_min * 60.0 - 75.0, refinement_s=0.0, remeasure_s=0.0, verify_s=60.0)
+    assert budget.at_most_min == at_most_min
+    return budget.to_dict(t)
 
 
 def test_each_part_and_phase_gets_its_own_time():
@@ -68,16 +73,15 @@ def test_each_part_and_phase_gets_its_own_time():
     assert got["promised_min"] is None and got["kept"] is None
 
 
-def test_the_promise_is_read_and_judged_from_when_it_was_said():
+def test_the_promise_is_read_from_the_manifest_and_judged_from_when_it_was_said():
     steps = _steps()
     said_at = float(steps["t_end_unix_s"].iloc[3])  # after the baseline's cooldown
     left_s = float(steps["t_end_unix_s"].max()) - said_at
-    message = "levels: 4, 8 (estimate); climbing stops at the knee; the rest of the run: about 2 min as planned, at most {} min (levels 1.0 min)"
-    kept = phase_times(steps, _events(said_at, message.format(4)))
+    kept = phase_times(steps, _budget(said_at, 4))
     assert kept["promised_min"] == 4 and kept["kept"] is True and kept["after_promise_s"] == left_s
-    broken = phase_times(steps, _events(said_at, message.format(3)))
+    broken = phase_times(steps, _budget(said_at, 3))
     assert left_s > 180 and broken["kept"] is False
-    assert promised_minutes(pd.DataFrame(columns=["t_unix_s", "kind", "message"])) is None
+    assert promised_minutes(None) is None and promised_minutes({"at_most_min": "4"}) is None
 
 
 def test_no_steps_no_times_and_durations_read_as_people_say_them():

@@ -11,6 +11,7 @@ import time
 import gevent
 import pytest
 
+from loadtest.method.windows import VERIFY_FLOOR_S
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.open_loop import drain_max_s, drained, parse_rates, window_too_short
 from loadtest.settings.run_config import RunConfig
@@ -156,7 +157,7 @@ def test_rates_plan_one_open_loop_window_per_rate_then_the_verify_window_and_the
     assert measured == [("step", 40, 3.0), ("step", 40, 6.0)]  # the rates as given: no knee search over users
     assert phases[-3:] == [("verify", 40, 12.0), ("drain", 1, 0.0), ("cooldown", 0, 0.0)]
     verify = next(p for p in _plan(cfg) if p.phase == "verify")
-    assert verify.min_s == verify.max_s == 9.0
+    assert verify.min_s == VERIFY_FLOOR_S and verify.max_s == 9.0  # as long as its checks need, at most 9 s
     drain = next(p for p in _plan(cfg) if p.phase == "drain")
     assert drain.max_s == 7.0
 
@@ -184,7 +185,7 @@ def test_the_gateway_window_follows_the_verify_window_through_the_gateway_it_was
     tail = [(p.phase, p.via, p.rate_rps) for p in phases[-6:]]
     assert tail == [("verify", "", 12.0), ("drain", "", 0.0), ("cooldown", "", 0.0),
                     ("verify", "http://127.0.0.1:8080", 12.0), ("drain", "http://127.0.0.1:8080", 0.0), ("cooldown", "", 0.0)]
-    assert phases[-3].min_s == phases[-3].max_s == 9.0 and phases[-2].max_s == 7.0
+    assert phases[-3].min_s == VERIFY_FLOOR_S and phases[-3].max_s == 9.0 and phases[-2].max_s == 7.0
     # no gateway started (GATEWAY=none, no haproxy, a server with admission control): the plan ends as before
     without = list(plan_phases(cfg, lambda: LevelChoice([2, 4], "test"), lambda: knee, lambda: None,
                                verify_plan=lambda: (12.0, 7.0), gateway_plan=lambda: None))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from analysis import Knee
 from loadtest.method.levels import LevelChoice
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, plan_phases
+from loadtest.method.windows import STEP_FLOOR_S
 from loadtest.settings.run_config import RunConfig
 from runfolder import EVENTS_FILE
 
@@ -32,8 +33,9 @@ def _plan(cfg, refine=(), remeasure=(), knee_after=2):
 def test_after_refinement_the_deciding_level_is_measured_again_with_its_window():
     cfg = RunConfig(step_s=10.0, warmup_s=2.0)
     phases, asked = _plan(cfg, refine=[6, 7], remeasure=[(7, 25.0, "wide"), (6, 30.0, "still wide")])
-    steps = [(p.level, p.min_s) for p in phases if p.phase == "step"]
-    assert steps == [(4, 10.0), (8, 10.0), (6, 10.0), (7, 10.0), (7, 25.0), (6, 30.0)]
+    steps = [(p.level, p.min_s, p.target_max_s) for p in phases if p.phase == "step"]
+    search = (STEP_FLOOR_S, 4 * 10.0)  # a step of the search: until precise (method/windows.py), up to 4 windows
+    assert steps == [(4, *search), (8, *search), (6, *search), (7, *search), (7, 25.0, 0.0), (6, 30.0, 0.0)]
     again = [p for p in phases if p.phase == "step"][4]
     assert again.note == "re-measure: wide" and again.max_s >= again.min_s and again.target_max_s == 0
     at = phases.index(again)

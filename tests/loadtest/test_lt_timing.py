@@ -257,3 +257,24 @@ def test_timing_limits_whose_order_cannot_work_are_one_line() -> None:
     with pytest.raises(ConfigError, match="heartbeat"):
         limits.with_stop_timeout(75.0).check()
     assert limits.with_stop_timeout(30.0).drain_cap_s == 35.0
+
+
+# --- 6. windows as long as their evidence needs (loadtest/method/windows.py) ----------------------------
+def test_a_sharp_steady_step_ends_well_before_step_s(tmp_path: Path) -> None:
+    steady = lambda n, level: 0.1 * (1 + 0.01 * (n % 3))  # noqa: E731
+    load = _Load(_cfg(levels="8", warmup_s=0.5), tmp_path, steady)
+    load.run(lambda c: c.finished)
+    assert _step_length_s(tmp_path, 8) <= load.ctl.cfg.step_s / 2  # ~80 answers a second: precise in ~2 s
+
+
+def test_the_baseline_ends_once_settled_before_its_last_round(tmp_path: Path) -> None:
+    steady = lambda n, level: 0.2 * (1 + 0.01 * (n % 3))  # noqa: E731
+    load = _Load(_cfg(levels="2", warmup_s=0.5, baseline_rounds=3, baseline_round_requests=10), tmp_path, steady)
+    load.run(lambda c: c.finished)
+    base = load.ctl.live.table().query("phase == 'baseline'").iloc[0]
+    assert 10 <= int(base["requests"]) < 30  # one round, settled: not all three
+    noisy = lambda n, level: 0.05 if n % 2 else 0.5  # noqa: E731
+    (tmp_path / "n").mkdir()
+    load = _Load(_cfg(levels="2", warmup_s=0.5, baseline_rounds=3, baseline_round_requests=10), tmp_path / "n", noisy)
+    load.run(lambda c: c.finished)
+    assert int(load.ctl.live.table().query("phase == 'baseline'").iloc[0]["requests"]) >= 30  # all its rounds

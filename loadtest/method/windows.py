@@ -1,0 +1,163 @@
+"""How long a measured window lasts: as long as its evidence needs, between a floor and a cap (pure).
+
+    step      ends once its throughput and its P95 are known to the precision the knee needs, after a floor
+              of STEP_FLOOR_LATENCIES latencies at its level (at least STEP_FLOOR_S, at most STEP_S) and
+              MIN_STEP_REQUESTS requests; the P95 is sought up to STEP_S, the throughput's request target up
+              to TARGET_WINDOWS x STEP_S (loadtest/settings/limits.py), so no step runs longer than it did
+              with a fixed STEP_S window, and a precise one ends sooner:
+              - throughput: a closed loop's completions are a renewal process, so its relative error is the
+                step's own latency CV / sqrt(n) (`timing.target_requests`: TARGET_REL_SE, 2%);
+              - P95: a distribution-free confidence interval from two order statistics (the count of answers
+                below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself.
+              A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
+              needs ~700: it runs longer, up to the cap.
+    baseline  one user; ends once its mean latency is known to BASELINE_REL_SE and GPU memory has settled,
+              after a floor of one round (BASELINE_ROUND_REQUESTS), at the latest after every round
+    verify    open loop above the plateau; ends once each check has enough to judge it: VERIFY_MIN_ADMITTED
+              answers for the admitted P95, and VERIFY_MIN_REJECTED requests turned away for the share turned
+              away fast, or, none turned away, the window has run VERIFY_GROWTH_LATENCIES latencies (a queue
+              without bound has then grown its latency several times over, for the early/late comparison);
+              at the latest VERIFY_WINDOW_S
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadtest.method.timing import MIN_CV_REQUESTS, own_latency_cv, target_requests
+
+P95 = 0.95
+P95_Z = 1.645  # a 90% two-sided interval: a stopping rule, not the report's interval
+P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x it, the knee reads throughput
+STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
+STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
+BASELINE_REL_SE = 0.05  # one request's mean latency to 5%: what the levels and the drain are read against
+VERIFY_MIN_ADMITTED = 60  # answers whose P95 is the admitted check (an order statistic's interval exists)
+VERIFY_MIN_REJECTED = 20  # requests turned away: a share of >= 95% fast is then judged within a few points
+VERIFY_GROWTH_LATENCIES = 10.0  # none turned away: 1.5x the plateau queues 0.5 s of work a second, so an
+#                                 unbounded queue's latency grows ~5x over this many latencies
+VERIFY_FLOOR_S = 5.0  # a verify window never shorter: the open loop's arrivals need a few seconds to overload
+
+
+def p95_interval(latencies_ms: Sequence[float]) -> tuple[float, float] | None:
+    """The P95's distribution-free interval (P95_Z): the order statistics of ranks np -+ z sqrt(np(1-p)),
+    or None while n is too small for both ranks to exist (P95_MIN_ANSWERS: 52)."""
+    n = len(latencies_ms)
+    if n < MIN_CV_REQUESTS:
+        return None
+    half = P95_Z * math.sqrt(n * P95 * (1 - P95))
+    low, high = math.floor(n * P95 - half), math.ceil(n * P95 + half)  # 1-based ranks
+    if low < 1 or high > n:
+        return None
+    ordered = np.sort(np.asarray(latencies_ms, dtype=np.float64))
+    return float(ordered[low - 1]), float(ordered[high - 1])
+
+
+def _p95_min_answers() -> int:
+    """The fewest answers whose P95 has an interval (both order statistics exist): 52 at P95_Z 1.645."""
+    for n in range(MIN_CV_REQUESTS, 10_000):
+        half = P95_Z * math.sqrt(n * P95 * (1 - P95))
+        if math.floor(n * P95 - half) >= 1 and math.ceil(n * P95 + half) <= n:
+            return n
+    raise AssertionError("no P95 interval below 10000 answers")
+
+
+P95_MIN_ANSWERS = _p95_min_answers()
+
+
+def p95_known(latencies_ms: Sequence[float]) -> bool:
+    """The P95's interval exists and is no wider than P95_REL_WIDTH of the P95."""
+    interval = p95_interval(latencies_ms)
+    if interval is None:
+        return False
+    p95 = float(np.quantile(np.asarray(latencies_ms, dtype=np.float64), P95))
+    return p95 > 0 and (interval[1] - interval[0]) <= P95_REL_WIDTH * p95
+
+
+def step_floor_s(latencies_ms: Sequence[float], cap_s: float) -> float:
+    """A step's floor: STEP_FLOOR_LATENCIES latencies at its level (its own median so far), at least
+    STEP_FLOOR_S, never past its cap."""
+    median_s = float(np.median(latencies_ms)) / 1000.0 if len(latencies_ms) else 0.0
+    return min(max(STEP_FLOOR_S, STEP_FLOOR_LATENCIES * median_s), cap_s)
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """A step's bounds: `min_requests` (MIN_STEP_REQUESTS), `window_s` (STEP_S: how long the P95's precision is
+    sought) and `cap_s` (how long the throughput's is: TARGET_WINDOWS x STEP_S)."""
+
+    min_requests: int
+    window_s: float
+    cap_s: float
+
+
+def step_done(latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow) -> bool:
+    """The step may end: MIN_STEP_REQUESTS in (the controller waits for them up to the step's max_s), past its
+    floor, its throughput to TARGET_REL_SE (its own CV's request target, up to `cap_s`), and its P95 known to
+    P95_REL_WIDTH (sought up to STEP_S: a step whose throughput is precise never runs longer than STEP_S)."""
+    if rows < window.min_requests:
+        return False
+    if elapsed_s >= window.cap_s:
+        return True
+    if elapsed_s < step_floor_s(latencies_ms, window.window_s):
+        return False
+    if rows < target_requests(own_latency_cv(latencies_ms)):
+        return False
+    return elapsed_s >= window.window_s or p95_known(latencies_ms)
+
+
+def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow) -> float:
+    """How long `step_done` usually lets a step at `level` run (the progress line's "about"): the answers its
+    precision needs (the throughput's target at `latency_cv`, the P95's interval, MIN_STEP_REQUESTS) at
+    `level` users each answered in `latency_s`, at least its floor, the P95 sought up to STEP_S and the
+    throughput's target up to the cap. None: unknown, STEP_S."""
+    if not latency_s or latency_s <= 0:
+        return window.window_s
+    floor_s = min(max(STEP_FLOOR_S, STEP_FLOOR_LATENCIES * latency_s), window.window_s)
+    for_p95_s = min(max(P95_MIN_ANSWERS, window.min_requests) * latency_s / max(level, 1), window.window_s)
+    for_rps_s = min(target_requests(latency_cv) * latency_s / max(level, 1), window.cap_s)
+    return max(floor_s, for_p95_s, for_rps_s)
+
+
+def baseline_done(latencies_ms: Sequence[float], rows: int, floor_requests: int, memory_settled: bool) -> bool:
+    """The baseline may end before its last round: one round in, its mean latency known to BASELINE_REL_SE,
+    and GPU memory settled (the estimate reads it)."""
+    if rows < floor_requests or len(latencies_ms) < max(2, min(floor_requests, MIN_CV_REQUESTS)):
+        return False
+    values = np.asarray(latencies_ms, dtype=np.float64)
+    mean = float(values.mean())
+    rel_se = float(values.std(ddof=1)) / mean / math.sqrt(values.size) if mean > 0 else math.inf
+    return rel_se <= BASELINE_REL_SE and memory_settled
+
+
+def verify_floor_s(cap_s: float) -> float:
+    """The verify window's floor: VERIFY_FLOOR_S, never past its cap (VERIFY_WINDOW_S)."""
+    return min(VERIFY_FLOOR_S, cap_s)
+
+
+def verify_done(admitted: int, rejected: int, elapsed_s: float, latency_s: float | None, cap_s: float) -> bool:
+    """Each verify check has what it needs (see the module's docstring), or the cap is reached. `latency_s`:
+    the recommended level's P95 (None: unknown, the window runs to its cap)."""
+    if elapsed_s >= cap_s:
+        return True
+    if elapsed_s < verify_floor_s(cap_s) or admitted < VERIFY_MIN_ADMITTED or latency_s is None:
+        return False
+    if rejected >= VERIFY_MIN_REJECTED:
+        return True
+    return rejected == 0 and elapsed_s >= VERIFY_GROWTH_LATENCIES * latency_s
+
+
+def verify_expected_s(rate_rps: float, plateau_rps: float, latency_s: float | None, cap_s: float) -> float:
+    """How long `verify_done` lets a window at `rate_rps` run on a server that admits its plateau and turns
+    the excess away at once (the budget's "about", the bench's virtual time): the later of the admitted
+    answers and the rejections it needs, at least the floor, at most the cap."""
+    if latency_s is None or plateau_rps <= 0:
+        return cap_s
+    admitted_s = VERIFY_MIN_ADMITTED / min(rate_rps, plateau_rps) + latency_s
+    excess = rate_rps - plateau_rps
+    rejected_s = VERIFY_MIN_REJECTED / excess if excess > 0 else VERIFY_GROWTH_LATENCIES * latency_s
+    return min(max(verify_floor_s(cap_s), admitted_s, rejected_s), cap_s)

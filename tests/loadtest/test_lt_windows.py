@@ -1,0 +1,95 @@
+"""Windows as long as their evidence needs (loadtest/method/windows.py): a step until its throughput and P95
+are precise, the baseline until its latency and memory settled, the verify window until each check can be
+judged; each between its floor and its cap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadtest.method.windows import (
+    P95_MIN_ANSWERS,
+    STEP_FLOOR_S,
+    VERIFY_FLOOR_S,
+    VERIFY_GROWTH_LATENCIES,
+    VERIFY_MIN_ADMITTED,
+    VERIFY_MIN_REJECTED,
+    StepWindow,
+    baseline_done,
+    p95_interval,
+    p95_known,
+    step_done,
+    step_expected_s,
+    step_floor_s,
+    verify_done,
+    verify_expected_s,
+)
+
+WINDOW = StepWindow(min_requests=20, window_s=10.0, cap_s=40.0)
+
+
+def _lognormal(sigma: float, n: int, seed: int = 0, median_ms: float = 300.0) -> list[float]:
+    return (np.random.default_rng(seed).lognormal(0.0, sigma, n) * median_ms).tolist()
+
+
+def test_the_p95_interval_brackets_the_p95_and_needs_enough_answers():
+    assert p95_interval(_lognormal(0.1, P95_MIN_ANSWERS - 1)) is None
+    values = _lognormal(0.3, 2000, seed=3)
+    low, high = p95_interval(values)  # type: ignore[misc]
+    assert low < float(np.quantile(values, 0.95)) < high
+    # a steady server's P95 is known from about 50 answers; a noisy one's needs many more
+    assert p95_known(_lognormal(0.05, 80)) and not p95_known(_lognormal(0.5, 80))
+    assert p95_known(_lognormal(0.5, 1500))
+
+
+def test_the_floor_is_a_few_latencies_at_the_level_within_step_s():
+    assert step_floor_s([100.0] * 30, 10.0) == STEP_FLOOR_S  # 0.1 s answers: the floor in seconds
+    assert step_floor_s([2000.0] * 30, 10.0) == pytest.approx(6.0)  # 2 s answers: three of them
+    assert step_floor_s([9000.0] * 30, 10.0) == 10.0  # never past STEP_S
+
+
+def test_a_sharp_steady_step_ends_early_and_a_noisy_one_runs_to_its_cap():
+    steady = _lognormal(0.05, 120)
+    assert not step_done(steady, 120, STEP_FLOOR_S - 0.5, WINDOW)  # under the floor
+    assert step_done(steady, 120, 3.0, WINDOW)  # precise after 3 s: no fixed 10 s window
+    noisy = _lognormal(0.6, 120)
+    assert not step_done(noisy, 120, 3.0, WINDOW)
+    assert not step_done(noisy, 120, 20.0, WINDOW)  # its throughput target (~900 answers) not reached
+    assert step_done(noisy, 120, WINDOW.cap_s, WINDOW)
+
+
+def test_a_step_waits_for_min_step_requests_and_seeks_the_p95_up_to_step_s_only():
+    assert not step_done(_lognormal(0.05, 15), 15, WINDOW.cap_s, WINDOW)  # the controller's max_s cuts it
+    moderate = _lognormal(0.25, 60, seed=1)  # its throughput target: (0.25 / 0.02)^2, ~160 answers
+    assert not step_done(moderate, 60, 5.0, WINDOW)
+    few = _lognormal(0.08, 30, seed=2)  # throughput precise, too few answers for a P95 interval
+    assert not p95_known(few) and not step_done(few, 30, 9.0, WINDOW)
+    assert step_done(few, 30, WINDOW.window_s, WINDOW)  # at STEP_S: never longer than a fixed window was
+
+
+def test_the_baseline_ends_once_its_latency_and_memory_settled_after_one_round():
+    steady = _lognormal(0.1, 20)
+    assert not baseline_done(steady[:19], 19, 20, True)  # one round first
+    assert baseline_done(steady, 20, 20, True)
+    assert not baseline_done(steady, 20, 20, False)  # memory still moving
+    assert not baseline_done(_lognormal(0.5, 40), 40, 20, True)  # its mean not known to 5%: more rounds
+
+
+def test_the_verify_window_runs_until_each_check_can_be_judged():
+    cap = 30.0
+    assert not verify_done(VERIFY_MIN_ADMITTED, VERIFY_MIN_REJECTED, VERIFY_FLOOR_S - 1, 0.3, cap)
+    assert verify_done(VERIFY_MIN_ADMITTED, VERIFY_MIN_REJECTED, VERIFY_FLOOR_S, 0.3, cap)
+    assert not verify_done(VERIFY_MIN_ADMITTED - 1, 500, 10.0, 0.3, cap)  # the admitted P95 needs its answers
+    assert not verify_done(500, VERIFY_MIN_REJECTED - 1, 10.0, 0.3, cap)  # a share of few rejections: wait
+    # none turned away: long enough for an unbounded queue's latency to grow
+    assert not verify_done(500, 0, VERIFY_GROWTH_LATENCIES * 1.0 - 1, 1.0, cap)
+    assert verify_done(500, 0, VERIFY_GROWTH_LATENCIES * 1.0, 1.0, cap)
+    assert not verify_done(500, 500, 10.0, None, cap) and verify_done(0, 0, cap, None, cap)  # unknown: its cap
+
+
+def test_the_expected_times_follow_the_rules():
+    assert step_expected_s(8, 0.3, 0.05, WINDOW) == pytest.approx(max(STEP_FLOOR_S, P95_MIN_ANSWERS * 0.3 / 8))
+    assert step_expected_s(4, 0.3, 0.6, WINDOW) == WINDOW.cap_s  # a noisy server's throughput target
+    assert step_expected_s(4, None, None, WINDOW) == WINDOW.window_s
+    assert verify_expected_s(30.0, 20.0, 0.3, 30.0) == VERIFY_FLOOR_S  # a fast server: the floor
+    assert verify_expected_s(0.75, 0.5, 8.0, 30.0) == 30.0  # 8 s requests: the cap
