@@ -43,15 +43,18 @@ from vllm_server import START_TIMEOUT_S, VllmEnv, find_env, server_environment, 
 
 from gpu_sampler import SamplerError
 from gpu_sampler.client import SidecarClient
+from gpu_sampler.server_control import _group_alive
 from loadtest.launch.procs import free_port
 
 ARTIFACTS = REPO / "test-artifacts" / "realvllm-sweep"
 SWEPT = (2, 4, 8)
-# Short everything but the server: one 3-request baseline round, 6 s steps of at least 4 requests (one
-# request takes 1-4 s here), no verify window, no refinement, users in the driver's own process.
+# Short everything but the server: one 3-request baseline round, 5 s steps (each grows to the 20 requests
+# the knee needs: MIN_STEP_REQUESTS' default), no verify window, no refinement, users in the driver's own
+# process, and 128-token answers (of the default 1024: one request alone took 1.7-3.5 s here at 1024, a
+# step of 20 at one user 70 s; the engine batches the decode either way, so max_num_seqs still tells).
 QUICK = ["--workers", "0", "--verify", "false", "--refine", "false", "--idle-s", "1", "--baseline-rounds", "1",
-         "--baseline-round-requests", "3", "--warmup-s", "1", "--step-s", "6", "--min-step-requests", "4",
-         "--cooldown-s", "1", "--cooldown-min-s", "0.5"]  # fmt: skip
+         "--baseline-round-requests", "3", "--warmup-s", "1", "--step-s", "5", "--cooldown-s", "1",
+         "--cooldown-min-s", "0.5", "--max-tokens", "128"]  # fmt: skip
 # Four starts (three settings, then back to the pick) of up to START_TIMEOUT_S each, and three short runs
 SWEEP_BOUND_S = 4 * START_TIMEOUT_S + 3 * 300.0
 SIDECAR_START_S = 60.0
@@ -90,6 +93,7 @@ def copy_lines(first: str, stream: IO[str], log_path: Path) -> None:
     """The sidecar's output (its server's lines are kept by the sidecar itself) into its log, to its end."""
     with log_path.open("w") as log:
         log.write(first)
+        log.flush()
         for line in stream:
             log.write(line)
             log.flush()
@@ -119,21 +123,20 @@ class ServerWatch:
         return self.seen
 
 
-def group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def kill_leftovers(pids: list[int]) -> list[int]:
-    """The process groups still alive among `pids` (each vLLM the sidecar started leads its own), killed."""
-    alive = [pid for pid in pids if group_alive(pid)]
+    """The process groups among `pids` (each vLLM the sidecar started leads its own) with a live process
+    left (zombies awaiting this machine's init do not count: the sidecar's own rule), killed."""
+    alive = [pid for pid in pids if _group_alive(pid)]
     for pid in alive:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     return alive
+
+
+def sweep_dir_of(out: str) -> Path:
+    """The sweep's folder, as its "sweep folder: DIR (N settings)" line names it."""
+    line = next(line for line in out.splitlines() if line.startswith("sweep folder: "))
+    return Path(line.split(": ", 1)[1].split(" (", 1)[0])
 
 
 def sheet_rows(sweep_dir: Path) -> list[dict[str, str]]:
@@ -179,7 +182,7 @@ def test_real_vllm_swept_through_the_sidecar_restarts_it_per_setting() -> None:
     assert sidecar.poll() is not None, "the sidecar outlived its SIGKILL"
     assert not leftovers, f"vLLM process groups left running after the sidecar stopped: {leftovers}"
     assert rc == 0, f"the sweep {'did not end' if rc is None else f'exited {rc}'} within {SWEEP_BOUND_S:.0f} s\n{why}"
-    (sweep_dir,) = ARTIFACTS.glob("sweep-*")
+    sweep_dir = sweep_dir_of(out)
     rows = sheet_rows(sweep_dir)
     record = record_of(sweep_dir, rows, wall_s, rc)
     print(record)
