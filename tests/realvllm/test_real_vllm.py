@@ -17,23 +17,19 @@ are kept in test-artifacts/realvllm/, replaced by the next run.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from loadtest_proc import REPO, run_loadtest, step_levels
 from vllm_server import START_TIMEOUT_S, find_env, vllm_server
 
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.payloads import build_payloads
 
-REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "realvllm"
 MAX_NUM_SEQS = 8
 # Defaults throughout, so the bound is a new user's patience for one server, not a budget we tuned. The
@@ -64,23 +60,6 @@ pytestmark = [
 ]
 
 
-def _run(args: list[str], timeout_s: float) -> tuple[int | None, str, float]:
-    """`python -m loadtest ARGS` in its own process group, killed whole at `timeout_s`: its exit status
-    (None when killed), its output and its seconds."""
-    start_s = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "loadtest", *args], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        status: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        status = None
-    return status, out, time.monotonic() - start_s
-
-
 def _single_latency_s(url: str, model: str) -> float:
     """One request of the run's own kind (its default image and style), alone: the server's speed here."""
     payloads = build_payloads(RunConfig(host=url, style="openai", model=model))
@@ -99,10 +78,6 @@ def _summary(out_dir: Path) -> dict[str, Any]:
     return json.loads(found[-1].read_text()) if found else {}
 
 
-def _levels(summary: dict[str, Any]) -> list[int]:
-    return [int(s["level"]) for s in summary.get("steps") or [] if s.get("phase") == "step"]
-
-
 def _record(summary: dict[str, Any], rc: int | None, elapsed_s: float, latency_s: float) -> str:
     """One paragraph for the test's output: what the run did and why."""
     estimate = summary.get("estimate") or {}
@@ -110,7 +85,7 @@ def _record(summary: dict[str, Any], rc: int | None, elapsed_s: float, latency_s
     return "\n".join([
         f"real vLLM (--max-num-seqs {MAX_NUM_SEQS}, {latency_s:.1f} s for one request alone), "
         f"estimate-led with defaults: {'killed' if rc is None else f'exit {rc}'} after {elapsed_s:.0f} s",
-        f"  levels: {_levels(summary)}",
+        f"  levels: {step_levels(summary)}",
         f"  estimate: {estimate.get('estimate')} ({estimate.get('reason')})",
         f"  recommended: {summary.get('recommended_level')} (knee: {knee.get('reason')})",
     ])  # fmt: skip
@@ -127,7 +102,7 @@ def test_estimate_led_run_with_defaults_ends_with_a_recommendation() -> None:
         bound_s = max(RUN_BOUND_S, RUN_BOUND_LATENCIES * latency_s)
         args = ["run", "--host", url, "--style", "openai", "--model", str(ENV.model),
                 "--server-metrics", f"{url}/metrics", "--out", str(out_dir)]  # fmt: skip
-        rc, out, elapsed_s = _run(args, timeout_s=bound_s)
+        rc, out, elapsed_s = run_loadtest(args, timeout_s=bound_s)
     summary = _summary(out_dir)
     record = _record(summary, rc, elapsed_s, latency_s)
     print(record)
@@ -137,5 +112,5 @@ def test_estimate_led_run_with_defaults_ends_with_a_recommendation() -> None:
     assert rc == 0, why
     assert summary, why
     assert summary["recommended_level"] is not None, why
-    assert max(_levels(summary)) <= MAX_LEVEL, why
+    assert max(step_levels(summary)) <= MAX_LEVEL, why
     assert 1 <= summary["recommended_level"] <= MAX_RECOMMENDED, why

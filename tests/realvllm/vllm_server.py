@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -55,6 +56,13 @@ def server_command(env: VllmEnv, port: int, max_num_seqs: int) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "4096",
             "--limit-mm-per-prompt", json.dumps({"image": 1, "video": 0}), "--no-enable-prefix-caching",
             "--mm-processor-cache-gb", "0", "--max-num-seqs", str(max_num_seqs)]  # fmt: skip
+
+
+def server_template(env: VllmEnv, port: int) -> str:
+    """`server_command` as a server-control template (gpu_sampler --server-cmd): `{max_num_seqs}` left to the
+    sweep, the other words' braces (the --limit-mm-per-prompt JSON) written twice so they stay literal."""
+    words = [word.replace("{", "{{").replace("}", "}}") for word in server_command(env, port, 0)[:-1]]
+    return shlex.join(words) + " {max_num_seqs}"
 
 
 def server_environment() -> dict[str, str]:
