@@ -17,8 +17,11 @@ One row per setting (`sweep_table`, columns SWEEP_COLUMNS plus one per swept key
                      open loop): a column of their own and a line beside the pick, never against the setting
     peak_mem_share   the highest device reading of the server's card in any measured step / the card's total
     mem_per_request_mib  one request's peak above idle (the estimate's increment): the resize A/B's measure
-The pick (`pick`): the highest plateau among ok settings with no OOM and no preemption (and, when
-slo_p95_s > 0, whose P95 at the recommended level meets it); ties go to the lower P95. A pick whose GPU is
+    plateau_low_rps, plateau_high_rps  the plateau's 95% interval (summary.knee.plateau_interval_rps)
+    driver_saturated the driver's CPU was saturated at some step (summary.knee.driver_saturated_levels)
+The pick (analysis/sweep_pick.py): the highest plateau among ok settings with no OOM and no preemption
+(and, when slo_p95_s > 0, whose P95 at the recommended level meets it); settings whose plateau cannot be
+told apart from the highest (their 95% intervals overlap) tie, and ties go to the lower P95. A pick whose GPU is
 under IDLE_UTIL_PCT busy at that level is said to be mostly idle. When no setting qualifies, none is picked
 and the closest is named: fewest OOMs per request, then fewest preemptions, then the highest plateau.
 The Pareto front: ok settings that no other ok setting beats on both throughput (higher) and P95 (lower).
@@ -42,6 +45,7 @@ IDLE_UTIL_PCT = 50.0  # seed 001: at max-num-seqs 8 "the GPU below 50% busy" was
 OK, FAILED, PENDING = "ok", "failed", "pending"
 SWEEP_COLUMNS = [
     "setting", "status", "why", "dir", "target", "recommended_level", "knee_level", "plateau_rps",
+    "plateau_low_rps", "plateau_high_rps", "driver_saturated",
     "p95_ms_at_rec", "throughput_rps_at_rec", "requests", "oom_count", "oom_rate", "preemptions",
     "overload_oom_count", "overload_preemptions",
     "peak_mem_mib", "mem_total_mib", "peak_mem_share", "gpu_util_mean", "estimate", "mem_per_request_mib",
@@ -142,10 +146,15 @@ def _measured(summary: Mapping[str, Any]) -> dict[str, Any]:
     peak = max((p for p in peaks if not math.isnan(p)), default=math.nan)
     total = num(gpu, "total_mib")
     plateau = num(knee, "plateau_rps")
+    band = knee.get("plateau_interval_rps")
+    low, high = (num({"x": x}, "x") for x in band) if isinstance(band, Sequence) and len(band) == 2 else (math.nan,) * 2
     return {
         "recommended_level": rec,
         "knee_level": knee.get("knee_level") if knee.get("found") else None,
         "plateau_rps": _finite(plateau if not math.isnan(plateau) else num(at_rec, "throughput_rps")),
+        "plateau_low_rps": _finite(low) if not math.isnan(plateau) else None,
+        "plateau_high_rps": _finite(high) if not math.isnan(plateau) else None,
+        "driver_saturated": bool(knee.get("driver_saturated_levels") or summary.get("driver_saturated_levels")),
         "p95_ms_at_rec": _finite(num(at_rec, "p95_ms")),
         "throughput_rps_at_rec": _finite(num(at_rec, "throughput_rps")),
         "gpu_util_mean": _finite(num(at_rec, "gpu_util_mean_pct")),
@@ -195,177 +204,40 @@ def sweep_table(settings: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns).astype({"pick": bool, "pareto": bool})
 
 
-def _share(value: float) -> str:
+def share_text(value: float) -> str:
     """A fraction as a percentage: whole percent, one decimal under 1%."""
     return f"{value * 100:.1f}%" if 0 < value < 0.01 else f"{value * 100:.0f}%"
 
 
-def _ms(value: float) -> str:
+def ms_text(value: float) -> str:
     return f"{value / 1000:.1f} s" if value >= 10_000 else f"{value:.0f} ms"
 
 
-def _value(row: Mapping[str, Any], name: str) -> float:
+def row_value(row: Mapping[str, Any], name: str) -> float:
     return num(dict(row), name)
 
 
-def _level(row: Mapping[str, Any]) -> str:
+def level_text(row: Mapping[str, Any]) -> str:
     """The recommended level as a whole number (a table column with gaps holds it as a float)."""
-    level = _value(row, "recommended_level")
+    level = row_value(row, "recommended_level")
     return "?" if math.isnan(level) else f"{level:.0f}"
 
 
 def exclusion(row: Mapping[str, Any], slo_p95_s: float) -> str:
     """Why an ok setting cannot be picked ("" when it can): OOMs, preemptions, the SLO, nothing measured."""
-    if math.isnan(_value(row, "plateau_rps")):
+    if math.isnan(row_value(row, "plateau_rps")):
         return "no throughput plateau measured"
-    if _value(row, "oom_count") > 0:
-        rate = _value(row, "oom_rate")
-        return f"OOMs in {_share(rate)} of requests" if not math.isnan(rate) else "OOMs"
-    preempted = _value(row, "preemptions")
+    if row_value(row, "oom_count") > 0:
+        rate = row_value(row, "oom_rate")
+        return f"OOMs in {share_text(rate)} of requests" if not math.isnan(rate) else "OOMs"
+    preempted = row_value(row, "preemptions")
     if preempted > 0:
         return f"{preempted:.0f} preemptions"
-    p95 = _value(row, "p95_ms_at_rec")
+    p95 = row_value(row, "p95_ms_at_rec")
     if slo_p95_s > 0 and not p95 <= slo_p95_s * 1000:
-        shown = _ms(p95) if not math.isnan(p95) else "no P95"
-        return f"P95 {shown} at level {_level(row)}, over the {slo_p95_s:g} s SLO"
+        shown = ms_text(p95) if not math.isnan(p95) else "no P95"
+        return f"P95 {shown} at level {level_text(row)}, over the {slo_p95_s:g} s SLO"
     return ""
-
-
-def pareto_front(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """Ok settings no other ok setting beats on both plateau throughput (higher) and P95 (lower)."""
-    points = [
-        (str(r["setting"]), _value(r, "plateau_rps"), _value(r, "p95_ms_at_rec"))
-        for r in rows
-        if r.get("status") == OK
-    ]
-    points = [p for p in points if not (math.isnan(p[1]) or math.isnan(p[2]))]
-
-    def beaten(x: tuple[str, float, float]) -> bool:
-        return any(o[1] >= x[1] and o[2] <= x[2] and (o[1] > x[1] or o[2] < x[2]) for o in points)
-
-    return tuple(p[0] for p in points if not beaten(p))
-
-
-def _short(row: Mapping[str, Any], keys: Sequence[str]) -> str:
-    """Seed 001's way of naming the others: "32" when one key is swept, else the whole setting."""
-    if len(keys) == 1 and row.get(keys[0]) is not None:
-        return str(row[keys[0]])
-    return str(row["setting"])
-
-
-def _others(rows: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any] | None, keys: Sequence[str],
-            slo_p95_s: float) -> list[str]:  # fmt: skip
-    """One phrase per other setting: what ruled it out, or what it gave up (its plateau, an idle GPU)."""
-    phrases = []
-    for row in rows:
-        if chosen is not None and row["setting"] == chosen["setting"]:
-            continue
-        name, status = _short(row, keys), row.get("status")
-        if status == FAILED:
-            phrases.append(f"{name} failed ({row.get('why') or 'no reason recorded'})")
-            continue
-        if status != OK:
-            continue
-        plateau, util = _value(row, "plateau_rps"), _value(row, "gpu_util_mean")
-        gave = f"{name} gave {plateau:.1f} rps" if not math.isnan(plateau) else f"{name}"
-        ruled_out = exclusion(row, slo_p95_s)
-        if ruled_out:
-            phrases.append(f"{gave} with {ruled_out}")
-        elif util < IDLE_UTIL_PCT:
-            phrases.append(f"{name} left the GPU {util:.0f}% busy")
-        else:
-            phrases.append(gave)
-    return phrases
-
-
-def _pick_phrase(row: Mapping[str, Any], slo_p95_s: float) -> str:
-    share, p95 = _value(row, "peak_mem_share"), _value(row, "p95_ms_at_rec")
-    text = f"{row['setting']}: {_value(row, 'plateau_rps'):.1f} rps with no OOM"
-    text += f", peak memory {_share(share)} of the card" if not math.isnan(share) else ", peak memory unknown"
-    if not math.isnan(p95):
-        text += f", P95 {_ms(p95)} at level {_level(row)}"
-        text += f" (SLO {slo_p95_s:g} s)" if slo_p95_s > 0 else ""
-    util = _value(row, "gpu_util_mean")
-    if util < IDLE_UTIL_PCT:
-        text += f"; its GPU was only {util:.0f}% busy there: mostly idle at its knee"
-    return text
-
-
-def _resize_note(rows: Sequence[Mapping[str, Any]], best: Mapping[str, Any]) -> str:
-    """For a resize A/B (a `max_side` key): one request's memory above idle at the pick against the others."""
-    mine = _value(best, "mem_per_request_mib")
-    if "max_side" not in best or math.isnan(mine):
-        return ""
-    others = [
-        f"{_value(r, 'mem_per_request_mib'):,.0f} MiB at max_side={r['max_side']}"
-        for r in rows
-        if r["setting"] != best["setting"] and not math.isnan(_value(r, "mem_per_request_mib"))
-    ]
-    return f"; one request's peak above idle {mine:,.0f} MiB" + (
-        f" against {', '.join(others)}" if others else ""
-    )
-
-
-def overload_line(row: Mapping[str, Any]) -> str:
-    """Beside the pick: what its verify overload (1.5x the plateau) did, which does not count against it."""
-    ooms, pre = _value(row, "overload_oom_count"), _value(row, "overload_preemptions")
-    said = [f"{ooms:.0f} OOMs" if ooms > 0 else "", f"{pre:.0f} preemptions" if pre > 0 else ""]
-    said = [x for x in said if x]
-    if not said:
-        return ""
-    return (f". Beside the pick: {' and '.join(said)} at 1.5x the plateau in the verify overload: the gateway's"
-            " limit keeps it from there (not counted against the setting)")  # fmt: skip
-
-
-def _closest(candidates: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """Fewest OOMs per request, then fewest preemptions, then the highest plateau."""
-
-    def key(row: Mapping[str, Any]) -> tuple[float, float, float]:
-        rate, pre, plateau = _value(row, "oom_rate"), _value(row, "preemptions"), _value(row, "plateau_rps")
-        return (rate if not math.isnan(rate) else math.inf, pre if not math.isnan(pre) else 0.0,
-                -plateau if not math.isnan(plateau) else math.inf)  # fmt: skip
-
-    measured = [r for r in candidates if not math.isnan(_value(r, "plateau_rps"))]
-    return min(measured, key=key) if measured else None
-
-
-def pick(table: pd.DataFrame, slo_p95_s: float) -> Pick:
-    """The setting to deploy, why, the closest when none qualifies, and the Pareto front (module docstring)."""
-    keys = [c for c in table.columns if c not in SWEEP_COLUMNS]
-    rows = table.to_dict("records")
-    ok = [r for r in rows if r.get("status") == OK]
-    fit = [r for r in ok if not exclusion(r, slo_p95_s)]
-    front = pareto_front(rows)
-    pending = sum(1 for r in rows if r.get("status") not in (OK, FAILED))
-    tail = f"; {pending} setting(s) not run yet" if pending else ""
-    if fit:
-        best = max(fit, key=lambda r: (_value(r, "plateau_rps"), -_value(r, "p95_ms_at_rec")))
-        others = _others(rows, best, keys, slo_p95_s)
-        why = (
-            _pick_phrase(best, slo_p95_s)
-            + _resize_note(ok, best)
-            + ("; " + "; ".join(others) if others else "")
-            + tail
-        )
-        idle = _value(best, "gpu_util_mean") < IDLE_UTIL_PCT
-        why += overload_line(best)
-        return Pick(setting=str(best["setting"]), why=why, closest=None, pareto=front, idle_gpu=idle)
-    near = _closest(ok)
-    rule = "without OOMs or preemptions" + (f" within the {slo_p95_s:g} s P95 SLO" if slo_p95_s > 0 else "")
-    if near is None:
-        failed = sum(1 for r in rows if r.get("status") == FAILED)
-        why = (
-            "every setting failed"
-            if rows and failed == len(rows)
-            else "no setting has a measured plateau yet"
-        )
-    else:
-        why = f"no setting ran {rule}; closest: {near['setting']}"
-        ruled_out = exclusion(near, slo_p95_s)
-        why += f" ({_value(near, 'plateau_rps'):.1f} rps with {ruled_out})" if ruled_out else ""
-    others = _others(rows, near, keys, slo_p95_s)
-    why += ("; " + "; ".join(others) if others else "") + tail
-    return Pick(setting=None, why=why, closest=str(near["setting"]) if near else None, pareto=front)
 
 
 def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFrame:
@@ -375,7 +247,7 @@ def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFra
     out["pareto"] = out["setting"].isin(chosen.pareto)
     remarks = []
     for row in out.to_dict("records"):
-        status, util = row.get("status"), _value(row, "gpu_util_mean")
+        status, util = row.get("status"), row_value(row, "gpu_util_mean")
         if status == FAILED:
             remarks.append(f"failed: {row.get('why') or 'no reason recorded'}")
         elif status != OK:
@@ -387,12 +259,21 @@ def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFra
             idle = (
                 f"GPU {util:.0f}% busy at the recommended level: mostly idle" if util < IDLE_UTIL_PCT else ""
             )
-            below = (
-                "a lower plateau than the pick" if chosen.setting and row["setting"] != chosen.setting else ""
-            )
+            below = _beside_pick(row, out, chosen)
             remarks.append(ruled_out or idle or below)
-        over = _value(row, "overload_oom_count")
+        over = row_value(row, "overload_oom_count")
         if over > 0 and row["setting"] != chosen.setting and status == OK:  # the pick says it in its line
             remarks[-1] = "; ".join(x for x in (remarks[-1], f"{over:.0f} OOMs in the verify overload (not counted)") if x)
     out["remark"] = remarks
     return out
+
+
+def _beside_pick(row: Mapping[str, Any], table: pd.DataFrame, chosen: Pick) -> str:
+    """An ok setting's remark beside the pick: a lower plateau, or one not told apart with a higher P95."""
+    if not chosen.setting or row["setting"] == chosen.setting:
+        return ""
+    picked = table[table["setting"] == chosen.setting].to_dict("records")[0]
+    if row_value(row, "plateau_rps") > row_value(picked, "plateau_rps"):
+        return "a plateau not told apart from the pick's, at a higher P95"
+    return "a lower plateau than the pick"
+

@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 
 from analysis.outputs import ALERTS_FILE
-from analysis.sweep import FAILED, OK, PENDING, SWEEP_COLUMNS, Pick, pick, run_counts, sweep_table, with_pick
+from analysis.sweep import FAILED, OK, PENDING, SWEEP_COLUMNS, Pick, run_counts, sweep_table, with_pick
+from analysis.sweep_pick import pick
 from reports.output import REPORT_FILE, ReportError, write_atomic
 from reports.sweep_page import render_sweep
 from runfolder import GATEWAY_FILE

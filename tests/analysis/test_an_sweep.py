@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis.sweep import Pick, pick, run_counts, sweep_table, with_pick
+from analysis.sweep import Pick, run_counts, sweep_table, with_pick
+from analysis.sweep_pick import pick
 
 CARD_MIB = 24_000.0
 
@@ -27,6 +28,8 @@ def setting(
     status: str = "ok",
     mem_share: float = 0.8,
     why: str = "",
+    band_rps: tuple[float, float] | None = None,
+    driver_saturated_levels: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     rec = max(1, seqs - 1)
     summary = None
@@ -35,7 +38,9 @@ def setting(
                 "gpu_util_mean_pct": util_pct, "gpu_mem_peak_mib": mem_share * CARD_MIB}  # fmt: skip
         summary = {
             "recommended_level": rec,
-            "knee": {"found": True, "knee_level": seqs, "plateau_rps": plateau_rps},
+            "knee": {"found": True, "knee_level": seqs, "plateau_rps": plateau_rps,
+                     "plateau_interval_rps": list(band_rps) if band_rps else None,
+                     "driver_saturated_levels": list(driver_saturated_levels)},  # fmt: skip
             "steps": [{"phase": "step", "level": 1, "p95_ms": 100.0, "throughput_rps": 1.0}, step],
             "gpu": {"total_mib": CARD_MIB},
             "estimate": {"estimate": 12, "increment_mib": 900.0},
@@ -232,3 +237,29 @@ def test_backends_as_targets_one_target_column_and_the_baseline_stands_for_level
     assert list(table.columns).count("target") == 1 and table.loc[0, "target"] == "http://127.0.0.1:8002"
     assert table.loc[0, "p95_ms_at_rec"] == 507.0 and table.loc[0, "gpu_util_mean"] == 98.0
     assert pick(table, 0.0).setting == "target=trtllm"
+
+
+def test_plateaus_not_told_apart_tie_and_the_lower_p95_decides() -> None:
+    """The real CPU vLLM's sweep (2.25, 2.05, 2.19 rps with overlapping intervals): no firm 'highest'."""
+    settings = [
+        setting(2, 2.25, p95_ms=1065.0, band_rps=(2.10, 2.40)),
+        setting(4, 2.05, p95_ms=501.0, band_rps=(1.90, 2.20)),
+        setting(8, 2.19, p95_ms=1136.0, band_rps=(2.05, 2.33)),
+    ]
+    chosen = pick(sweep_table(settings), slo_p95_s=0)
+    assert chosen.setting == "max_num_seqs=4"
+    remarks = with_pick(sweep_table(settings), chosen, 0)["remark"].tolist()
+    assert remarks[0] == "a plateau not told apart from the pick's, at a higher P95", remarks
+    assert "not told apart" in chosen.why and "2.05 rps (95% 1.90-2.20)" in chosen.why
+    apart = [setting(2, 2.25, p95_ms=1065.0, band_rps=(2.20, 2.30)), setting(4, 2.05, p95_ms=501.0, band_rps=(2.00, 2.10))]
+    assert pick(sweep_table(apart), slo_p95_s=0).setting == "max_num_seqs=2"  # apart: the higher plateau
+    unknown = [setting(2, 2.25, p95_ms=1065.0), setting(4, 2.05, p95_ms=501.0, band_rps=(1.9, 2.3))]
+    assert pick(sweep_table(unknown), slo_p95_s=0).setting == "max_num_seqs=2"  # no interval: taken as measured
+
+
+def test_a_saturated_driver_is_said_beside_the_pick() -> None:
+    settings = [setting(2, 2.25, driver_saturated_levels=(2, 3)), setting(4, 2.05)]
+    table = sweep_table(settings)
+    assert table["driver_saturated"].tolist() == [True, False]
+    assert "driver's CPU was saturated in 2:" in pick(table, slo_p95_s=0).why
+    assert "driver" not in pick(sweep_table([setting(2, 2.25)]), slo_p95_s=0).why
