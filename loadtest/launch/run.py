@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis.knee import DEFAULTS as KNEE_DEFAULTS
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.launch.idle import read_idle, record_idle
 from loadtest.launch.preflight import PreflightError, check_first_answer
@@ -47,6 +48,7 @@ def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:
     if cfg.verify and cfg.gateway == "haproxy" and find_haproxy() is None:
         raise ConfigError("GATEWAY=haproxy: HAProxy is not installed on this machine: apt-get install haproxy,"
                           " or GATEWAY=auto (verify through it where it is installed) or GATEWAY=none")  # fmt: skip
+    _warn_short_steps(cfg)
     payloads = build_payloads(cfg)  # every image is read and encoded now: a bad file stops the run here
     # a malformed GPU spec is refused at once, before waiting on the server
     monitor = GpuMonitor.from_spec(cfg.gpu, server_metrics_url=cfg.server_metrics or None,
@@ -63,6 +65,20 @@ def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:
     if cfg.cer_fail_above is not None:  # the user asked for such answers to count: the check stays on
         return {"enabled": True, "warning": answer.warning}, idle
     return {"enabled": False, "why": answer.warning}, idle
+
+
+def _warn_short_steps(cfg: RunConfig) -> None:
+    """MIN_STEP_REQUESTS below the knee's own minimum: a step may end with too few requests to be trusted
+    (never the plateau, never the knee), and the run would end with no knee: one warning line, before load."""
+    knee_min = int(KNEE_DEFAULTS["min_requests"])
+    if cfg.min_step_requests < knee_min:
+        print(
+            f"warning: MIN_STEP_REQUESTS={cfg.min_step_requests} is below the {knee_min} requests the knee trusts a"
+            f" step with: steps that end under {knee_min} are flagged and never decide the answer; use"
+            f" MIN_STEP_REQUESTS={knee_min} or more (or a longer STEP_S)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _warn_without_framework_metric(cfg: RunConfig, monitor: GpuMonitor) -> None:

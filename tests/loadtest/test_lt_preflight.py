@@ -219,3 +219,13 @@ def test_a_server_refusing_load_is_not_called_a_wrong_request_shape(server, endp
     line = str(err.value)
     assert said in line and "refusing load" in line and "not the problem" in line and "\n" not in line
     assert "check STYLE" not in line
+
+
+def test_steps_shorter_than_the_knee_trusts_are_one_warning_line_before_load(capsys: pytest.CaptureFixture[str]) -> None:
+    from loadtest.launch.run import _warn_short_steps
+
+    _warn_short_steps(RunConfig(min_step_requests=20))
+    assert capsys.readouterr().err == ""
+    _warn_short_steps(RunConfig(min_step_requests=4))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("warning: MIN_STEP_REQUESTS=4 is below the 20 requests") and "MIN_STEP_REQUESTS=20" in line
