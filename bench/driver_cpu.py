@@ -29,11 +29,14 @@ import argparse
 import cProfile
 import json
 import pstats
+import random
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import gevent
 import locust  # noqa: F401 - before anything imports ssl: Locust patches the standard library with gevent
@@ -53,6 +56,8 @@ from loadtest.traffic import rowlink  # noqa: E402
 from loadtest.traffic import users as ours  # noqa: E402
 from loadtest.traffic.merge import LocalCopy  # noqa: E402
 from loadtest.traffic.payloads import build_payloads  # noqa: E402
+from loadtest.traffic.state import STATE, StepTag  # noqa: E402
+from loadtest.traffic.verdicts import Reply, judge  # noqa: E402
 from loadtest.wiring import link  # noqa: E402
 
 
@@ -151,6 +156,32 @@ def repeat(args: argparse.Namespace, profile: cProfile.Profile | None) -> dict[s
     return {"ours_us": o, "bare_us": b, "ratio": b / o}
 
 
+def own_work(times: int, payloads: Any) -> None:
+    """Our user's per-request work beyond the HTTP exchange, `times` times, on a canned 2xx answer with
+    geventhttpclient's own headers and no network: pick, target, Reply, judge, the request event (no
+    listener), the server's time, the row. Under valgrind at two `times`, its instructions a request exactly."""
+    from geventhttpclient.header import Headers
+
+    item = payloads.image_set.items[0]
+    body = json.dumps({"text": item.expected_text}).encode()
+    resp = SimpleNamespace(headers=Headers([("Content-Type", "application/json"), ("Content-Length", "9")]))
+    user = ours.OcrUser.__new__(ours.OcrUser)  # no Locust run: the attributes on_start would set
+    user._targets, user._targets_of, user._rng = {}, None, random.Random(1)
+    user.client = SimpleNamespace(base_url="http://127.0.0.1:9", auth_header=None)  # type: ignore[assignment]
+    user._fire = lambda **_kw: None
+    cfg, tag = payloads.config, StepTag(-1, "idle", 0)
+    for _ in range(times):
+        it, enc = payloads.pick(user._rng)
+        url, _headers = user._target(payloads, enc, tag.via)
+        reply = ours._new_reply(Reply, (200, body, None, None, resp, ""))
+        verdict = judge(cfg, it, reply)
+        user._report(enc, url, 2.0, len(reply.body), reply.resp, 1.0, None)
+        server_ms = ours._server_time_ms(resp.headers, body)
+        row = user._row(cfg, it, enc, tag, 1.0, 2.0, None, 200, len(body), verdict, 1, True, server_ms, None)
+        STATE.add_row(row)
+    STATE.take_rows()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -161,10 +192,16 @@ def main() -> int:
     parser.add_argument("--profile", choices=("ours", "bare"))
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--only", choices=("ours", "bare"), help="this contender's --slices turns alone")
+    parser.add_argument("--own-work", type=int, metavar="N", help="our own per-request work N times, no network")
     parser.add_argument("--verbose", action="store_true", help="print every turn")
     args = parser.parse_args()
 
     payloads = build_payloads(RunConfig(host="http://127.0.0.1:9", scenario="mixed", buckets=BUCKETS))
+    if args.own_work is not None:
+        ours.set_payloads(payloads)
+        own_work(args.own_work, payloads)
+        print(f"own work: {args.own_work} requests")
+        return 0
     item = payloads.image_set.items[0]
     enc = payloads.encoded[item.name]
     with tempfile.TemporaryDirectory(prefix="driver-cpu-") as tmp:
