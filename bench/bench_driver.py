@@ -118,11 +118,12 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
                 active -= REPORT_EVERY_S
                 for data in link.next_batches():
                     Message(rowlink.ROWS_MESSAGE, data, "bench").serialize()
+                    box.on_ack({"seq": data["seq"]})  # as a live master does: else every batch is sent again
 
     if kind == "ours":
         ours.set_payloads(payloads)
         tmp = tempfile.mkdtemp(prefix="bench-driver-")
-        link._Worker.outbox = rowlink.Outbox("bench", LocalCopy(Path(tmp) / "local.rows"))
+        box = link._Worker.outbox = rowlink.Outbox("bench", LocalCopy(Path(tmp) / "local.rows"))
         user_class: type = ours.OcrUser
     else:
         user_class = BareUser

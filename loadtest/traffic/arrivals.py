@@ -66,7 +66,6 @@ class Schedule:
         self.idle_users = 0  # users blocked in take(): 0 when a ticket is put means it waits for one
         self.cap_waits = 0  # tickets of the current step that found no user free
         self.dropped = 0  # tickets a step left unsent when it ended (their step is over)
-        self.in_flight = 0
 
     def follow(self, step_index: int, rate_rps: float, arrivals: str, seed: str) -> None:
         """Run the scheduler of this step and rate; nothing when the rate is 0 (a closed-loop phase)."""

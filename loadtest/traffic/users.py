@@ -32,7 +32,7 @@ from loadtest.settings.run_config import RunConfig
 from loadtest.traffic import failures
 from loadtest.traffic.arrivals import Schedule
 from loadtest.traffic.payloads import Payloads
-from loadtest.traffic.server_time import server_time_ms
+from loadtest.traffic.server_time import server_time_reader
 from loadtest.traffic.state import SEATS, STATE, StepTag
 from loadtest.traffic.verdicts import Reply, Verdict, forget_verdicts, judge
 from runfolder import RequestRow
@@ -45,18 +45,20 @@ _ABSOLUTE_URL = re.compile(r"^https?://", re.IGNORECASE)  # as FastHttpSession t
 
 
 _PAYLOADS: Payloads | None = None
-_new_row = tuple.__new__  # RequestRow from one tuple of its values (see OcrUser._row)
+_new_row = _new_reply = tuple.__new__  # a NamedTuple from one tuple of its values (see OcrUser._row)
+_server_time_ms = server_time_reader()  # set_payloads binds the run's SERVER_TIME_HEADER and _PATH
 SCHEDULE = Schedule(clock=lambda: STATE.now(), step_now=lambda: STATE.tag.step_index)  # this process's open loop
 
 
 def set_payloads(payloads: Payloads | None) -> None:
     """The payloads of this process's users, and the run's request timeout and TLS settings for their
     connections."""
-    global _PAYLOADS
+    global _PAYLOADS, _server_time_ms
     _PAYLOADS = payloads
     forget_verdicts()
     if payloads is None:
         return
+    _server_time_ms = server_time_reader(payloads.config.server_time_header, payloads.config.server_time_path)
     OcrUser.network_timeout = payloads.config.request_timeout_s
     set_tls(payloads.config.tls())
     if payloads.config.headers_from_workers and not payloads.headers:
@@ -168,13 +170,9 @@ class OcrUser(FastHttpUser):
         item, enc = payloads.pick(self._rng)
         attempts = cfg.retry_max_attempts if cfg.scenario == "retry" else 1
         for attempt in range(1, attempts + 1):
-            SCHEDULE.in_flight += 1
-            try:
-                row, retry_after = self._attempt(
-                    payloads, item, enc, attempt, attempts, intended, tag if intended is not None else None
-                )
-            finally:
-                SCHEDULE.in_flight -= 1
+            row, retry_after = self._attempt(
+                payloads, item, enc, attempt, attempts, intended, tag if intended is not None else None
+            )
             intended = None  # a retry is the client's own, not the schedule's
             STATE.add_row(row)
             if not row.final_attempt:
@@ -224,9 +222,7 @@ class OcrUser(FastHttpUser):
         self._report(enc, url, latency_ms, len(reply.body), reply.resp, t_start, exc)
         final = attempt == attempts or verdict.failure_kind not in _RETRYABLE
         server_ms = (
-            server_time_ms(reply.resp.headers, reply.body, cfg.server_time_header, cfg.server_time_path)
-            if reply.resp is not None and reply.status
-            else None
+            _server_time_ms(reply.resp.headers, reply.body) if reply.resp is not None and reply.status else None
         )
         row = self._row(
             cfg, item, enc, tag, t_start, latency_ms, reply.ttft_ms, reply.status, len(reply.body), verdict,
@@ -261,7 +257,7 @@ class OcrUser(FastHttpUser):
             if status and not 200 <= status < 300 and resp.headers:  # read only where a pause follows:
                 retry_after = resp.headers.get("Retry-After")  # after a failure (a 2xx answer is never retried)
         error = f"{type(exc).__name__}: {exc}" if status == 0 and exc is not None else ""
-        return Reply(status, body, ttft_ms, retry_after, resp, error)
+        return _new_reply(Reply, (status, body, ttft_ms, retry_after, resp, error))  # as _row: no __new__ binding
 
     def _report(
         self, enc: EncodedRequest, url: str, latency_ms: float, length: int, resp: Any, t_start: float,

@@ -9,13 +9,38 @@ import sys
 from pathlib import Path
 
 import pytest
+from geventhttpclient.header import Headers
 from lt_http import QuietHandler, serving
 
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.run_config import RunConfig
-from loadtest.traffic.server_time import parse_server_timing, server_time_ms
+from loadtest.traffic.server_time import parse_server_timing, server_time_ms, server_time_reader
 
 PROBE = Path(__file__).with_name("lt_user_probe.py")
+
+
+def test_the_reader_bound_once_a_run_reads_what_server_time_ms_reads() -> None:
+    """The hot path's reader (made once a run) against geventhttpclient's own case-insensitive headers, as
+    the user gets them, and against plain dicts: the same number server_time_ms gives, or None."""
+    body = json.dumps({"text": "x", "usage": {"server_ms": 31}}).encode()
+    cases = [
+        Headers([("server-timing", "app;dur=12")]),
+        Headers([("Server-Timing", "db;dur=3, app;dur=40"), ("X-Proc", "0.25s")]),
+        Headers([("Content-Type", "application/json")]),
+        Headers(),
+        {"Server-Timing": "app;dur=12"},
+        {"server-timing": "total;dur=7"},
+        {},
+        None,
+    ]
+    for header, path in (("", ""), ("X-Proc", ""), ("X-Proc", "usage.server_ms"), ("", "usage.nope")):
+        read = server_time_reader(header, path)
+        for headers in cases:
+            assert read(headers, body) == server_time_ms(headers, body, header, path), (header, path, headers)
+    read = server_time_reader()
+    assert [read(h, body) for h in cases] == [12.0, 40.0, None, None, 12.0, 7.0, None, None]
+    assert server_time_reader("X-Proc")(cases[1], body) == 250.0
+    assert server_time_reader("", "usage.server_ms")(cases[2], body) == 31.0
 
 
 @pytest.mark.parametrize(("value", "ms"), [
