@@ -21,8 +21,8 @@ from analysis.stats import num
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     """The next level to measure inside `refine_between`: the engine's limit (the server's own, else
     MAX_NUM_SEQS) when it lies inside and is unmeasured, else the bisection midpoint; None when the
-    bracket is adjacent or measured. A knee by few failures (`confirm_level`) is measured once more
-    first: the one measured level this returns."""
+    bracket is adjacent or measured. A knee's `confirm_level` (few failures, too few requests) is
+    measured once more first: the one measured level this returns."""
     if knee.confirm_level is not None:
         return knee.confirm_level
     if knee.refine_between is None:

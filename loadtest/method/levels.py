@@ -161,7 +161,7 @@ def keep_climbing(knee: Any) -> bool:
 
 
 def confirm_level(knee: Any, confirmed: list[int]) -> int | None:
-    """The level a knee by few failures asks to measure once more (Knee.confirm_level), once per level."""
+    """The level a knee asks to measure once more (Knee.confirm_level: few failures, too few requests), once per level."""
     level = getattr(knee, "confirm_level", None)
     return None if level is None or level in confirmed else int(level)
 
