@@ -20,6 +20,7 @@ from loadtest.method.gateway import Gateway, skip_reason, unused_port
 from loadtest.method.haproxy import HaproxyError
 from loadtest.method.levels import (
     LevelChoice,
+    Remeasures,
     choose_levels,
     knee_past_overload,
     limit_level,
@@ -53,7 +54,7 @@ class PlanDecisions:
     knee_seen: Any  # the knee as last evaluated, for the live panel (analysis.Knee or None)
     _first_level_step: int
     _refined: int
-    _climbed_above: bool  # a re-measure went above the highest level (once a run)
+    _remeasures: Remeasures  # the run's re-measures, with their one climb above the highest level
     live_latency_ms: list[float]
     _drain_base_s: float | None = None  # the baseline's latency, read once when the verify phase is planned
     _knee_cache: tuple[Any, tuple[Any, Any]] | None = None  # (the live table's revision, (table, knee))
@@ -200,9 +201,8 @@ class PlanDecisions:
         if found is None:
             return None
         table, knee = found
-        again = analysis.remeasure_level(table, knee, max_window_s, not self._climbed_above)
+        again = self._remeasures.next(table, knee, max_window_s)
         if again is not None:
-            self._climbed_above |= again.level > int(table.loc[table["phase"] == "step", "level"].max())
             self._refined += 1  # one more step in the count shown
             self.event("remeasure", again.why)
         return again
