@@ -63,7 +63,8 @@ independent windows, counts added), not its latest: the first window is data too
    re-measures the level that decides it with a longer window, within a budget
    (next_level.remeasure_level, loadtest/method/plan.py), and the answer is read again on the pooled points.
 4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
-   the smallest level reaching the plateau lies in (B, R]: bisect. When the knee is a failing level F
+   the smallest level reaching the plateau lies in (B, R]: measure the level B's throughput per user
+   names (next_level._reach_guess), else bisect. When the knee is a failing level F
    more than 1 above R, bisect (R, F). A concurrency limit the server shows (`server_limit`: requests
    running that stop growing while others wait) inside the bracket is measured first (next_level.py).
 """

@@ -12,7 +12,8 @@
     -> a step far above anything measured that looks saturated: probe half of it first (the knee may be
        far below: vLLM's KV estimate can be 30x the compute knee)
     -> no knee within the planned levels: keep climbing, doubling the highest, `climb_budget` times
-    -> refinement: bisect until the answer is exact (adjacent levels); this also searches downward
+    -> refinement: until the answer is exact (adjacent levels), first the level the throughput below
+       names, then bisection (analysis/next_level.py); this also searches downward
        when even the first step was past the knee (the bracket is then baseline..first step)
     -> re-measure: while the answer's 95% interval is wider than +-1 level, measure the level that
        decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
