@@ -51,16 +51,17 @@ def _reach_guess(table: pd.DataFrame, knee: Knee, low: int, high: int, share: fl
     number of slots (up to the slots), rising on one that batches continuously (each engine step costs
     more the larger the batch). So the answer is named in one or two levels where bisection takes log2
     of the bracket (doubling to 16 on 13 slots: 13 then 12, against 12, 14, 13). None (bisection) for a
-    knee by errors, with no throughput at low, or when that line never reaches the bar."""
+    knee by errors, with no throughput at low or no clean point below it (the baseline alone under a far
+    first step: a simulated vLLM run, knee 11, guessed 6 from it and then climbed to 68, past its first
+    level 45), or when that line never reaches the bar."""
     if knee.criterion != "latency" or not knee.plateau_rps:
         return None
     below = [r for r in points_of(table)[0] if int(r["level"]) <= low and num(r, "throughput_rps") > 0]
-    if not below or int(below[-1]["level"]) != low:
-        return None
+    if len(below) < 2 or int(below[-1]["level"]) != low:
+        return None  # one point says nothing of how the time per user grows: a far first step's search
     bar = share * knee.plateau_rps
-    seconds = [(int(r["level"]), int(r["level"]) / num(r, "throughput_rps")) for r in below[-2:]]
-    (c0, s0), (c1, s1) = seconds[0], seconds[-1]
-    slope = max(0.0, (s1 - s0) / (c1 - c0)) if c1 > c0 else 0.0
+    (c0, s0), (c1, s1) = [(int(r["level"]), int(r["level"]) / num(r, "throughput_rps")) for r in below[-2:]]
+    slope = max(0.0, (s1 - s0) / (c1 - c0))
     if bar * slope >= 1:
         return None  # the line's throughput never reaches the bar: bisect
     guess = math.ceil(bar * (s1 - c1 * slope) / (1 - bar * slope) - 1e-9)

@@ -54,3 +54,10 @@ def test_a_knee_by_errors_is_bisected() -> None:
     knee = find_knee(steps)
     assert knee.criterion == "errors" and knee.refine_between == (2, 8), knee
     assert next_refine_level(steps, knee) == 5
+
+
+def test_under_a_far_first_step_with_the_baseline_alone_below_it_the_bracket_is_bisected() -> None:
+    steps = table((22, 2000, 40.0), (45, 4000, 41.0))  # the baseline: 5 rps alone
+    knee = find_knee(steps)
+    assert knee.criterion == "latency" and knee.refine_between == (1, 22), knee
+    assert next_refine_level(steps, knee) == 11  # from the baseline alone the guess would be 8
