@@ -53,7 +53,8 @@ independent windows, counts added), not its latest: the first window is data too
    the lowest clean level at or above L, unless the level above it scaled as if its users ran
    (analysis/engine_limit.py): past L users only queue, whatever few percent they add.
    A point with fewer than `min_requests` (20) requests is flagged and never the plateau or the
-   recommendation (it can still fail: errors are errors). When only the baseline and a step far above
+   recommendation (it can still fail: errors are errors); when trusting such a point measured once would
+   change the answer, it is to be measured once more (`Knee.confirm_level`), pooled as in rule 1. When only the baseline and a step far above
    it are measured, throughput cannot tell slow scaling from a plateau: next_level.probe_level asks for half
    the step first (the plan's downward search).
 3. Confidence. Each throughput has a batch-means standard error (steps.py). Rule 2 is rerun on `draws`
@@ -62,7 +63,8 @@ independent windows, counts added), not its latest: the first window is data too
    re-measures the level that decides it with a longer window, within a budget
    (next_level.remeasure_level, loadtest/method/plan.py), and the answer is read again on the pooled points.
 4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
-   the smallest level reaching the plateau lies in (B, R]: bisect. When the knee is a failing level F
+   the smallest level reaching the plateau lies in (B, R]: measure the level B's throughput per user
+   names (next_level._reach_guess), else bisect. When the knee is a failing level F
    more than 1 above R, bisect (R, F). A concurrency limit the server shows (`server_limit`: requests
    running that stop growing while others wait) inside the bracket is measured first (next_level.py).
 """
@@ -79,7 +81,7 @@ import pandas as pd
 from analysis.driver import driver_load
 from analysis.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.failure_rule import outcomes_of, steady_errors
-from analysis.knee_points import Walk, request_count, walk_points
+from analysis.knee_points import Walk, points_of, request_count, walk_points
 from analysis.plateau import confidence_interval, plateau_interval, recommend
 from analysis.stats import num, records
 
@@ -112,7 +114,8 @@ class Knee:
     confidence: tuple[int, int] | None = None  # 95% interval of the recommended level
     server_limit: int | None = None  # requests the server runs at once at most, where it shows it
     narrow_hint: str = ""  # what would narrow the interval
-    confirm_level: int | None = None  # a knee by few failures: measure this level once more first
+    confirm_level: int | None = None  # measure this level once more first (a knee by few failures, or too few requests)
+    confirm_why: str = ""  # why, in a few words: "few failures", "19 requests, fewer than 20"
     driver_saturated_levels: tuple[int, ...] = field(default=())  # driver CPU >= 85% (analysis/driver.py)
     engine_limit: int | None = None  # the engine's limit the answer stays within (rule 2b), where known
     plateau_interval_rps: tuple[float, float] | None = None  # 95% band of plateau_rps (analysis.plateau)
@@ -134,6 +137,7 @@ class Knee:
             "server_limit": self.server_limit,
             "narrow_hint": self.narrow_hint,
             "confirm_level": self.confirm_level,
+            "confirm_why": self.confirm_why,
             "driver_saturated_levels": list(self.driver_saturated_levels),
             "engine_limit": self.engine_limit,
             "plateau_interval_rps": list(self.plateau_interval_rps) if self.plateau_interval_rps else None,
@@ -166,9 +170,11 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
         knee = replace(knee, plateau_interval_rps=plateau_interval(thr, se, p))
     if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
         few = outcomes_of(w.failing).failed if w.failing is not None else 0
-        knee = replace(knee, confirm_level=w.confirm_level, reason=(
+        knee = replace(knee, confirm_level=w.confirm_level, confirm_why="few failures", reason=(
             f"{knee.reason}; this rests on few failures ({few}): level {w.confirm_level} is to be measured once"
             " more before it ends the range"))  # fmt: skip
+    elif w.confirm_level is None and flagged:
+        knee = _short_of_requests(table, knee, p, max_num_seqs)
     steady = steady_errors(w.clean, p)
     if steady:
         knee = replace(knee, reason=f"{knee.reason}; {steady}")
@@ -209,6 +215,29 @@ def _decide(table: pd.DataFrame, w: Walk, p: dict[str, Any], flagged: tuple[int,
         f" {fmt(gain, '+.2f')} rps per added user): the server takes at least {rec}; measure up to {2 * rec}",
         flagged_steps=flagged, at_least=True, server_limit=limit, engine_limit=known,
     )  # fmt: skip
+
+
+def _short_of_requests(table: pd.DataFrame, knee: Knee, p: dict[str, Any], max_num_seqs: int) -> Knee:
+    """The knee, asking for a level to be measured once more when a point short of `min_requests` decides
+    it: rule 2 with every point trusted finds a knee with another answer, whose recommended (else knee) level is such
+    a point, measured once, that a second window like its first brings to `min_requests` (the two are then
+    one point, pooled: analysis/pooled.py). On a slow server (8 s a request) a window of 40 s gave the
+    knee's level 4 only 18 or 19 requests: untrusted, it moved the answer up a level or two, or hid the
+    plateau and the plan climbed on to 64 users (bench/bench_time_to_answer.py, habit:slow)."""
+    trusting = {**p, "min_requests": 1}
+    alt = _decide(table, walk_points(table, trusting), trusting, (), max_num_seqs)
+    if not alt.found or (knee.found, knee.recommended_level) == (True, alt.recommended_level):
+        return knee
+    points = {int(r["level"]): r for r in points_of(table)[0]}
+    steps = table.loc[table["phase"] == "step", "level"].astype(int)
+    for level in (alt.recommended_level, alt.knee_level):
+        count = request_count(points[level]) if level in points else 0
+        if level is not None and 0 < count < p["min_requests"] <= 2 * count and int((steps == level).sum()) == 1:
+            why = f"{count} requests, fewer than {p['min_requests']}"
+            return replace(knee, confirm_level=level, confirm_why=why, reason=(
+                f"{knee.reason}; level {level} has {why}: trusted, it would make the answer"
+                f" {alt.recommended_level}; it is to be measured once more"))  # fmt: skip
+    return knee
 
 
 def _no_clean_level(w: Walk, p: dict[str, Any], flagged: tuple[int, ...], limit: int | None) -> Knee:

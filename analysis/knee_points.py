@@ -22,8 +22,9 @@ from analysis.stats import num, records
 
 
 def request_count(row: dict[str, Any]) -> int:
-    """A point's requests; 0 where the row has no number."""
-    value = num(row, "requests")
+    """A point's requests, of all its measurements where it pools several (analysis/pooled.py); 0 where the
+    row has no number."""
+    value = num(row, "pooled_requests") if "pooled_requests" in row else num(row, "requests")
     return 0 if math.isnan(value) else int(value)
 
 

@@ -20,9 +20,10 @@ from analysis.stats import num
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     """The next level to measure inside `refine_between`: the engine's limit (the server's own, else
-    MAX_NUM_SEQS) when it lies inside and is unmeasured, else the bisection midpoint; None when the
-    bracket is adjacent or measured. A knee by few failures (`confirm_level`) is measured once more
-    first: the one measured level this returns."""
+    MAX_NUM_SEQS) when it lies inside and is unmeasured, else the level the throughput below names
+    (`_reach_guess`), else the bisection midpoint; None when the
+    bracket is adjacent or measured. A knee's `confirm_level` (few failures, too few requests) is
+    measured once more first: the one measured level this returns."""
     if knee.confirm_level is not None:
         return knee.confirm_level
     if knee.refine_between is None:
@@ -35,7 +36,37 @@ def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     mid = (low + high) // 2
     if mid <= low or mid >= high:
         return None
+    guess = _reach_guess(table, knee, low, high)
+    if guess is not None and guess not in measured:
+        return guess
     return None if mid in measured else mid
+
+
+def _reach_guess(table: pd.DataFrame, knee: Knee, low: int, high: int, share: float = 0.95) -> int | None:
+    """Inside a latency knee's bracket low..high (low still short of the bar, high the answer): the level
+    whose throughput the points up to low say reaches `share` of the plateau, when it lies inside the
+    bracket; the bracket's top minus one when that level is the answer itself (the one below it closes
+    the bracket). Each point's time a request spends per user, C / T(C) (Little's law), is taken as
+    growing linearly with C from the two highest clean points up to low: flat on a server with a fixed
+    number of slots (up to the slots), rising on one that batches continuously (each engine step costs
+    more the larger the batch). So the answer is named in one or two levels where bisection takes log2
+    of the bracket (doubling to 16 on 13 slots: 13 then 12, against 12, 14, 13). None (bisection) for a
+    knee by errors, with no throughput at low or no clean point below it (the baseline alone under a far
+    first step: a simulated vLLM run, knee 11, guessed 6 from it and then climbed to 68, past its first
+    level 45), or when that line never reaches the bar."""
+    if knee.criterion != "latency" or not knee.plateau_rps:
+        return None
+    below = [r for r in points_of(table)[0] if int(r["level"]) <= low and num(r, "throughput_rps") > 0]
+    if len(below) < 2 or int(below[-1]["level"]) != low:
+        return None  # one point says nothing of how the time per user grows: a far first step's search
+    bar = share * knee.plateau_rps
+    (c0, s0), (c1, s1) = [(int(r["level"]), int(r["level"]) / num(r, "throughput_rps")) for r in below[-2:]]
+    slope = max(0.0, (s1 - s0) / (c1 - c0))
+    if bar * slope >= 1:
+        return None  # the line's throughput never reaches the bar: bisect
+    guess = math.ceil(bar * (s1 - c1 * slope) / (1 - bar * slope) - 1e-9)
+    guess = high - 1 if guess >= high else guess
+    return guess if low < guess < high else None
 
 
 def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:

@@ -7,7 +7,9 @@ errors of independent windows), and counts add up. Discarding the first measurem
 part of what was paid for: a 10 s step re-measured for 30 s has the error of 40 s pooled, of 30 s alone.
 Percentiles cannot be pooled from rows: a pooled point keeps those of its measurement with the most
 answers (the longest); the latest row gives its index, status, memory columns and its counts of
-requests and failures. Failures are not pooled: a level is measured again to confirm a knee that rests on
+requests and failures; `pooled_requests` counts the requests of all of them, which is what the knee's
+trust in a point (`min_requests`) reads (analysis.knee_points.request_count): its throughput rests on
+them all. Failures are not pooled: a level is measured again to confirm a knee that rests on
 few failures (Knee.confirm_level), and that first measurement was picked for looking bad; pooling it
 would lean towards confirming a balancer's burst. The latest measurement decides the failure test.
 """
@@ -67,4 +69,5 @@ def pooled_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         (num(r, "max_ms") for r in rows if not math.isnan(num(r, "max_ms"))), default=math.nan
     )
     row["pooled_steps"] = [int(r["step_index"]) for r in rows]
+    row["pooled_requests"] = int(sum(max(0.0, num(r, "requests")) for r in rows if not math.isnan(num(r, "requests"))))
     return row

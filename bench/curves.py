@@ -31,7 +31,7 @@ import pandas as pd
 
 import analysis
 from loadtest.method.budget import TICK_S, cooldown_typical_s
-from loadtest.method.levels import choose_levels
+from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
 from loadtest.method.windows import StepWindow, baseline_done, step_done
 from loadtest.settings.limits import limits_of
@@ -183,13 +183,10 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
         latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
         return choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
 
-    climbed_above: list[bool] = [False]  # once a run, as the controller does
+    remeasures = Remeasures()  # the controller's own: one climb above the highest level a run
 
     def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
-        again = analysis.remeasure_level(*judged(), max_window_s, not climbed_above[0])
-        if again is not None and again.level > max(int(r["level"]) for r in rows if r["phase"] == "step"):
-            climbed_above[0] = True
-        return again
+        return remeasures.next(*judged(), max_window_s)
 
     phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
     limits, in_flight_s = limits_of(cfg), 0.0

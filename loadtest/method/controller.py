@@ -18,7 +18,7 @@ import analysis
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
-from loadtest.method.levels import LevelChoice
+from loadtest.method.levels import LevelChoice, Remeasures
 from loadtest.method.live import LiveSteps, panel_row, phase_name
 from loadtest.method.overload import OVERLOAD, OverloadWatch, Verdict
 from loadtest.method.phase_timing import PhaseTiming
@@ -105,7 +105,7 @@ class Controller(PlanDecisions):
         self.stopped_by_user = ""  # how the user stopped the run (the panel, Locust's STOP, Ctrl-C, SIGTERM)
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
-        self._climbed_above = False
+        self._remeasures = Remeasures()
         self.finished = False
         self.live = LiveSteps()
         self._plan = plan_phases(

@@ -20,6 +20,7 @@ from loadtest.method.gateway import Gateway, skip_reason, unused_port
 from loadtest.method.haproxy import HaproxyError
 from loadtest.method.levels import (
     LevelChoice,
+    Remeasures,
     choose_levels,
     knee_past_overload,
     limit_level,
@@ -53,7 +54,7 @@ class PlanDecisions:
     knee_seen: Any  # the knee as last evaluated, for the live panel (analysis.Knee or None)
     _first_level_step: int
     _refined: int
-    _climbed_above: bool  # a re-measure went above the highest level (once a run)
+    _remeasures: Remeasures  # the run's re-measures, with their one climb above the highest level
     live_latency_ms: list[float]
     _drain_base_s: float | None = None  # the baseline's latency, read once when the verify phase is planned
     _knee_cache: tuple[Any, tuple[Any, Any]] | None = None  # (the live table's revision, (table, knee))
@@ -175,7 +176,7 @@ class PlanDecisions:
         table, knee = found
         self._restate_estimate(table)
         if knee.confirm_level is not None:
-            self.event("confirm", f"a knee by few failures, measured once more: {knee.reason}")
+            self.event("confirm", f"{knee.confirm_why or 'few failures'}: measured once more: {knee.reason}")
         elif knee.found:
             self.event("knee", f"past the knee, climbing stops: {knee.reason}")
         elif knee.server_limit and not self.server_limit_said:
@@ -200,7 +201,7 @@ class PlanDecisions:
         level = analysis.next_refine_level(table, knee)
         if level is not None and level == knee.confirm_level:
             self._refined += 1
-            self.event("confirm", f"the knee at {level} rests on few failures: measuring it once more")
+            self.event("confirm", f"the knee at {level} rests on {knee.confirm_why or 'few failures'}: measuring it once more")
         elif level is not None:
             self._refined += 1
             low, high = knee.refine_between
@@ -212,9 +213,8 @@ class PlanDecisions:
         if found is None:
             return None
         table, knee = found
-        again = analysis.remeasure_level(table, knee, max_window_s, not self._climbed_above)
+        again = self._remeasures.next(table, knee, max_window_s)
         if again is not None:
-            self._climbed_above |= again.level > int(table.loc[table["phase"] == "step", "level"].max())
             self._refined += 1  # one more step in the count shown
             self.event("remeasure", again.why)
         return again

@@ -161,7 +161,7 @@ def keep_climbing(knee: Any) -> bool:
 
 
 def confirm_level(knee: Any, confirmed: list[int]) -> int | None:
-    """The level a knee by few failures asks to measure once more (Knee.confirm_level), once per level."""
+    """The level a knee asks to measure once more (Knee.confirm_level: few failures, too few requests), once per level."""
     level = getattr(knee, "confirm_level", None)
     return None if level is None or level in confirmed else int(level)
 
@@ -185,6 +185,22 @@ def climb_further(knee: Any, choice: LevelChoice, done: list[int], climbs: int, 
         if max(done) < min(engines) < more:  # the limit itself first: the answer stays within it
             more = min(engines)
     return more if more > max(done) else None
+
+
+class Remeasures:
+    """A run's re-measures (analysis.remeasure_level) with what they remember: whether one already went
+    above the highest level measured, which remeasure_level allows once a run (its rule 1). The controller
+    (method/decisions.py) and bench/curves.py's virtual plan both ask through it."""
+
+    def __init__(self) -> None:
+        self.climbed_above = False
+
+    def next(self, table: Any, knee: Any, max_window_s: float) -> analysis.Remeasure | None:
+        again = analysis.remeasure_level(table, knee, max_window_s, not self.climbed_above)
+        if again is not None:
+            steps = table.loc[table["phase"] == "step", "level"] if not table.empty else table
+            self.climbed_above |= len(steps) > 0 and again.level > int(steps.astype(int).max())
+        return again
 
 
 def refine_guess(levels: list[int]) -> int:

@@ -12,7 +12,8 @@
     -> a step far above anything measured that looks saturated: probe half of it first (the knee may be
        far below: vLLM's KV estimate can be 30x the compute knee)
     -> no knee within the planned levels: keep climbing, doubling the highest, `climb_budget` times
-    -> refinement: bisect until the answer is exact (adjacent levels); this also searches downward
+    -> refinement: until the answer is exact (adjacent levels), first the level the throughput below
+       names, then bisection (analysis/next_level.py); this also searches downward
        when even the first step was past the knee (the bracket is then baseline..first step)
     -> re-measure: while the answer's 95% interval is wider than +-1 level, measure the level that
        decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
@@ -191,7 +192,7 @@ def _capacity_phases(
 
     choice = choose_levels()
     done: list[int] = []
-    confirmed: list[int] = []  # levels measured once more to confirm a knee by few failures
+    confirmed: list[int] = []  # levels measured once more to confirm a knee (Knee.confirm_level)
     queue, climbs = [(level, choice.why) for level in choice.levels], 0
     while queue:
         level, why = queue.pop(0)
@@ -203,7 +204,8 @@ def _capacity_phases(
         again = confirm_level(knee, confirmed)
         if again is not None:
             confirmed.append(again)
-            queue.insert(0, (again, f"confirm the knee at {again}: few failures, measured once more"))
+            why = getattr(knee, "confirm_why", "") or "few failures"
+            queue.insert(0, (again, f"confirm the knee at {again}: {why}, measured once more"))
             continue
         if not keep_climbing(knee):
             break
@@ -222,9 +224,9 @@ def _capacity_phases(
         if refined is None or refined in confirmed:
             break
         note = "refine the knee"
-        if refined in done:  # only a knee by few failures asks for a measured level again (next_level.py)
+        if refined in done:  # only a knee's confirm_level asks for a measured level again (next_level.py)
             confirmed.append(refined)
-            note = f"confirm the knee at {refined}: few failures, measured once more"
+            note = f"confirm the knee at {refined}: measured once more"
         yield from _step(cfg, refined, note)
         done.append(refined)
     yield from _narrow(cfg, choice, done, climbs, knee_now, refine_level, remeasure_level)

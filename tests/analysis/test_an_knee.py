@@ -125,7 +125,9 @@ def test_empty_table_says_no_steps() -> None:
 
 
 def test_next_refine_level_bisects_until_adjacent() -> None:
-    assert next_refine_level(HOCKEY, find_knee(HOCKEY)) == 6
+    # 4 users at 5 rps each: kept up, 7.4 users reach 95% of the plateau: 8 is the answer, 7 closes the
+    # bracket (issue 33: the level the throughput names, where bisection measured 6 first: _reach_guess)
+    assert next_refine_level(HOCKEY, find_knee(HOCKEY)) == 7
     six = table((2, 200, 10), (4, 205, 20), (6, 207, 30), (8, 210, 38), (16, 420, 40))
     assert find_knee(six).refine_between == (6, 8) and next_refine_level(six, find_knee(six)) == 7
     seven = table((2, 200, 10), (4, 205, 20), (6, 207, 30), (7, 209, 35), (8, 210, 38), (16, 420, 40))

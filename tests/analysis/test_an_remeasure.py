@@ -146,3 +146,31 @@ def test_the_knee_reads_a_re_measured_level_pooled_not_latest() -> None:
     points, _ = points_of(_table(rows))
     assert [int(p["level"]) for p in points] == [1, 2, 4, 8]
     assert points[2]["throughput_rps"] == pytest.approx(13.0)  # not 14.0, the latest alone
+
+
+def test_a_runs_re_measures_remember_their_one_climb_above_the_highest_level() -> None:
+    """loadtest.method.levels.Remeasures: the controller's and bench/curves.py's one memory of rule 1's climb."""
+    from loadtest.method.levels import Remeasures
+
+    rows = [_row(2, 6.6, 0.3, 10), _row(4, 12.0, 0.4, 13), _row(6, 14.4, 0.5, 16), _row(8, 15.0, 0.5, 19)]
+    remeasures = Remeasures()
+    knee = find_knee(_table(rows))
+    first = remeasures.next(_table(rows), knee, 60.0)
+    assert first is not None and first.level == 12 and remeasures.climbed_above
+    # 12 measured and the plateau still up to the highest: no second climb, rule 2 on the levels measured
+    rows.append(_row(12, 15.8, 0.8, 22))
+    knee = find_knee(_table(rows))
+    assert knee.confidence[1] == 12, knee
+    again = remeasures.next(_table(rows), knee, 60.0)
+    assert again is None or again.level <= 12, again
+    assert remeasure_level(_table(rows), knee, 60.0) is not None  # asked afresh, it would climb again
+    assert remeasure_level(_table(rows), knee, 60.0).level > 12
+
+
+def test_a_re_measure_of_a_level_measured_is_no_climb() -> None:
+    from loadtest.method.levels import Remeasures
+
+    remeasures = Remeasures()
+    table = _table(_smooth())
+    again = remeasures.next(table, find_knee(table), 60.0)
+    assert again is not None and again.level == 13 and not remeasures.climbed_above

@@ -67,3 +67,34 @@ def test_refinement_confirms_a_refined_level_once_and_goes_on_bisecting() -> Non
 
     steps = _run(failures, [2, 4, 8], refine=True)
     assert steps == [2, 4, 8, 6, 6, 5]
+
+
+def test_a_level_short_of_requests_that_would_show_the_knee_is_measured_once_more_not_climbed_past() -> None:
+    # a slow server with 4 slots: 4 users get 19 requests in a window (short of MIN_STEP_REQUESTS 20),
+    # trusted they show the plateau at 8; measured once more (pooled: 38) the knee is found and climbing stops
+    cfg = RunConfig(refine=True, refine_budget=4, warmup_s=0)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+
+    def step(index: int, level: int, phase: str = "step") -> dict[str, Any]:
+        row = _row(index, level, 0, phase)
+        n = 60 if phase == "baseline" else 19 if level == 4 else 5 * level
+        thr = 0.125 * min(level, 4)
+        return {**row, "requests": n, "ok_requests": n, "throughput_rps": thr, "throughput_se_rps": 0.01,
+                "duration_s": 40.0, "mean_ms": 8000.0 * level / min(level, 4)}  # fmt: skip
+
+    def knee() -> Any:
+        return analysis.find_knee(pd.DataFrame(rows))
+
+    phases = plan_phases(cfg, lambda: LevelChoice([1, 2, 4, 8, 16, 32, 64], "test"), knee,
+                         lambda: analysis.next_refine_level(pd.DataFrame(rows), knee()))  # fmt: skip
+    measured = []
+    for index, spec in enumerate(phases):
+        if spec.phase in ("baseline", "step"):
+            rows.append(step(index, spec.level, str(spec.phase)))
+        if spec.phase == "step":
+            measured.append(spec.level)
+            notes.append(spec.note)
+    assert measured == [1, 2, 4, 8, 4, 3], measured
+    assert notes[4] == "confirm the knee at 4: 19 requests, fewer than 20, measured once more"
+    assert knee().recommended_level == 4
