@@ -41,9 +41,9 @@ def _status(page: Any) -> str:
     return found.group(1) if found else ""
 
 
-def _wait_status(page: Any, wanted: str, timeout_s: float) -> None:
+def _wait_status(page: Any, wanted: str | tuple[str, ...], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while _status(page) != wanted:
+    while _status(page) not in ((wanted,) if isinstance(wanted, str) else wanted):
         assert time.monotonic() < deadline, f"Locust's page shows {_status(page)!r}, not {wanted}"
         page.wait_for_timeout(200)
 
@@ -109,8 +109,9 @@ def test_locusts_page_follows_a_run_from_the_panel_a_new_start_at_once_and_a_slo
         os.kill(worker, signal.SIGSTOP)
         try:
             page.get_by_role("button", name="Stop").click()
-            _wait_status(page, "STOPPING", 10)  # the page polled the master stopping (which, once the held
-            # worker misses its heartbeats for 3 s, counts it missing and reads stopped)
+            _wait_status(page, ("STOPPING", "STOPPED"), 10)  # the page polled the master stopping (which, once
+            # the held worker misses its heartbeats for 3 s, counts it missing and reads stopped; on a busy
+            # machine the page's 2 s poll may come after that): then it must not stay there
             page.wait_for_timeout(WORKER_HELD_S * 1000)
         finally:
             os.kill(worker, signal.SIGCONT)
@@ -157,8 +158,8 @@ def test_a_stop_right_after_a_start_stops_the_run(simulator_factory, tmp_path):
     try:
         runs = []
         for stop_path, how in (("stop", "Locust's STOP"), ("ocr/stop", "the panel's Stop")):
-            assert _post(ui.url + "swarm")[0] == 200
-            assert _server_state(ui.url) == "ready"  # the start's first tick runs
+            assert _post(ui.url + "swarm")[0] == 200  # the stop below lands while the start's first tick runs
+            # (Locust's state "ready") or just after it, as a quick click does: either way it stops the run
             code, answer = _post(ui.url + stop_path)
             assert code == 200, answer
             state = _stopped_run(ui, 30)

@@ -12,7 +12,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, png_with_text, run, served, session_of
 
-from gpu_sampler.scrape import HAPROXY_ACTIVE, SERVER_NAMES, TRTLLM_NAMES, VLLM_KV_USAGE, parse_server_metrics
+from gpu_sampler.scrape import (
+    ENGINE_LIMIT_GAUGES,
+    HAPROXY_ACTIVE,
+    SERVER_NAMES,
+    TRTLLM_NAMES,
+    VLLM_KV_USAGE,
+    parse_server_metrics,
+)
 from simulator import PROFILES
 from simulator.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
 from simulator.options import Options
@@ -109,8 +116,10 @@ def test_the_cache_info_carries_what_real_vllm_writes_and_no_max_num_seqs() -> N
 def test_the_names_the_suite_reads_are_on_both_pages() -> None:
     real_keys, _ = _real()
     sim_keys, _ = _shape(_simulated_page("vllm-24g"))
-    # trtllm-serve's: test_sim_backends; HAProxy's exporter's (a balancer's page): tests/integration/test_it_fleet.py
-    vllm_names = [n for n in SERVER_NAMES if n not in TRTLLM_NAMES and n != HAPROXY_ACTIVE]
+    # trtllm-serve's: test_sim_backends; HAProxy's exporter's (a balancer's page): tests/integration/test_it_fleet.py;
+    # Triton's TensorRT-LLM engine-limit gauge: tests/gpu_sampler (its README's sample page)
+    others = {*TRTLLM_NAMES, *ENGINE_LIMIT_GAUGES, HAPROXY_ACTIVE}
+    vllm_names = [n for n in SERVER_NAMES if n not in others]
     missing_real = [n for n in vllm_names if n not in real_keys and n not in OLD_NAMES]
     assert not missing_real, f"the suite reads names real vLLM 0.32 does not write: {missing_real}"
     missing_sim = [n for n in vllm_names if n in real_keys and n not in sim_keys]
