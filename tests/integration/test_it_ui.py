@@ -24,6 +24,7 @@ import psutil
 import pytest
 from it_procs import REPO
 from it_ui import end, events, js, launched, signal_ends_ui, start_ui
+from pages import collect_errors
 
 ARTIFACTS = REPO / "test-artifacts"
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -37,9 +38,7 @@ def browser(chromium: Path) -> Iterator[Any]:
 
 def _panel(browser: Any, url: str) -> tuple[Any, list[str]]:
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = collect_errors(page)
     page.goto(url + "ocr")
     return page, errors
 

@@ -8,19 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pages import CHROMIUM_ARGS, collect_errors
 from rep_fixtures import build_run
 
 from reports import build_charts, render_report
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 EVIL = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
 
 
@@ -39,14 +32,12 @@ def test_report_opens_offline_with_every_chart_and_the_verdict(tmp_path: Path, c
     assert all(c.image_uri for c in charts)  # this fixture has data for every chart
     evil = build_run(evil=EVIL)
 
-    errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(chromium), args=ARGS, headless=True)
+        browser = pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            errors = collect_errors(page)
             page.on("request", lambda r: requests.append(r.url))
             html = render_report(clean.summary, clean.frames(), charts=charts)
             urls = [_open(page, tmp_path / "report.html", html)]
@@ -100,13 +91,11 @@ def test_compare_page_shows_the_verdict_between_two_runs_on_its_first_screen(tmp
     knee = {**base["knee"], "plateau_rps": 3.1, "plateau_interval_rps": [2.9, 3.3], "confidence": [4, 4]}
     b = {**base, "run_id": "20261130-070000-cd34", "recommended_level": 4, "knee": knee}
     html = render_compare(CompareSide("A: before", a), CompareSide("B: after", b))
-    errors: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(chromium), args=ARGS, headless=True)
+        browser = pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            errors = collect_errors(page)
             _open(page, tmp_path / "compare.html", html)
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "compare-first-screen.png"))

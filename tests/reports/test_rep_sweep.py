@@ -34,12 +34,11 @@ from runfolder import GATEWAY_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "analysis"))
+from pages import CHROMIUM_ARGS, collect_errors  # noqa: E402
 from synth_runs import synth_run  # noqa: E402  (the analysis tests' synthetic run folders)
 
 RUN_TIMEOUT_S = 150.0
 EVIL = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]  # fmt: skip
 SETTINGS = [
     {"setting": "gateway_slots=2", "values": {"gateway_slots": "2"}, "dir": "gateway_slots-2"},
     {"setting": "gateway_slots=8", "values": {"gateway_slots": "8"}, "dir": "gateway_slots-8"},
@@ -201,14 +200,12 @@ def test_the_page_shows_the_pick_the_table_and_working_links(sweep_dir: Path, ch
     from playwright.sync_api import sync_playwright
 
     html = write_sweep(sweep_dir)
-    errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(chromium), args=ARGS, headless=True)
+        browser = pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            errors = collect_errors(page)
             page.on("request", lambda r: requests.append(r.url))
             page.goto(html.as_uri(), wait_until="load", timeout=30_000)
             picked = page.locator("#pick-setting")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import collect_errors
 from rep_fixtures import build_run
 
 from reports import render_report
@@ -112,13 +113,11 @@ def test_goodput_and_runaways_per_level_and_the_runaway_warning() -> None:
 def test_the_verdict_is_on_the_first_screen_in_chromium(tmp_path: Path, chromium: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    errors: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            errors = collect_errors(page)
             for name, verdict in (("passed", PASSED), ("failed", _failed())):
                 path = tmp_path / f"{name}.html"
                 path.write_text(render_report(*_summary(verdict)), encoding="utf-8")
