@@ -167,10 +167,12 @@ def time_budget(cfg: RunConfig, levels: list[int], latency_s: float | None, limi
     levels_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s) for n in reach)
     planned_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s) for n in levels)
     typical_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s, True, latency_cv) for n in levels)
+    if cfg.refine and not soak:  # as drawn: the planned levels' widest gap, not the climbs' (at most: theirs)
+        drawn_refine = refine_guess(sorted(levels))
+        typical_s += drawn_refine * level_s(cfg, limits, top, latency_s, window_s, window_max_s, True, latency_cv)
     top = max(reach, default=1)
     refine = refine_guess(sorted(reach)) if cfg.refine and not soak else 0
     refinement_s = refine * level_s(cfg, limits, top, latency_s, window_s, window_max_s)
-    typical_s += refine * level_s(cfg, limits, top, latency_s, window_s, window_max_s, True, latency_cv)
     remeasure_s = 0.0
     if cfg.refine and not soak:
         w = REMEASURE_MAX_WINDOWS * cfg.step_s

@@ -60,6 +60,16 @@ def test_a_soak_promises_its_windows_alone():
     assert budget.levels_s >= 120.0 + cfg.cooldown_s
 
 
+def test_as_planned_the_refinement_bisects_the_planned_levels_not_the_climbs():
+    """The demo's levels 3,5,8,10,12 may climb to 96: "at most" bisects 48..96 (6 levels), "about" the plan as
+    drawn (2 levels; it said "about 4 min" for 100 s when it counted the climbs' 6)."""
+    cfg = _cfg(workers=0, verify=False)
+    drawn = time_budget(cfg, [3, 5, 8, 10, 12], 0.1)
+    climbing = time_budget(cfg, [3, 5, 8, 10, 12], 0.1, climbs=3)
+    assert climbing.refine_levels == 6 and drawn.refine_levels == 2
+    assert climbing.typical_s == drawn.typical_s < climbing.total_s
+
+
 def test_levels_that_may_be_climbed_past_count_too():
     cfg = _cfg(workers=0, verify=False, refine=False)
     planned = time_budget(cfg, LEVELS, 0.1)
