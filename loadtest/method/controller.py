@@ -20,7 +20,7 @@ from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
 from loadtest.method.levels import LevelChoice, Remeasures
 from loadtest.method.live import LiveSteps, panel_row, phase_name
-from loadtest.method.overload import OVERLOAD, OverloadWatch, Verdict
+from loadtest.method.overload import OVERLOAD, OverloadWatch
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec, plan_phases
 from loadtest.method.progress import live_line, load_words, progress
@@ -226,14 +226,10 @@ class Controller(PlanDecisions):
             return self._advance(now)
         return self._users(spec)
 
-    def _streak_verdict(self) -> Verdict:
-        spec = self.spec
-        return self.watch.verdict(str(spec.phase), spec.level) if spec else self.watch.verdict("", 0)
-
     def _past_knee_by_timeouts(self) -> bool:
         """End the running step early as past the knee when requests of our own load time out in a row
         (loadtest.method.overload): its rows still reach the master (the phase's flush) and the plan steps down."""
-        verdict = self._streak_verdict()
+        verdict = self.watch.verdict_of(self.spec)
         if verdict.action != OVERLOAD or self.spec is None:
             return False
         base, level = self._baseline_latency_s(), int(verdict.level or self.spec.level)

@@ -144,11 +144,15 @@ class OverloadWatch:
             " the server looks down; run ended"
         )
 
+    def verdict_of(self, spec: PhaseSpec | None) -> Verdict:
+        """The streak's verdict for the running phase (none running: no phase, level 0)."""
+        return self.verdict(str(spec.phase), spec.level) if spec else self.verdict("", 0)
+
     def down_why(self, spec: PhaseSpec | None, rows: int, elapsed_s: float, silent_s: float | None,
                  request_timeout_s: float) -> str:  # fmt: skip
         """Why the run must end because the server stopped answering, or "" while it answers (timeouts of
         our own load above the baseline's level end a step instead). `silent_s`: since the last success."""
-        verdict = self.verdict(str(spec.phase), spec.level) if spec else self.verdict("", 0)
+        verdict = self.verdict_of(spec)
         if verdict.action == ABORT:
             return verdict.why
         unanswered = self.recheck_failed(spec, rows, elapsed_s)
