@@ -165,8 +165,7 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     w = walk_points(table, p)
     knee = _decide(table, w, p, flagged, max_num_seqs)
     if knee.plateau_rps is not None and w.clean:
-        thr = np.nan_to_num(np.array([num(r, "throughput_rps") for r in w.clean], dtype=np.float64), nan=0.0)
-        se = np.array([num(r, "throughput_se_rps") for r in w.clean], dtype=np.float64)
+        _, thr, se = _clean_arrays(w.clean)
         knee = replace(knee, plateau_interval_rps=plateau_interval(thr, se, p))
     if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
         few = outcomes_of(w.failing).failed if w.failing is not None else 0
@@ -187,16 +186,21 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     return knee
 
 
+def _clean_arrays(clean: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(levels, throughputs with NaN as 0, their standard errors) of the clean points, for rules 2 and 3."""
+    levels = np.array([int(r["level"]) for r in clean], dtype=np.int64)
+    thr = np.nan_to_num(np.array([num(r, "throughput_rps") for r in clean], dtype=np.float64), nan=0.0)
+    se = np.array([num(r, "throughput_se_rps") for r in clean], dtype=np.float64)
+    return levels, thr, se
+
+
 def _decide(table: pd.DataFrame, w: Walk, p: dict[str, Any], flagged: tuple[int, ...], max_num_seqs: int) -> Knee:
     limit = server_limit(table)
     engine = engine_limit(table, max_num_seqs, limit)
     known = engine.level if engine is not None else None
     if not w.clean:
         return replace(_no_clean_level(w, p, flagged, limit), engine_limit=known)
-    levels = np.array([int(r["level"]) for r in w.clean], dtype=np.int64)
-    thr = np.array([num(r, "throughput_rps") for r in w.clean], dtype=np.float64)
-    thr = np.nan_to_num(thr, nan=0.0)
-    se = np.array([num(r, "throughput_se_rps") for r in w.clean], dtype=np.float64)
+    levels, thr, se = _clean_arrays(w.clean)
     rec, plateau, peak = recommend(levels, thr, se, p)
     capped = cap_level(w.clean, engine)
     cap = capped[0] if capped is not None else None
