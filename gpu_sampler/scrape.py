@@ -334,6 +334,7 @@ def parse_server_metrics(
         elif name.endswith("max_num_seqs"):
             max_seqs.append((value, name))
     usage = next((kv_usage[n] for n in VLLM_KV_USAGE if n in kv_usage), None)
+    engine_limit = max(max_seqs, default=None)  # the highest limit read, with the series it came from
     if len(trt_blocks) == len(TRTLLM_KV_BLOCKS):
         kv_tokens.append(trt_blocks[TRTLLM_KV_BLOCKS[0]] * trt_blocks[TRTLLM_KV_BLOCKS[1]])
     return ServerSample(
@@ -344,8 +345,8 @@ def parse_server_metrics(
         kv_cache_usage_frac=_finite(max(usage)) if usage else None,
         num_preemptions_total=_finite(sums.get(VLLM_PREEMPTIONS)),
         kv_cache_size_tokens=_finite(sum(kv_tokens)) if kv_tokens else None,
-        max_num_seqs=_finite(max(max_seqs)[0]) if max_seqs else None,
-        max_num_seqs_metric=max(max_seqs)[1] if max_seqs else "",
+        max_num_seqs=_finite(engine_limit[0]) if engine_limit else None,
+        max_num_seqs_metric=engine_limit[1] if engine_limit else "",
         framework_peak_mib=_framework_mib(framework, framework_values),
         e2e_buckets_s=" ".join(f"{le}:{count:g}" for le, count in sorted(e2e.items(), key=lambda kv: float(kv[0]))),
         balancer_replicas=_finite(max(active)) if active else None,
