@@ -135,6 +135,12 @@ def wait_for_start(environment: Environment) -> None:
         gevent.sleep(0.1)
 
 
+def stop_asked(environment: Environment, how: str) -> None:
+    """A stop from the user (`how`): once a start under way has its run, the stop is recorded as the user's."""
+    wait_for_start(environment)
+    note_user_stop(environment, how)
+
+
 def take_user_stop(environment: Environment) -> str:
     panel = _panel(environment)
     how, panel.user_stop = panel.user_stop, ""
@@ -266,8 +272,7 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
                 return jsonify({"success": False, "message": why, "host": environment.host}), 409
             _on_start(environment)
         elif request.path.endswith("/stop") and not request.path.endswith("/ocr/stop"):
-            wait_for_start(environment)  # then Locust's own /stop stops the run
-            note_user_stop(environment, "Locust's STOP")
+            stop_asked(environment, "Locust's STOP")  # then Locust's own /stop stops the run
         return None
 
     @app.after_request
@@ -307,8 +312,7 @@ def report_on_disk(out: Path, run_id: str) -> Path | None:
 
 
 def _stop(environment: Environment, how: str) -> None:
-    wait_for_start(environment)
-    note_user_stop(environment, how)
+    stop_asked(environment, how)
     web_ui, runner = environment.web_ui, environment.runner
     swarm = getattr(web_ui, "_swarm_greenlet", None)
     if swarm is not None:
