@@ -62,7 +62,7 @@ from pathlib import Path
 # bench/ is on sys.path: the scripts run as `python bench/<script>.py`
 from driver_rounds import COUNTER, measure_round, stop
 from support import start_stub
-from verdict import CONFIDENCE, MIN_ROUNDS, exit_status, median_interval, next_step, verdict
+from verdict import CONFIDENCE, MIN_ROUNDS, exit_status, median_interval, next_step, rounds_to_decide, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 0.95
@@ -257,7 +257,11 @@ def main() -> int:
             if len(ratios) < MIN_ROUNDS
             else f"its {CONFIDENCE:.0%} interval straddles the goal"
         )
-        print(f"no verdict within --budget-s {args.budget_s:g}: {why}; rerun on a quieter machine or with more --budget-s")
+        need = rounds_to_decide(ratios, GOAL_RATIO)
+        more = (f"about {need} rounds would decide it" if need
+                else f"{MIN_ROUNDS} rounds at least" if len(ratios) < MIN_ROUNDS
+                else "the median sits on the goal: no number of rounds may decide it")  # fmt: skip
+        print(f"no verdict within --budget-s {args.budget_s:g}: {why} ({more}); rerun on a quieter machine or with more --budget-s")
     words = {"met": "MET", "missed": "MISSED", "undecided": "NO VERDICT", "void": "VOID"}[result]
     print(
         f"driver cost ratio ours/bare from CPU per request: median {med:.3f} of {len(ratios)} rounds, "

@@ -4,8 +4,9 @@ Every bench script ends with one of three outcomes, as its exit status:
     met         0  the goal holds (for a sampled figure: its confidence interval lies wholly on the goal's side)
     missed      1  the goal does not hold (or the comparison is void: requests failed)
     no verdict  3  the figure's interval still straddles the goal when the time budget ran out: the machine
-                   was too noisy to tell; rerun on a quieter one (never a failure of `make bench`)
-`make bench` prints one summary line per script and fails only on "missed" (or a script that crashed).
+                   was too noisy to tell; the script says about how many rounds would decide it
+`make bench` prints one summary line per script and exits 0 only when every goal is met: 1 when one was
+missed (or a script crashed), else 3 when one has no verdict (rerun it on a quieter machine).
 
 The driver benchmark is sequential: after its first `min_rounds` it looks again after every round and
 stops as soon as the median's interval lies on one side of the goal, or when another round would run
@@ -65,6 +66,18 @@ def next_step(
             return decided
     per_round_s = elapsed_s / max(1, rounds_run)
     return "more" if elapsed_s + per_round_s <= budget_s else "undecided"
+
+
+def rounds_to_decide(values: list[float], goal: float) -> int | None:
+    """About how many rounds in all would decide a straddling goal, if the rounds keep their spread: the
+    interval narrows as 1/sqrt(n), so it clears the goal once its side facing the goal is shorter than
+    |median - goal|.
+    None when the median sits on the goal (no number of rounds tells which side) or too few values."""
+    med, lo, hi = median_interval(values)
+    if len(values) < MIN_ROUNDS or not math.isfinite(lo) or med == goal:
+        return None
+    half_width = med - lo if med > goal else hi - med  # the side of the interval that reaches the goal
+    return max(len(values) + 1, math.ceil(len(values) * (half_width / abs(med - goal)) ** 2))
 
 
 def exit_status(result: str) -> int:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.verdict import MIN_ROUNDS, exit_status, median_interval, next_step, verdict
+from bench.verdict import MIN_ROUNDS, exit_status, median_interval, next_step, rounds_to_decide, verdict
 
 GOAL = 0.95
 
@@ -48,3 +48,15 @@ def test_rounds_go_on_while_undecided_until_the_budget(ratios, rounds_run, elaps
 
 def test_exit_statuses_tell_no_verdict_apart_from_a_miss() -> None:
     assert [exit_status(w) for w in ("met", "missed", "void", "undecided")] == [0, 1, 1, 3]
+
+
+def test_a_straddling_interval_says_about_how_many_rounds_would_decide_it() -> None:
+    quiet = [0.92, 0.935, 0.945, 0.96, 0.975, 0.984, 0.985, 0.99, 0.99, 0.995, 0.997]  # 0.945-0.99 around 0.984
+    need = rounds_to_decide(quiet, GOAL)
+    # the side facing the goal (0.984 - 0.945 = 0.039) must shrink below 0.034: 11 x (0.039 / 0.034)^2 = 14.5
+    assert need == 15
+    assert verdict(quiet + [0.984] * (need - len(quiet)), GOAL) == "met"  # rounds like its median do decide it
+    below = [2 * GOAL - v for v in quiet]  # the mirror image, under the goal: the upper side faces it
+    assert rounds_to_decide(below, GOAL) == 15
+    assert rounds_to_decide([GOAL] * 9, GOAL) is None  # on the goal: no number of rounds tells the side
+    assert rounds_to_decide(quiet[: MIN_ROUNDS - 1], GOAL) is None
