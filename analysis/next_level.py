@@ -154,6 +154,11 @@ def remeasure_level(
        climbing; a level above it is measured (1.5x, for a step's window): the plan then refines again;
        once a run (`above` False after it): the plateau then rests on two levels, and a second climb
        would chase their noise (a smooth server's run on a loaded machine went 17, 26, 39 on a knee at 12);
+       never when a level above the answer was measured with the driver's CPU near saturation
+       (Knee.driver_saturated_levels): a busy driver reads less throughput than the server gives, so
+       those levels' shortfall of the bar says nothing of a plateau still climbing, and a level above
+       them only loads the driver more (simulated vLLM under four test shards: knee 11, first level 46,
+       a climb to 69); rules 2-3 narrow it on the levels measured instead;
     2. the plateau's highest throughput is the luckiest of several (a winner's curse: the highest of
        several noisy readings is the most likely to be high) and sets the bar: it is measured again for
        the whole `max_window_s`, once;
@@ -171,7 +176,11 @@ def remeasure_level(
     if rec is None or (low >= rec - 1 and high <= rec + 1) or not steps:
         return None
     head = f"the answer {rec} is {low}-{high} at 95%"
-    plateau = _plateau_level(steps, rec, high, max_window_s, above)
+    busy = sorted({int(r["level"]) for r in steps if int(r["level"]) > rec} & set(knee.driver_saturated_levels))
+    if above and busy and high >= max(int(r["level"]) for r in steps):  # rule 1 withheld: say why
+        head += (f" (none measured above the highest level: the driver's CPU was near saturation at level"
+                 f"{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}, whose throughput may be the driver's)")  # fmt: skip
+    plateau = _plateau_level(steps, rec, high, max_window_s, above and not busy)
     if plateau is not None:
         return plateau._replace(why=f"{head}, {plateau.why}")
     share = float(params.get("knee_share", 0.95))

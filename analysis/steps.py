@@ -175,14 +175,16 @@ def step_table(run: RunData) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 
-def step_row(requests: pd.DataFrame, step: Mapping[str, Any], server: pd.DataFrame | None = None) -> dict[str, Any]:
+def step_row(
+    requests: pd.DataFrame, step: Mapping[str, Any], server: pd.DataFrame | None = None, host: pd.DataFrame | None = None
+) -> dict[str, Any]:
     """The step-table row of one measured step from the requests that overlap it (its own and its
-    warm-up's) and, optionally, its server samples: the master's running totals and bench/curves.py use
-    this, so a decision made during a run and the report cannot disagree."""
+    warm-up's) and, optionally, its server and host samples: the master's running totals and bench/curves.py
+    use this, so a decision made during a run and the report cannot disagree."""
     run = RunData(
         run_dir=Path("."), manifest={}, requests=requests, steps=pd.DataFrame([dict(step)]),
         gpu=empty_frame(GpuSample), server=empty_frame(ServerSample) if server is None else server,
-        host=empty_frame(HostSample), events=empty_frame(Event),
+        host=empty_frame(HostSample) if host is None else host, events=empty_frame(Event),
     )  # fmt: skip
     return {str(k): v for k, v in step_table(run).iloc[0].to_dict().items()}
 

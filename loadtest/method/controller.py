@@ -161,6 +161,7 @@ class Controller(PlanDecisions):
 
     def on_host(self, samples: list[HostSample]) -> None:
         self.host.append(samples)
+        self.live.add_host(samples)
 
     def on_event(self, event: Event) -> None:
         self.events.append([event])

@@ -25,7 +25,7 @@ import analysis
 from analysis.loader import empty_frame
 from analysis.steps import WindowShares
 from analysis.words import plural
-from runfolder import Phase, RequestRow, ServerSample, StepRow, columns_of
+from runfolder import HostSample, Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
 _FLOATS = (
@@ -52,11 +52,12 @@ def requests_frame(rows: list[RequestRow]) -> pd.DataFrame:
 
 
 class LiveSteps:
-    """Rows and server samples per step index as they arrive; measured step rows on demand."""
+    """Rows, server and host samples per step index as they arrive; measured step rows on demand."""
 
     def __init__(self) -> None:
         self._rows: defaultdict[int, list[RequestRow]] = defaultdict(list)
         self._server: defaultdict[int, list[ServerSample]] = defaultdict(list)
+        self._host: defaultdict[int, list[HostSample]] = defaultdict(list)  # the driver's CPU (analysis/driver.py)
         self._closed: dict[int, StepRow] = {}
         self._table_rows: dict[int, dict[str, Any]] = {}
         self._final_through = -1  # every step up to this index is final
@@ -72,6 +73,14 @@ class LiveSteps:
         self.revision += 1
         for sample in samples:
             self._server[sample.step_index].append(sample)
+
+    def add_host(self, samples: list[HostSample]) -> None:
+        """The driver machine's CPU per step: a decision reads which steps the driver's saturation may have
+        set (Knee.driver_saturated_levels) as the report does."""
+        self.revision += 1
+        for sample in samples:
+            if sample.host_role == "driver" and sample.step_index > self._final_through:  # final rows are kept
+                self._host[sample.step_index].append(sample)
 
     def close(self, step: StepRow) -> None:
         self.revision += 1
@@ -89,8 +98,9 @@ class LiveSteps:
         self._final_through = max(self._final_through, through_index)
         for old in [i for i in self._rows if i <= through_index]:
             del self._rows[old]  # later steps need only later rows
-        for old in [i for i in self._server if i <= through_index]:
-            del self._server[old]
+        for samples in (self._server, self._host):
+            for old in [i for i in samples if i <= through_index]:
+                del samples[old]
         return done
 
     def closed(self, index: int) -> StepRow | None:
@@ -130,7 +140,9 @@ class LiveSteps:
         rows = self._rows.get(step.step_index - 1, []) + self._rows.get(step.step_index, [])
         server = self._server.get(step.step_index)
         server_frame = pd.DataFrame([dataclasses.astuple(x) for x in server], columns=columns_of(ServerSample)) if server else None
-        return analysis.step_row(requests_frame(rows), dataclasses.asdict(step), server_frame)
+        host = self._host.get(step.step_index)
+        host_frame = pd.DataFrame([dataclasses.astuple(x) for x in host], columns=columns_of(HostSample)) if host else None
+        return analysis.step_row(requests_frame(rows), dataclasses.asdict(step), server_frame, host_frame)
 
 
 def panel_row(

@@ -174,3 +174,44 @@ def test_a_re_measure_of_a_level_measured_is_no_climb() -> None:
     table = _table(_smooth())
     again = remeasures.next(table, find_knee(table), 60.0)
     assert again is not None and again.level == 13 and not remeasures.climbed_above
+
+
+# Simulated vLLM (knee 11) under four test shards: the first level 46 (the window's bound), 23 probed, then
+# refined down to 11; 4 s windows on a loaded machine, each throughput within about 1 rps.
+FAR = [(46, 33.4), (23, 32.0), (12, 32.3), (6, 23.5), (9, 29.3), (11, 31.6), (10, 30.0)]
+
+
+def _far(busy: set[int]) -> pd.DataFrame:
+    """FAR's table, the driver's CPU near saturation (92%, analysis/driver.py: >= 85%) at the levels `busy`."""
+    rows = [_row(1, 6.0, 0.1, 2, duration_s=8.0, phase="baseline"),
+            *[_row(level, thr, 1.0, 10 + 3 * i, duration_s=4.0) for i, (level, thr) in enumerate(FAR)]]  # fmt: skip
+    return pd.DataFrame([{**r, "driver_cpu_mean_pct": 92.0 if r["level"] in busy else 40.0} for r in rows])
+
+
+@pytest.mark.parametrize("busy", [{12, 23, 46}, {46}, {23}])
+def test_no_climb_above_the_highest_level_rests_on_levels_a_saturated_driver_measured(busy: set[int]) -> None:
+    """Rule 1's climb reads the levels above the answer as short of a plateau still climbing; where the
+    driver's CPU was near saturation there, their throughput may be the driver's, and a level above only
+    loads it more: the run that climbed to 69 on a knee of 11 (first level 46) narrows on the levels measured."""
+    from loadtest.method.levels import Remeasures
+
+    table = _far(busy)
+    knee = find_knee(table)
+    assert knee.recommended_level == 11 and knee.confidence[1] == 46, knee  # up to the highest level
+    assert set(knee.driver_saturated_levels) == busy
+    remeasures = Remeasures()  # the controller's and the bench's one way to ask
+    again = remeasures.next(table, knee, 24.0)
+    assert again is not None and again.level <= 46, again
+    assert not remeasures.climbed_above  # no climb was taken: none spent
+    named = ", ".join(map(str, sorted(busy)))
+    assert "none measured above the highest level" in again.why and "near saturation at level" in again.why
+    assert named in again.why, again.why
+
+
+def test_a_saturated_driver_below_the_answer_leaves_the_climb_as_it_was() -> None:
+    """The levels at or below the answer do not ask for the climb (their shortfall is the answer's own): the
+    same table with the driver busy at 1, 6 and 9 only, or nowhere, still measures 1.5 x 46 once."""
+    for busy in (set(), {1, 6, 9}):
+        table = _far(busy)
+        again = remeasure_level(table, find_knee(table), 24.0)
+        assert again is not None and again.level == 69 and "rests on level 46 alone" in again.why, again

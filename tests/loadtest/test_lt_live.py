@@ -76,3 +76,34 @@ def test_the_panel_and_console_throughput_is_the_step_tables() -> None:
     assert final["throughput_rps"] == round(table_row["throughput_rps"], 2) and final["final"]
     provisional = panel_row(STEPS[1], None, {}, provisional=(44, 5, 3.14159, [500.0, 500.0]))
     assert provisional["status"] == "complete, requests in flight" and provisional["throughput_rps"] == 3.14
+
+
+def test_the_driver_cpu_reaches_the_live_row_as_the_report_reads_it(tmp_path: Path) -> None:
+    """A decision between steps (remeasure_level's withheld climb) reads which steps the driver's saturation
+    may have set: the live row's driver_cpu_mean_pct is the step table's, from the driver's samples only."""
+    from analysis import find_knee
+    from loadtest.method.controller import Controller
+    from loadtest.settings.run_config import RunConfig
+
+    host = [HostSample(2.0 + t, 2, "driver", 90.0 + t, 1000.0) for t in range(5)]
+    host += [HostSample(3.0, 2, "gpu", 10.0, 1000.0), HostSample(0.5, 1, "driver", 20.0, 1000.0)]
+    ctl = Controller(RunConfig(), tmp_path, None, broadcast=lambda _tag: None)
+    try:
+        ctl.on_host(host)  # the monitor's callback: host.csv and the running totals alike
+        live = ctl.live
+        live.add_rows(_rows())
+        for step in STEPS:
+            live.close(step)
+        mine = live.table().iloc[0]
+        run = RunData(
+            run_dir=Path("."), manifest={}, requests=requests_frame(_rows()),
+            steps=pd.DataFrame([dataclasses.asdict(s) for s in STEPS]), gpu=empty_frame(GpuSample),
+            server=empty_frame(ServerSample), host=pd.DataFrame([dataclasses.asdict(h) for h in host]),
+            events=empty_frame(Event),
+        )  # fmt: skip
+        assert mine["driver_cpu_mean_pct"] == step_table(run).iloc[0]["driver_cpu_mean_pct"] == 92.0
+        assert find_knee(live.table()).driver_saturated_levels == (2,)
+        live.finalize(3)  # final: the row keeps it, the samples are let go
+        assert live.table().iloc[0]["driver_cpu_mean_pct"] == 92.0
+    finally:
+        ctl.close()
