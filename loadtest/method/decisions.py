@@ -27,6 +27,7 @@ from loadtest.method.levels import (
 )
 from loadtest.method.live import LiveSteps
 from loadtest.method.overload import OverloadWatch
+from loadtest.method.phase_timing import PhaseTiming
 from loadtest.settings.limits import TimingLimits
 from loadtest.settings.open_loop import VERIFY_FACTOR, drain_max_s, drained, window_too_short
 from loadtest.settings.run_config import RunConfig
@@ -42,6 +43,7 @@ class PlanDecisions:
     monitor: GpuMonitor | None
     card: CardWatch
     live: LiveSteps
+    timing: PhaseTiming  # the baseline's cooldown: at rest or not (the promise's "about")
     watch: OverloadWatch
     gpus_named: bool
     step_index: int
@@ -95,7 +97,7 @@ class PlanDecisions:
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         climbs = cfg.climb_budget if choice.extend else 0
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
-                             latency_cv=self._baseline_cv())  # fmt: skip
+                             latency_cv=self._baseline_cv(), at_rest=self.timing.last_at_rest)  # fmt: skip
         self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/phase_time.py)
             "time_budget",
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.words import duration_words
+from analysis.words import about_words
 from loadtest.method.budget import REPORT_S, TICK_S, level_s, time_budget
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS
 from loadtest.settings.limits import limits_of
@@ -44,7 +44,7 @@ def test_re_measures_refinement_and_both_verify_windows_count():
     assert plain.verify_s > cfg.verify_window_s + limits.cooldown_cap_s + 3 * (TICK_S + limits.flush_wait_s)
     words = gated.words()
     assert words.startswith(
-        f"about {duration_words(gated.typical_s)} as planned, at most {math.ceil(gated.total_s / 60)} min ("
+        f"about {about_words(gated.typical_s)} as planned, at most {math.ceil(gated.total_s / 60)} min ("
     )
     assert "re-measures up to" in words and "through the gateway" in words
     assert (
