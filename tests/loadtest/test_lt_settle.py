@@ -109,6 +109,7 @@ def test_a_cooldown_back_at_idle_with_nothing_in_flight_ends_without_its_minimum
     _feed(ctl, monitor, 100.0, 100.5, IDLE_MIB + 50)
     assert ctl.at_rest(drained_at)
     assert ctl.timing.cooldown_over(drained_at + 0.5, 0.5, 0)  # 0.5 s into it: no fixed 4 s to wait out
+    assert ctl.timing.last_at_rest  # the promise's "about" counts the cooldowns after the baseline's so
     ctl.last_server = _server(100.25, 2.0)  # the server still works on requests the users gave up on
     assert not ctl.at_rest(drained_at) and not ctl.timing.cooldown_over(drained_at + 0.5, 0.5, 0)
     ctl.last_server = _server(99.5, 0.0)  # a reading from before the drain says nothing about now
@@ -127,4 +128,5 @@ def test_memory_above_idle_or_unread_keeps_the_minimum(tmp_path: Path) -> None:
     monitor.used_mib = None  # no GPU reading: nothing says it is at rest; the minimum holds, then it ends
     assert not ctl.at_rest(100.0)
     assert not ctl.timing.cooldown_over(101.0, 1.0, 0) and ctl.timing.cooldown_over(104.0, 4.0, 0)
+    assert not ctl.timing.last_at_rest  # ended at its minimum: "about" counts COOLDOWN_MIN_S per cooldown
     ctl.close()
