@@ -12,8 +12,10 @@ promise counts them (loadtest/method/budget.py):
 
 A warm-up belongs to the part of the phase after it, a cooldown to the part of the one before it. The
 promise is the manifest's `time_budget` (loadtest/method/budget.py `TimeBudget.to_dict`: `at_most_min`,
-`said_unix_s`, its parts in seconds), said when the levels were chosen (the `time_budget` event says it in
-words): it covers the time from then to the run's last phase end.
+`said_unix_s`, its parts in seconds at most and as planned), said when the levels were chosen (the
+`time_budget` event says it in words): it covers the time from then to the run's last phase end. Each part
+after it shows beside what it took what the plan said of it: as planned (the plan as drawn, each phase at its
+expected length) and at most.
 """
 
 from __future__ import annotations
@@ -24,9 +26,18 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.words import about_words
+
 PARTS = ("baseline", "levels", "refinement", "re-measures", "verify", "verify through the gateway")
 PHASES = ("idle", "warmup", "baseline", "step", "cooldown", "verify", "drain")
 CONFIRM = "confirm"
+PROMISED = {  # a part after the promise: its (as planned, at most) seconds in the manifest's time_budget
+    "levels": ("typical_levels_s", "levels_s"),
+    "refinement": ("typical_refinement_s", "refinement_s"),
+    "re-measures": ("", "remeasure_s"),  # only while the answer stays wide: none as planned
+    "verify": ("typical_verify_s", "verify_s"),  # both verify parts: each one window's share
+    "verify through the gateway": ("typical_verify_s", "verify_s"),
+}
 
 
 def _own_part(phase: str, note: str, via: str) -> str | None:
@@ -78,12 +89,35 @@ def promised_minutes(budget: Mapping[str, Any] | None) -> tuple[float, float] | 
     return float(at_most), float(said)
 
 
+def _number(budget: Mapping[str, Any], key: str) -> float | None:
+    value = budget.get(key) if key else None
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def part_promise(budget: Mapping[str, Any] | None, part: str) -> tuple[float | None, float | None]:
+    """(as planned, at most) seconds the promise gave `part` (None: it gave none: the baseline, before it;
+    a promise written before the field existed); a verify part gets one window's share."""
+    if not isinstance(budget, Mapping) or part not in PROMISED:
+        return None, None
+    planned_key, at_most_key = PROMISED[part]
+    planned, at_most = _number(budget, planned_key), _number(budget, at_most_key)
+    if part == "re-measures" and at_most is not None:
+        planned = 0.0
+    if part.startswith("verify"):
+        windows = _number(budget, "verify_windows") or 0.0
+        if windows < 1:
+            return None, None
+        planned, at_most = (None if v is None else v / windows for v in (planned, at_most))
+    return planned, at_most
+
+
 def phase_times(steps: pd.DataFrame, budget: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """{"total_s", "by_phase": [{phase, count, seconds}], "by_part": [{part, phases, seconds}],
-    "between_s" (the run's time outside any phase: the step-end flushes), "promised_min", "after_promise_s",
-    "kept" (None without a promise)}."""
-    empty: dict[str, Any] = {"total_s": 0.0, "by_phase": [], "by_part": [], "between_s": 0.0,
-                             "promised_min": None, "after_promise_s": None, "kept": None}  # fmt: skip
+    """{"total_s", "by_phase": [{phase, count, seconds}], "by_part": [{part, phases, seconds, planned_s,
+    at_most_s}] (the promise's share of each part: `part_promise`), "between_s" (the run's time outside any
+    phase: the step-end flushes), "promised_min", "promised_about" ("about N min as planned", in words),
+    "after_promise_s", "kept" (None without a promise)}."""
+    empty: dict[str, Any] = {"total_s": 0.0, "by_phase": [], "by_part": [], "between_s": 0.0, "promised_min": None,
+                             "promised_about": None, "after_promise_s": None, "kept": None}  # fmt: skip
     if steps is None or steps.empty:
         return empty
     steps = steps.sort_values("step_index", kind="stable").reset_index(drop=True)
@@ -96,7 +130,8 @@ def phase_times(steps: pd.DataFrame, budget: Mapping[str, Any] | None = None) ->
         if (frame["phase"] == p).any()
     ]  # fmt: skip
     by_part = [
-        {"part": p, "phases": int((frame["part"] == p).sum()), "seconds": float(frame.loc[frame["part"] == p, "seconds"].sum())}
+        {"part": p, "phases": int((frame["part"] == p).sum()), "seconds": float(frame.loc[frame["part"] == p, "seconds"].sum()),
+         **dict(zip(("planned_s", "at_most_s"), part_promise(budget, p), strict=True))}
         for p in PARTS
         if (frame["part"] == p).any()
     ]  # fmt: skip
@@ -110,9 +145,16 @@ def phase_times(steps: pd.DataFrame, budget: Mapping[str, Any] | None = None) ->
         "by_part": by_part,
         "between_s": max(0.0, total - float(took.sum())),
         "promised_min": None if promise is None else promise[0],
+        "promised_about": _about(budget) if promise is not None else None,
         "after_promise_s": after,
         "kept": None if promise is None or after is None else bool(after <= promise[0] * 60.0 + 1e-9),
     }
+
+
+def _about(budget: Mapping[str, Any] | None) -> str | None:
+    """"about 1.5 min as planned" (budget.TimeBudget.words' first words), None from a promise without it."""
+    typical = _number(budget, "typical_s") if isinstance(budget, Mapping) else None
+    return None if typical is None else f"about {about_words(typical)} as planned"
 
 
 def minutes(seconds: float | None) -> str:

@@ -16,3 +16,15 @@ def duration_words(seconds: float) -> str:
     if tens_s < 100:
         return f"{tens_s} s"
     return f"{math.ceil(seconds / 60)} min"
+
+
+def about_words(seconds: float) -> str:
+    """An expected duration to the nearest step a person says it in, neither up nor down: "40 s" under 95 s
+    (to 10 s), "1.5 min" under 10 min (to half a minute), else whole minutes. `duration_words` rounds up,
+    as a bound is said; an expectation rounded up said "about 2 min" for 95 s."""
+    if seconds < 95:
+        return f"{max(10, round(seconds / 10) * 10)} s"
+    if seconds < 585:
+        halves = round(seconds / 30)
+        return f"{halves // 2}{'.5' if halves % 2 else ''} min"
+    return f"{round(seconds / 60)} min"

@@ -2,27 +2,35 @@
 
 "about N min as planned, at most M min": M is kept only if it counts every phase the plan may still run,
 each at the longest its own rule lets it last, from what the baseline measured (one request alone takes
-`latency_s`); N is the plan as drawn (its levels, the refinement, the verify windows and the report), the
-same phases at their longest, without the climbs and re-measures that a knee or a wide answer may add:
+`latency_s`):
 
     levels         the planned ones, and the CLIMB_BUDGET levels doubled past them where no knee may show
     a level        warm-up (latency-led: `timing.warmup_bounds` from the baseline's latency), the step (at most
                    its request target's cap, TARGET_WINDOWS x STEP_S, longer while MIN_STEP_REQUESTS are not in:
-                   at one user's pace at worst, the knee's throughput never falls below the baseline's; as
-                   planned, `windows.step_expected_s`: the answers its precision needs at the baseline's spread),
-                   then the cooldown (the drain: requests in flight come back within a latency at that level, at
-                   most the drain's cap; then COOLDOWN_S for memory)
-    refinement     as many levels as `levels.refine_guess` says, each as long as the highest planned level's
+                   at one user's pace at worst, the knee's throughput never falls below the baseline's), then the
+                   cooldown (the drain: requests in flight come back within a latency at that level, at most the
+                   drain's cap; then COOLDOWN_S for memory)
+    refinement     as many levels as `levels.refine_guess` says, each as long as the highest level's
     re-measures    REMEASURE_BUDGET of them (plan.py), each a level with a window of REMEASURE_MAX_WINDOWS
                    STEP_S: only while the answer's interval stays wider than +-1 level, so "up to"
-    verify         the window (at most VERIFY_WINDOW_S; as planned, `windows.verify_expected_s`), its drain (capped at the recommended queue wait timeout: WAIT_MULTIPLE
-                   x a P95 that is at most the latency at the highest level) and a cooldown; twice where the run
-                   may verify through a gateway too (method/gateway.py: GATEWAY=haproxy, or auto with haproxy here)
+    verify         the window (at most VERIFY_WINDOW_S), its drain (capped at the recommended queue wait timeout:
+                   WAIT_MULTIPLE x a P95 that is at most the latency at the highest level) and a cooldown; twice
+                   where the run may verify through a gateway too (method/gateway.py: GATEWAY=haproxy, or auto with
+                   haproxy here)
     each phase     and the tick that sees its end, then the step-end flush: FLUSH_WAIT_S at most with workers
     the report     REPORT_S for the analysis and the report after the plan
 
-What each phase then took is in the report (analysis/phase_time.py), beside this promise: the `time_budget`
-event says it in words, the manifest's `time_budget` holds it as numbers (`TimeBudget.to_dict`).
+N is the plan as drawn (its levels, `refine_typical` of their gaps, the verify windows, the report),
+each phase at its expected length, not its bound (`level_typical_s`, `verify_typical_s`): a warm-up at its lower
+bound; a step's first answers back a latency after its start (rows are tagged at the request's start), then as
+many as its precision usually needs at the baseline's spread (`windows.step_expected_s`); a verify window as
+`windows.verify_expected_s` says on a sharp knee at the highest planned level; a drain's probe answered again as
+fast as alone; a cooldown as the baseline's went (`cooldown_typical_s`: memory back at idle, or a high-water mark
+held for COOLDOWN_MIN_S); each phase seen ended once its rows shipped and at the tick after (`seen_s`); the report
+as it usually takes (REPORT_TYPICAL_S). No climbs, re-measures or knee re-checks: the plan as drawn.
+
+What each phase then took is in the report (analysis/phase_time.py), beside this promise, part by part: the
+`time_budget` event says it in words, the manifest's `time_budget` holds it as numbers (`TimeBudget.to_dict`).
 """
 
 from __future__ import annotations
@@ -31,25 +39,28 @@ import math
 from dataclasses import dataclass
 
 from analysis.config import WAIT_MULTIPLE  # the drain's cap is this x the recommended level's P95
-from analysis.words import duration_words, plural
+from analysis.words import about_words, plural
 from loadtest.method.gateway import skip_reason
 from loadtest.method.levels import refine_guess
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, remeasure_max_s
 from loadtest.method.timing import warmup_bounds
 from loadtest.method.windows import StepWindow, step_expected_s, verify_expected_s
 from loadtest.settings.limits import TimingLimits, limits_of
-from loadtest.settings.open_loop import DRAIN_MIN_S, VERIFY_FACTOR, drain_max_s
+from loadtest.settings.open_loop import DRAIN_MIN_S, DRAIN_PROBES, VERIFY_FACTOR, drain_max_s
 from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.rowlink import SHIP_INTERVAL_S
 
 TICK_S = 1.0  # Locust calls the shape's tick about once a second: a phase ends at the tick after its end
 
 
 REPORT_S = 15.0  # the analysis and the report after the plan, on a busy 2-core driver
+REPORT_TYPICAL_S = 6.0  # as it usually goes: 5 s from the demo's last phase to its report.html (2 busy cores)
 
 
 @dataclass(frozen=True)
 class TimeBudget:
-    """Seconds the rest of the run takes at most, by part (see the module's docstring), the report included."""
+    """Seconds the rest of the run takes at most, by part (see the module's docstring), the report included,
+    and the plan as drawn, each phase at its expected length (the `typical_` parts: "about")."""
 
     levels_s: float
     refinement_s: float
@@ -59,22 +70,32 @@ class TimeBudget:
     verify_windows: int = 0
     climbs: int = 0
     planned_levels_s: float = 0.0  # the levels as planned, none doubled past them, at their longest
-    typical_s: float = 0.0  # the plan as drawn, each phase as it usually goes: "about N min as planned"
+    typical_levels_s: float = 0.0  # the planned levels as they usually go
+    typical_refinement_s: float = 0.0  # `refine_typical` levels, each as the highest planned usually goes
+    typical_refine_levels: int = 0
+    typical_verify_s: float = 0.0  # every verify window with its drain and cooldown, as they usually go
     report_s: float = REPORT_S
+    typical_report_s: float = REPORT_TYPICAL_S
 
     @property
     def total_s(self) -> float:
         return self.levels_s + self.refinement_s + self.remeasure_s + self.verify_s + self.report_s
 
+    @property
+    def typical_s(self) -> float:
+        """The plan as drawn, each phase at its expected length: "about N min as planned"."""
+        return self.typical_levels_s + self.typical_refinement_s + self.typical_verify_s + self.typical_report_s
+
     def words(self) -> str:
-        """ "about 5 min as planned, at most 14 min (levels 4.1 min, about 3 refinement levels 2.0, ...)"."""
+        """ "about 5 min as planned, at most 14 min (levels 4.1 min, up to 3 refinement levels 2.0, ...)": the
+        parts in brackets are the at-most's."""
         parts = [f"levels {self.planned_levels_s / 60:.1f} min"]
         if self.climbs:
             more_s = self.levels_s - self.planned_levels_s
             parts.append(f"up to {plural(self.climbs, 'level')} doubled past them {more_s / 60:.1f}")
         if self.refine_levels:
             parts.append(
-                f"about {plural(self.refine_levels, 'refinement level')} {self.refinement_s / 60:.1f}"
+                f"up to {plural(self.refine_levels, 'refinement level')} {self.refinement_s / 60:.1f}"
             )
         if self.remeasure_s:
             parts.append(
@@ -84,7 +105,7 @@ class TimeBudget:
             through = " (the server as it is, then through the gateway)" if self.verify_windows > 1 else ""
             parts.append(f"verify {self.verify_s / 60:.1f}{through}")
         parts.append(f"the report {self.report_s / 60:.1f}")
-        return (f"about {duration_words(self.typical_s)} as planned, at most {self.at_most_min} min"
+        return (f"about {about_words(self.typical_s)} as planned, at most {self.at_most_min} min"
                 f" ({', '.join(parts)})")  # fmt: skip
 
     @property
@@ -94,37 +115,57 @@ class TimeBudget:
 
     def to_dict(self, said_unix_s: float) -> dict[str, float | int]:
         """The promise as numbers for the run folder (manifest.json `time_budget`): when it was said, the
-        minutes it promised at most, and its parts in seconds (analysis/phase_time.py judges it kept)."""
+        minutes it promised at most, its parts in seconds at most and as planned (analysis/phase_time.py
+        judges it kept and shows each part beside what it took)."""
         return {
             "said_unix_s": said_unix_s, "at_most_min": self.at_most_min, "at_most_s": self.total_s,
             "typical_s": self.typical_s, "levels_s": self.levels_s, "planned_levels_s": self.planned_levels_s,
             "refinement_s": self.refinement_s, "remeasure_s": self.remeasure_s, "verify_s": self.verify_s,
             "report_s": self.report_s, "refine_levels": self.refine_levels, "verify_windows": self.verify_windows,
-            "climbs": self.climbs,
+            "climbs": self.climbs, "typical_levels_s": self.typical_levels_s,
+            "typical_refinement_s": self.typical_refinement_s, "typical_verify_s": self.typical_verify_s,
+            "typical_report_s": self.typical_report_s, "typical_refine_levels": self.typical_refine_levels,
         }  # fmt: skip
 
 
 def level_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: float | None, window_s: float,
-            window_max_s: float, typical: bool = False, latency_cv: float | None = None) -> float:  # fmt: skip
-    """A level's warm-up, measured window and cooldown, each at the longest its rule lets it last; `typical`:
-    each as a level usually goes (the warm-up's lower bound, the window its precision usually needs at the
-    baseline's spread `latency_cv`, a cooldown that ends at its minimum once the requests in flight are back
-    within a latency, the tick after each phase). `window_s`: the longest the window runs once its requests
-    are in (a step: its target's cap; a re-measure or a soak: its fixed window)."""
+            window_max_s: float) -> float:  # fmt: skip
+    """A level's warm-up, measured window and cooldown, each at the longest its rule lets it last, and the
+    flush after each. `window_s`: the longest the window runs once its requests are in (a step: its target's
+    cap; a re-measure or a soak: its fixed window)."""
     warmup_s = 0.0
     if cfg.warmup_s > 0:
         measured = [(1, latency_s * 1000.0)] if latency_s else []
-        bounds = warmup_bounds(level, measured, limits, cfg.request_timeout_s)
-        warmup_s = bounds.min_s if typical else bounds.max_s
+        warmup_s = warmup_bounds(level, measured, limits, cfg.request_timeout_s).max_s
     step_s = window_s
-    if typical and window_s == limits.step_target_max_s and cfg.scenario != "soak":  # a step of the search
-        step_s = step_expected_s(level, latency_s, latency_cv, StepWindow(cfg.min_step_requests, cfg.step_s, window_s))
-    if latency_s and cfg.min_step_requests and not typical:  # at one user's pace at worst
+    if latency_s and cfg.min_step_requests:  # at one user's pace at worst
         step_s = min(max(window_s, cfg.min_step_requests * latency_s), window_max_s)
     phases = 3 if cfg.warmup_s > 0 else 2
-    if typical:
-        return warmup_s + step_s + cooldown_typical_s(limits, latency_s or 0.0) + (phases - 1) * TICK_S
     return warmup_s + step_s + cooldown_s(cfg, limits, level, latency_s) + phases * flush_s(cfg, limits)
+
+
+def seen_s(cfg: RunConfig) -> float:
+    """How long after its rule holds a phase is seen ended, as it usually goes: its last rows ship from the
+    workers within SHIP_INTERVAL_S (half of it on average; a local run's at once), then the next tick."""
+    return TICK_S + (SHIP_INTERVAL_S / 2 if cfg.workers > 0 else 0.0)
+
+
+def level_typical_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: float | None,
+                    latency_cv: float | None, at_rest: bool) -> float:  # fmt: skip
+    """A level as it usually goes: the warm-up at its lower bound (ended at the tick after it); the step's
+    first answers back a latency after its start (its rows are the requests it started), then the answers its
+    precision usually needs at the baseline's spread `latency_cv` (`windows.step_expected_s`; a soak: its
+    window), seen once shipped; the cooldown as the baseline's went (`at_rest`: see `cooldown_typical_s`)."""
+    warmup_s = 0.0
+    if cfg.warmup_s > 0:
+        measured = [(1, latency_s * 1000.0)] if latency_s else []
+        warmup_s = warmup_bounds(level, measured, limits, cfg.request_timeout_s).min_s + TICK_S
+    if cfg.scenario == "soak":
+        step_s = cfg.soak_s + TICK_S
+    else:
+        window = StepWindow(cfg.min_step_requests, cfg.step_s, limits.step_target_max_s)
+        step_s = (latency_s or 0.0) + step_expected_s(level, latency_s, latency_cv, window) + seen_s(cfg)
+    return warmup_s + step_s + cooldown_typical_s(limits, latency_s or 0.0, at_rest)
 
 
 def flush_s(cfg: RunConfig, limits: TimingLimits) -> float:
@@ -138,7 +179,7 @@ def cooldown_typical_s(limits: TimingLimits, in_flight_s: float, at_rest: bool =
     (`in_flight_s`: a latency at the step's level, seen at the tick after), then either memory is back at
     idle with nothing in flight (`at_rest`: at the next tick, with a fresh reading; the simulator's demo
     cooldowns took 2.0 s), or a caching allocator's high-water mark holds still (COOLDOWN_MIN_S from the
-    start, the longer: the progress line's "about" counts it)."""
+    start, the longer). The progress line's "about" counts the one the baseline's cooldown showed."""
     back_s = min(in_flight_s, limits.drain_cap_s)
     if at_rest:
         return math.ceil(back_s / TICK_S) * TICK_S + TICK_S
@@ -152,47 +193,75 @@ def cooldown_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: floa
     return min(in_flight_s, limits.drain_cap_s) + limits.cooldown_cap_s
 
 
+def verify_s(cfg: RunConfig, limits: TimingLimits, top: int, latency_s: float | None) -> float:
+    """One verify window at its longest: VERIFY_WINDOW_S, its drain at its cap (WAIT_MULTIPLE x a P95 at most
+    the latency at `top`, the highest level the run may reach), a cooldown of up to MAX_IN_FLIGHT users, and
+    the flush after each."""
+    p95_s = min(latency_s * top, cfg.request_timeout_s) if latency_s else cfg.request_timeout_s
+    cooldown = cooldown_s(cfg, limits, cfg.max_in_flight, latency_s)
+    return cfg.verify_window_s + drain_max_s(p95_s, WAIT_MULTIPLE) + cooldown + 3 * flush_s(cfg, limits)
+
+
+def verify_typical_s(cfg: RunConfig, limits: TimingLimits, top: int, latency_s: float | None, at_rest: bool) -> float:
+    """One verify window as it usually goes, on a sharp knee at `top` (the highest planned level: its plateau
+    `top` / latency, its P95 about one request alone's): as long as `windows.verify_expected_s` says; the drain
+    until its probe's DRAIN_PROBES answers come back as fast as alone, behind what the server still holds (a
+    latency), at most its cap; the cooldown of the drain's one user (`cooldown_typical_s`); each seen ended."""
+    window_s, drain_s = cfg.verify_window_s, DRAIN_MIN_S  # no latency to scale by: the window to its cap
+    if latency_s:
+        plateau_rps = top / latency_s
+        window_s = verify_expected_s(VERIFY_FACTOR * plateau_rps, plateau_rps, latency_s, cfg.verify_window_s)
+        drain_s = min((DRAIN_PROBES + 1) * latency_s, drain_max_s(latency_s, WAIT_MULTIPLE))
+    return window_s + drain_s + 2 * seen_s(cfg) + cooldown_typical_s(limits, latency_s or 0.0, at_rest)
+
+
+def refine_typical(levels: list[int]) -> int:
+    """Levels the refinement usually adds to the plan as drawn: a bisection, down to adjacent levels, of the
+    gap the knee usually falls in, a typical one (the median gap, from 1 up), not the widest
+    (`levels.refine_guess`, which "at most" counts): an estimate-led plan draws its widest gaps far below the
+    estimate ([3, 5, 8, 10, 12]: 5..8, where the knee seldom is). On seven simulator profiles it refined
+    1, 1, 1, 1, 1, 2 and 3 levels where the widest gap said 2, 2, 2, 2, 3, 0 and 6, the median 1, 1, 1, 1, 3, 0, 6."""
+    gaps = sorted(b - a for a, b in zip([1, *levels[:-1]], levels, strict=True))
+    median = gaps[len(gaps) // 2] if gaps else 1
+    return max(1, (median - 1).bit_length()) if median > 1 else 0
+
+
 def time_budget(cfg: RunConfig, levels: list[int], latency_s: float | None, limits: TimingLimits | None = None,
-                gateway: bool | None = None, climbs: int = 0, latency_cv: float | None = None) -> TimeBudget:  # fmt: skip
+                gateway: bool | None = None, climbs: int = 0, latency_cv: float | None = None,
+                at_rest: bool = False) -> TimeBudget:  # fmt: skip
     """The rest of the run at most once `levels` are chosen, the baseline's mean latency `latency_s` known
-    (None: unknown; the latency-led parts then take their caps), and its spread `latency_cv` (the "about":
-    how many answers a step's precision usually needs). `climbs`: levels the plan may double past them when
-    no knee shows (CLIMB_BUDGET where the levels may be extended). `gateway`: whether the verify window may
-    run a second time through a gateway (None: as GATEWAY and this machine say)."""
+    (None: unknown; the latency-led parts then take their caps), and, as planned, its spread `latency_cv` (how
+    many answers a step's precision usually needs) and `at_rest` (the baseline's cooldown found memory back
+    at idle: the later ones usually do too). `climbs`: levels the plan may double past them when no knee shows
+    (CLIMB_BUDGET where the levels may be extended). `gateway`: whether the verify window may run a second
+    time through a gateway (None: as GATEWAY and this machine say)."""
     limits = limits or limits_of(cfg)
     soak = cfg.scenario == "soak"
     window_s, window_max_s = (cfg.soak_s, cfg.soak_s) if soak else (limits.step_target_max_s, limits.step_max_s)
-    top = max(levels, default=1)
-    reach = [*levels, *(top * 2**k for k in range(1, climbs + 1))] if not soak else list(levels)
+    planned_top = max(levels, default=1)
+    reach = [*levels, *(planned_top * 2**k for k in range(1, climbs + 1))] if not soak else list(levels)
     levels_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s) for n in reach)
     planned_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s) for n in levels)
-    typical_s = sum(level_s(cfg, limits, n, latency_s, window_s, window_max_s, True, latency_cv) for n in levels)
-    if cfg.refine and not soak:  # as drawn: the planned levels' widest gap, not the climbs' (at most: theirs)
-        drawn_refine = refine_guess(sorted(levels))
-        typical_s += drawn_refine * level_s(cfg, limits, top, latency_s, window_s, window_max_s, True, latency_cv)
+    typical_levels_s = sum(level_typical_s(cfg, limits, n, latency_s, latency_cv, at_rest) for n in levels)
     top = max(reach, default=1)
-    refine = refine_guess(sorted(reach)) if cfg.refine and not soak else 0
+    refine = drawn_refine = 0
+    if cfg.refine and not soak:  # at most: the widest gap, the climbs' included; as drawn: a typical gap's
+        refine, drawn_refine = refine_guess(sorted(reach)), refine_typical(sorted(levels))
     refinement_s = refine * level_s(cfg, limits, top, latency_s, window_s, window_max_s)
+    typical_refinement_s = drawn_refine * level_typical_s(cfg, limits, planned_top, latency_s, latency_cv, at_rest)
     remeasure_s = 0.0
     if cfg.refine and not soak:
         w = REMEASURE_MAX_WINDOWS * cfg.step_s
         remeasure_s = REMEASURE_BUDGET * level_s(cfg, limits, top, latency_s, w, remeasure_max_s(w))
     windows = 0
-    verify_s = 0.0
     if cfg.verify and not soak:
         if gateway is None:  # as the plan decides it (decisions._gateway_plan), before any window ran
             gateway = cfg.verify_rate_rps <= 0 and not skip_reason(cfg.gateway, 0)
         windows = 2 if gateway else 1
-        p95_s = min(latency_s * top, cfg.request_timeout_s) if latency_s else cfg.request_timeout_s
-        drain_s = drain_max_s(p95_s, WAIT_MULTIPLE)
-        cooldown = cooldown_s(cfg, limits, cfg.max_in_flight, latency_s)
-        verify_s = windows * (cfg.verify_window_s + drain_s + cooldown + 3 * flush_s(cfg, limits))
-        plateau_rps = top / latency_s if latency_s else 0.0  # a sharp knee at the top level: its fastest
-        window = verify_expected_s(VERIFY_FACTOR * plateau_rps, plateau_rps, p95_s if latency_s else None,
-                                   cfg.verify_window_s)  # fmt: skip
-        typical_s += windows * (window + DRAIN_MIN_S + limits.cooldown_min_s + 3 * TICK_S)
     return TimeBudget(
-        levels_s=levels_s, refinement_s=refinement_s, remeasure_s=remeasure_s, verify_s=verify_s,
-        refine_levels=refine, verify_windows=windows, climbs=len(reach) - len(levels), planned_levels_s=planned_s,
-        typical_s=typical_s + REPORT_S,
+        levels_s=levels_s, refinement_s=refinement_s, remeasure_s=remeasure_s,
+        verify_s=windows * verify_s(cfg, limits, top, latency_s), refine_levels=refine, verify_windows=windows,
+        climbs=len(reach) - len(levels), planned_levels_s=planned_s, typical_levels_s=typical_levels_s,
+        typical_refinement_s=typical_refinement_s, typical_refine_levels=drawn_refine,
+        typical_verify_s=windows * verify_typical_s(cfg, limits, planned_top, latency_s, at_rest),
     )  # fmt: skip

@@ -27,6 +27,8 @@ from loadtest.method.levels import (
 )
 from loadtest.method.live import LiveSteps
 from loadtest.method.overload import OverloadWatch
+from loadtest.method.phase_timing import PhaseTiming
+from loadtest.method.settle import near_idle
 from loadtest.settings.limits import TimingLimits
 from loadtest.settings.open_loop import VERIFY_FACTOR, drain_max_s, drained, window_too_short
 from loadtest.settings.run_config import RunConfig
@@ -42,6 +44,7 @@ class PlanDecisions:
     monitor: GpuMonitor | None
     card: CardWatch
     live: LiveSteps
+    timing: PhaseTiming  # the baseline's cooldown: at rest or not (the promise's "about")
     watch: OverloadWatch
     gpus_named: bool
     step_index: int
@@ -95,7 +98,7 @@ class PlanDecisions:
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         climbs = cfg.climb_budget if choice.extend else 0
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
-                             latency_cv=self._baseline_cv())  # fmt: skip
+                             latency_cv=self._baseline_cv(), at_rest=self._memory_falls_back())  # fmt: skip
         self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/phase_time.py)
             "time_budget",
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
@@ -139,6 +142,20 @@ class PlanDecisions:
             self.event("warning", f"could not read the baseline's latency: {exc}")
             return None
         return mean_ms / 1000.0 if mean_ms and mean_ms > 0 else None
+
+    def _memory_falls_back(self) -> bool:
+        """The baseline raised GPU memory above idle and its cooldown found it back there: the server frees
+        what a request held, so later cooldowns end once their requests are back (the promise's "about").
+        A caching allocator's high-water mark stays; the pre-flight may have set it already (the idle reading
+        then holds it, and the baseline's cooldown is at "idle" without a fall): COOLDOWN_MIN_S each."""
+        if not self.timing.last_at_rest or self.idle_mib is None:
+            return False
+        try:
+            base = self.live.table(self.clock()).query("phase == 'baseline'")
+            peak = None if base.empty else self.card.peak_per_step.get(int(base["step_index"].iloc[-1]))
+        except Exception:  # the promise then counts COOLDOWN_MIN_S per cooldown
+            return False
+        return peak is not None and not near_idle(peak, self.idle_mib)
 
     def _baseline_cv(self) -> float | None:
         """The baseline's latency CV: how many answers a step's precision usually needs (the promise's "about")."""

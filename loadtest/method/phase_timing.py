@@ -65,6 +65,7 @@ class PhaseTiming:
         self.drained_at: float | None = None  # when every user of the cooldown had stopped
         self.drain_cut = ""  # why the cooldown stopped waiting for them
         self.said_slow = False  # a warm-up lengthened by slow requests was named (once a run)
+        self.last_at_rest = False  # the last cooldown ended with memory back at idle (the promise's "about")
 
     def reset(self) -> None:
         """A new phase starts."""
@@ -161,10 +162,13 @@ class PhaseTiming:
             else:
                 return False
         if now - self.drained_at >= limits.cooldown_cap_s:
+            self.last_at_rest = False
             return True
         if ctl.at_rest(self.drained_at):  # back at idle, nothing in flight: no fixed minimum to wait out
+            self.last_at_rest = True
             return True
         spec = ctl.spec
+        self.last_at_rest = False
         return spec is not None and elapsed_s >= spec.min_s and ctl.memory_settled()
 
     def finalize_rows(self) -> None:

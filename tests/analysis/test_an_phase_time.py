@@ -87,3 +87,30 @@ def test_the_promise_is_read_from_the_manifest_and_judged_from_when_it_was_said(
 def test_no_steps_no_times_and_durations_read_as_people_say_them():
     assert phase_times(pd.DataFrame())["by_part"] == []
     assert (minutes(45.2), minutes(125), minutes(None)) == ("45 s", "2 min 05 s", "—")
+
+
+def test_each_part_after_the_promise_shows_what_the_plan_said_of_it():
+    """Beside what each part took: the plan as drawn at its expected length ("about") and its longest ("at
+    most"); each verify window gets its own share, re-measures none as planned, the baseline (before) none."""
+    from loadtest.method.budget import TimeBudget
+
+    steps = _steps()
+    said_at = float(steps["t_end_unix_s"].iloc[3])
+    budget = TimeBudget(levels_s=300.0, refinement_s=200.0, remeasure_s=120.0, verify_s=160.0, verify_windows=2,
+                        typical_levels_s=40.0, typical_refinement_s=20.0, typical_verify_s=30.0)  # fmt: skip
+    got = phase_times(steps, budget.to_dict(said_at))
+    promised = {r["part"]: (r["planned_s"], r["at_most_s"]) for r in got["by_part"]}
+    assert promised == {
+        "baseline": (None, None),
+        "levels": (40.0, 300.0),
+        "refinement": (20.0, 200.0),
+        "re-measures": (0.0, 120.0),
+        "verify": (15.0, 80.0),
+        "verify through the gateway": (15.0, 80.0),
+    }
+    assert budget.typical_s == 40 + 20 + 30 + budget.typical_report_s
+    assert got["promised_about"] == "about 1.5 min as planned" and got["promised_min"] == budget.at_most_min
+    older = {k: v for k, v in budget.to_dict(said_at).items() if not k.startswith("typical")}  # before the parts
+    old = phase_times(steps, older)
+    assert {r["part"]: r["planned_s"] for r in old["by_part"]}["levels"] is None and old["promised_about"] is None
+    assert {r["part"]: r["at_most_s"] for r in old["by_part"]}["levels"] == 300.0 and old["kept"] is not None

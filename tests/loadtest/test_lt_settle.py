@@ -109,6 +109,7 @@ def test_a_cooldown_back_at_idle_with_nothing_in_flight_ends_without_its_minimum
     _feed(ctl, monitor, 100.0, 100.5, IDLE_MIB + 50)
     assert ctl.at_rest(drained_at)
     assert ctl.timing.cooldown_over(drained_at + 0.5, 0.5, 0)  # 0.5 s into it: no fixed 4 s to wait out
+    assert ctl.timing.last_at_rest  # the promise's "about" counts the cooldowns after the baseline's so
     ctl.last_server = _server(100.25, 2.0)  # the server still works on requests the users gave up on
     assert not ctl.at_rest(drained_at) and not ctl.timing.cooldown_over(drained_at + 0.5, 0.5, 0)
     ctl.last_server = _server(99.5, 0.0)  # a reading from before the drain says nothing about now
@@ -127,4 +128,38 @@ def test_memory_above_idle_or_unread_keeps_the_minimum(tmp_path: Path) -> None:
     monitor.used_mib = None  # no GPU reading: nothing says it is at rest; the minimum holds, then it ends
     assert not ctl.at_rest(100.0)
     assert not ctl.timing.cooldown_over(101.0, 1.0, 0) and ctl.timing.cooldown_over(104.0, 4.0, 0)
+    assert not ctl.timing.last_at_rest  # ended at its minimum: "about" counts COOLDOWN_MIN_S per cooldown
     ctl.close()
+
+
+def _baseline_closed(ctl: Controller, peak_mib: float) -> None:
+    """A baseline (step 2) of ten answers, its GPU peak as the card saw it."""
+    from runfolder import RequestRow, StepRow
+
+    ctl.on_rows([RequestRow(
+        request_id=f"w-{i}", t_start_unix_s=10.0 + i, step_index=2, phase="baseline", level=1, scenario="fixed",
+        bucket="b", latency_ms=340.0, ttft_ms=None, status_code=200, ok=True, failure_kind="", bytes_sent=1,
+        bytes_received=1, cer=None, prompt_tokens=None, completion_tokens=None, attempt=1, final_attempt=True,
+        worker_id="w", error_text="",
+    ) for i in range(10)])  # fmt: skip
+    ctl.live.close(StepRow(2, "baseline", 1, 10.0, 20.0, "complete", ""))
+    ctl.card.peak_per_step[2] = peak_mib
+
+
+def test_the_promise_counts_short_cooldowns_only_where_the_baseline_showed_memory_fall_back(tmp_path: Path) -> None:
+    """The demo's server: the baseline raised memory 1114 MiB over idle and its cooldown found it back: later
+    cooldowns end in ~2 s. A caching allocator whose high-water mark the pre-flight already set reads "idle"
+    at that mark, so its baseline's cooldown is "at rest" with no fall seen: its later ones hold COOLDOWN_MIN_S."""
+    ctl, _monitor = _controller(tmp_path)
+    _baseline_closed(ctl, IDLE_MIB + 1114)
+    ctl.timing.last_at_rest = True
+    assert ctl._memory_falls_back()
+    ctl.timing.last_at_rest = False  # ended at its minimum, memory held
+    assert not ctl._memory_falls_back()
+    ctl.close()
+    (tmp_path / "held").mkdir()
+    held, _monitor = _controller(tmp_path / "held")
+    _baseline_closed(held, IDLE_MIB + 10)  # the pre-flight set the mark: no rise over "idle" in the baseline
+    held.timing.last_at_rest = True
+    assert not held._memory_falls_back()
+    held.close()
