@@ -82,7 +82,6 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
     from loadtest.settings.run_config import RunConfig
     from loadtest.traffic import rowlink
     from loadtest.traffic import users as ours
-    from loadtest.traffic.merge import LocalCopy
     from loadtest.traffic.payloads import build_payloads
     from loadtest.wiring import link
 
@@ -122,8 +121,7 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
 
     if kind == "ours":
         ours.set_payloads(payloads)
-        tmp = tempfile.mkdtemp(prefix="bench-driver-")
-        box = link._Worker.outbox = rowlink.Outbox("bench", LocalCopy(Path(tmp) / "local.rows"))
+        box = link._outbox_for("bench", Path(tempfile.mkdtemp(prefix="bench-driver-")))  # as a worker's run
         user_class: type = ours.OcrUser
     else:
         user_class = BareUser
