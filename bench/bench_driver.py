@@ -36,9 +36,10 @@ miss). bench/verdict.py holds the rule. The req/s of each is printed for informa
 - bare: `FastHttpUser` whose task is `self.client.post("/ocr", data=BODY, headers=...)`.
 - ours: `loadtest.traffic.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
   RequestRow per request, answer parsing, CER against the image's ground truth, failure
-  classification, the report to Locust's `request` event; plus, every second of its running time, what
-  a worker does with the rows (`link.next_batches`: pack them, append them to the worker's local copy;
-  then Locust's msgpack `Message.serialize` of that batch).
+  classification, the report to Locust's `request` event; plus what a worker does with the rows: its
+  outbox (`link._outbox_for`, as a worker's run) packs them 64 at a time as they come, and every second
+  of its running time `link.next_batches` packs the rest, appends the batch to the worker's local copy,
+  then Locust's msgpack `Message.serialize` of that batch.
 - The answer: `noisy` (default) is the page's text with one character in 100 changed, so the CER is
   ~1% and the edit distance really runs; `exact` is the text itself (CER 0, the cheapest case).
 
