@@ -23,7 +23,9 @@ than req/s to a neighbour on the machine, but not immune: a neighbour that runs 
 pollutes its caches and inflates its CPU per request by up to 50%. So only clean slices count, those in
 which the client had its core (CPU time >= `--clean-cpu-pct` of the slice), and a round counts when at
 least half the slices of each contender are clean. Fresh processes each round average out what one
-process's own memory layout costs it (a few %: seen as ~10% between two identical processes).
+process's own memory layout costs it (a few %: seen as ~10% between two identical processes); the two
+of a round share one random PYTHONHASHSEED, a new one each round, so that the hash layout of what both
+build alike (Locust, gevent) is common to the pair and not a difference between them.
 
 The median of the rounds that count is the figure; its spread is printed: min-max and a
 distribution-free 90% confidence interval of the median (order statistics). A verdict is given only
