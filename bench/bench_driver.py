@@ -23,7 +23,9 @@ than req/s to a neighbour on the machine, but not immune: a neighbour that runs 
 pollutes its caches and inflates its CPU per request by up to 50%. So only clean slices count, those in
 which the client had its core (CPU time >= `--clean-cpu-pct` of the slice), and a round counts when at
 least half the slices of each contender are clean. Fresh processes each round average out what one
-process's own memory layout costs it (a few %: seen as ~10% between two identical processes).
+process's own memory layout costs it (a few %: seen as ~10% between two identical processes); the two
+of a round share one random PYTHONHASHSEED, a new one each round, so that the hash layout of what both
+build alike (Locust, gevent) is common to the pair and not a difference between them.
 
 The median of the rounds that count is the figure; its spread is printed: min-max and a
 distribution-free 90% confidence interval of the median (order statistics). A verdict is given only
@@ -36,9 +38,10 @@ miss). bench/verdict.py holds the rule. The req/s of each is printed for informa
 - bare: `FastHttpUser` whose task is `self.client.post("/ocr", data=BODY, headers=...)`.
 - ours: `loadtest.traffic.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
   RequestRow per request, answer parsing, CER against the image's ground truth, failure
-  classification, the report to Locust's `request` event; plus, every second of its running time, what
-  a worker does with the rows (`link.next_batches`: pack them, append them to the worker's local copy;
-  then Locust's msgpack `Message.serialize` of that batch).
+  classification, the report to Locust's `request` event; plus what a worker does with the rows: its
+  outbox (`link._outbox_for`, as a worker's run) packs them 64 at a time as they come, and every second
+  of its running time `link.next_batches` packs the rest, appends the batch to the worker's local copy,
+  then Locust's msgpack `Message.serialize` of that batch.
 - The answer: `noisy` (default) is the page's text with one character in 100 changed, so the CER is
   ~1% and the edit distance really runs; `exact` is the text itself (CER 0, the cheapest case).
 
@@ -82,7 +85,6 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
     from loadtest.settings.run_config import RunConfig
     from loadtest.traffic import rowlink
     from loadtest.traffic import users as ours
-    from loadtest.traffic.merge import LocalCopy
     from loadtest.traffic.payloads import build_payloads
     from loadtest.wiring import link
 
@@ -122,8 +124,7 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
 
     if kind == "ours":
         ours.set_payloads(payloads)
-        tmp = tempfile.mkdtemp(prefix="bench-driver-")
-        box = link._Worker.outbox = rowlink.Outbox("bench", LocalCopy(Path(tmp) / "local.rows"))
+        box = link._outbox_for("bench", Path(tempfile.mkdtemp(prefix="bench-driver-")))  # as a worker's run
         user_class: type = ours.OcrUser
     else:
         user_class = BareUser

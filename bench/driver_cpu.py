@@ -54,7 +54,6 @@ from support import start_stub  # noqa: E402
 from loadtest.settings.run_config import RunConfig  # noqa: E402
 from loadtest.traffic import rowlink  # noqa: E402
 from loadtest.traffic import users as ours  # noqa: E402
-from loadtest.traffic.merge import LocalCopy  # noqa: E402
 from loadtest.traffic.payloads import build_payloads  # noqa: E402
 from loadtest.traffic.state import STATE, StepTag  # noqa: E402
 from loadtest.traffic.verdicts import Reply, judge  # noqa: E402
@@ -156,10 +155,11 @@ def repeat(args: argparse.Namespace, profile: cProfile.Profile | None) -> dict[s
     return {"ours_us": o, "bare_us": b, "ratio": b / o}
 
 
-def own_work(times: int, payloads: Any) -> None:
+def own_work(times: int, payloads: Any, ship_every: int) -> None:
     """Our user's per-request work beyond the HTTP exchange, `times` times, on a canned 2xx answer with
     geventhttpclient's own headers and no network: pick, target, Reply, judge, the request event (no
-    listener), the server's time, the row. Under valgrind at two `times`, its instructions a request exactly."""
+    listener), the server's time, the row; and every `ship_every` rows what a worker does with them each
+    second (ship_rows). Under valgrind at two `times`, its instructions a request exactly."""
     from geventhttpclient.header import Headers
 
     item = payloads.image_set.items[0]
@@ -170,7 +170,7 @@ def own_work(times: int, payloads: Any) -> None:
     user.client = SimpleNamespace(base_url="http://127.0.0.1:9", auth_header=None)  # type: ignore[assignment]
     user._fire = lambda **_kw: None
     cfg, tag = payloads.config, StepTag(-1, "idle", 0)
-    for _ in range(times):
+    for i in range(1, times + 1):
         it, enc = payloads.pick(user._rng)
         url, _headers = user._target(payloads, enc, tag.via)
         reply = ours._new_reply(Reply, (200, body, None, None, resp, ""))
@@ -179,7 +179,9 @@ def own_work(times: int, payloads: Any) -> None:
         server_ms = ours._server_time_ms(resp.headers, body)
         row = user._row(cfg, it, enc, tag, 1.0, 2.0, None, 200, len(body), verdict, 1, True, server_ms, None)
         STATE.add_row(row)
-    STATE.take_rows()
+        if i % ship_every == 0:
+            ship_rows()
+    ship_rows()
 
 
 def main() -> int:
@@ -193,13 +195,19 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--only", choices=("ours", "bare"), help="this contender's --slices turns alone")
     parser.add_argument("--own-work", type=int, metavar="N", help="our own per-request work N times, no network")
+    parser.add_argument(
+        "--ship-every", type=int, default=6000, metavar="ROWS",
+        help="--own-work ships its rows this often: about a second's worth at bench_driver.py's rate",
+    )  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="print every turn")
     args = parser.parse_args()
 
     payloads = build_payloads(RunConfig(host="http://127.0.0.1:9", scenario="mixed", buckets=BUCKETS))
     if args.own_work is not None:
         ours.set_payloads(payloads)
-        own_work(args.own_work, payloads)
+        with tempfile.TemporaryDirectory(prefix="driver-cpu-") as tmp:
+            link._outbox_for("bench", Path(tmp))  # a worker's outbox, local copy and rows packed as they come
+            own_work(args.own_work, payloads, args.ship_every)
         print(f"own work: {args.own_work} requests")
         return 0
     item = payloads.image_set.items[0]
@@ -211,7 +219,7 @@ def main() -> int:
         try:
             payloads = build_payloads(RunConfig(host=url, scenario="mixed", buckets=BUCKETS))
             ours.set_payloads(payloads)
-            link._Worker.outbox = rowlink.Outbox("bench", LocalCopy(Path(tmp) / "local.rows"))
+            link._outbox_for("bench", Path(tmp))  # a worker's outbox, local copy and rows packed as they come
             classes = user_classes(enc.body, {"Content-Type": enc.content_type})
             env = Environment(user_classes=list(classes.values()), events=events, host=url)
             events.request.add_listener(TURNS.count)

@@ -44,7 +44,9 @@ def stop(proc: subprocess.Popen[str]) -> None:
 class Client:
     """One contender's process, frozen except during its slices."""
 
-    def __init__(self, kind: str, url: str, args: argparse.Namespace, cpu: int, tmp: Path) -> None:
+    def __init__(
+        self, kind: str, url: str, args: argparse.Namespace, cpu: int, tmp: Path, hash_seed: str
+    ) -> None:
         self.kind = kind
         counter = tmp / f"{kind}.count"
         counter.write_bytes(bytes(COUNTER.size))
@@ -52,7 +54,8 @@ class Client:
         cmd = [sys.executable, str(DRIVER), "--client", kind, "--host", url, "--users", str(args.users)]
         cmd += ["--counter", str(counter)]
         with open(self.log, "w") as err:
-            self.proc = subprocess.Popen(cmd, text=True, stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
+            env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+            self.proc = subprocess.Popen(cmd, text=True, stdout=subprocess.PIPE, stderr=err, cwd=ROOT, env=env)
         os.sched_setaffinity(self.proc.pid, {cpu})
         with open(counter, "r+b") as f:
             self.shared = mmap.mmap(f.fileno(), COUNTER.size)
@@ -114,10 +117,15 @@ def measure_round(
     """A fresh process per contender (a process's own layout can cost it a few %: new ones each round
     average that out), warmed, then `--slices` slices each, interleaved A B B A A B ...
 
+    Both processes of a round share one random hash seed (PYTHONHASHSEED), a new one each round: the
+    dicts and sets both build from the same code (Locust's, gevent's) then lay out alike within the
+    round, and the rounds still average over seeds. What is compared does not change.
+
     Only clean slices count: those in which the client had its core (CPU time >= --clean-cpu-pct of the
     slice). In the others a neighbour ran on that core, and its cache traffic inflates the client's CPU
     per request by up to 50%, differently from slice to slice."""
-    clients = {kind: Client(kind, url, args, cpu, tmp) for kind in order}
+    hash_seed = str(1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1))  # 1..2**32-1; 0 turns it off
+    clients = {kind: Client(kind, url, args, cpu, tmp, hash_seed) for kind in order}
     zero = {"slices": 0.0, "clean": 0.0, "requests": 0.0, "failures": 0.0, "wall_s": 0.0, "cpu_s": 0.0,
             "server_s": 0.0, "clean_requests": 0.0, "clean_cpu_s": 0.0}  # fmt: skip
     sums = {kind: dict(zero) for kind in order}

@@ -58,16 +58,21 @@ class Outbox:
         self, rows: list[RequestRow], flush_round: int | None = None, final: bool = False
     ) -> dict[str, Any]:
         """The message for these rows (an empty batch answers a flush or carries the final count)."""
-        blob = pack_rows(rows) if rows else b""
-        if rows and self.copy is not None:
+        return self.packed_batch(len(rows), pack_rows(rows) if rows else b"", flush_round, final)
+
+    def packed_batch(
+        self, n: int, blob: bytes, flush_round: int | None = None, final: bool = False
+    ) -> dict[str, Any]:
+        """The message for `n` rows already packed into `blob` (ProcessState.take_packed)."""
+        if n and self.copy is not None:
             self.copy.append(blob)  # first on disk: a batch the master never gets is in the copy
         self.seq += 1
-        self.produced += len(rows)
+        self.produced += n
         data = {
             "run_id": self.run_id,
             "seq": self.seq,
             "rows": blob,
-            "n": len(rows),
+            "n": n,
             "produced": self.produced,
             "final": final,
             "round": flush_round,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loadtest.traffic.merge import ROWS_CHUNK, PackedRows, pack_rows, unpack_rows
 from runfolder import RequestRow
 
 
@@ -34,16 +35,39 @@ class ProcessState:
     # ~1 us a request on the hot path.
     _rows: list[RequestRow] = field(default_factory=list)
     _counter: itertools.count = field(default_factory=itertools.count)
+    _packed: PackedRows | None = None  # a worker's rows, packed as they come (pack_as_they_come)
 
     def next_request_id(self) -> str:
         return f"{self.worker_id}-{next(self._counter)}"
 
     def add_row(self, row: RequestRow) -> None:
-        self._rows.append(row)
+        rows = self._rows
+        rows.append(row)
+        if len(rows) >= ROWS_CHUNK and self._packed is not None:
+            self._packed.add(rows)
+            rows.clear()
+
+    def pack_as_they_come(self) -> None:
+        """This process ships its rows packed (a worker): pack them ROWS_CHUNK at a time from now on, not
+        a whole second's at once (merge.PackedRows says why). take_rows gives the same rows either way."""
+        if self._packed is None:
+            self._packed = PackedRows()
 
     def take_rows(self) -> list[RequestRow]:
         rows, self._rows = self._rows, []
+        if self._packed is not None and self._packed.n:
+            rows = unpack_rows(self._packed.take()[1]) + rows
         return rows
+
+    def take_packed(self) -> tuple[int, bytes]:
+        """Every row so far as (how many, pack_rows' bytes of them in order); then none."""
+        if self._packed is None:
+            rows = self.take_rows()
+            return len(rows), pack_rows(rows) if rows else b""
+        if self._rows:
+            self._packed.add(self._rows)
+            self._rows = []
+        return self._packed.take()
 
 
 @dataclass

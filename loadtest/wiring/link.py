@@ -130,6 +130,7 @@ def _outbox_for(run_id: str, folder: Path | None = None) -> Outbox:
     folder.mkdir(parents=True, exist_ok=True)
     _Worker.outbox = Outbox(run_id, LocalCopy(folder / f"{STATE.worker_id}{LOCAL_COPY_SUFFIX}"))
     _Worker.final_sent = False
+    STATE.pack_as_they_come()  # its rows only go out packed
     return _Worker.outbox
 
 
@@ -146,8 +147,8 @@ def next_batches(flush_round: int | None = None, final: bool = False) -> list[di
     box = _Worker.outbox
     if box is None:
         return []
-    rows = STATE.take_rows()
-    fresh = [box.batch(rows, flush_round, final)] if rows or flush_round is not None or final else []
+    n, blob = STATE.take_packed()
+    fresh = [box.packed_batch(n, blob, flush_round, final)] if n or flush_round is not None or final else []
     return box.resends(every=final) + fresh
 
 
@@ -189,9 +190,9 @@ def _on_worker_quit(environment: Environment, **_kwargs: Any) -> None:
     if box is None:
         return
     if box.copy is not None:
-        rows = STATE.take_rows()  # a worker that quits without a final batch (master gone)
-        if rows:
-            box.batch(rows)
+        n, blob = STATE.take_packed()  # a worker that quits without a final batch (master gone)
+        if n:
+            box.packed_batch(n, blob)
         box.copy.close()
     print(f"worker {STATE.worker_id}: {quit_words(box.produced, box.acked_rows, _Worker.final_sent)};"
           f" local copy: {box.copy.path if box.copy else '-'}", flush=True)  # fmt: skip

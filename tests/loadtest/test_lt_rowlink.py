@@ -168,6 +168,32 @@ class _FakeMaster:
         self.answer(self, msg_type, data, client_id)
 
 
+def test_a_worker_packs_its_rows_as_they_come_and_the_master_and_its_copy_get_each_once(tmp_path, monkeypatch):
+    from loadtest.traffic.state import STATE
+    from loadtest.wiring import link
+
+    monkeypatch.setattr(STATE, "_packed", None)  # a worker's outbox switches packing on: put back after
+    monkeypatch.setattr(STATE, "_rows", [])
+    monkeypatch.setattr(link._Worker, "outbox", None)
+    monkeypatch.setattr(link._Worker, "final_sent", False)
+    box = link._outbox_for("run-1", tmp_path)
+    inbox = Inbox("run-1")
+    rows = _rows("wa", 0, 150)  # two whole chunks of 64 and a rest
+    for row in rows[:100]:
+        STATE.add_row(row)
+    assert len(STATE._rows) == 100 - 64, "the first 64 are packed already, not kept as rows"
+    (first,) = link.next_batches()
+    for row in rows[100:]:
+        STATE.add_row(row)
+    (second,) = link.next_batches(flush_round=1)
+    got = [inbox.receive("wa", batch, now=1.0)[0] for batch in (first, second)]
+    assert got == [rows[:100], rows[100:]] and (first["n"], second["n"]) == (100, 50)
+    assert box.produced == 150 and inbox.only_on_workers() == {}
+    assert box.copy is not None
+    box.copy.close()
+    assert list(read_local_copy(box.copy.path)) == rows
+
+
 def test_the_step_end_flush_waits_for_live_workers_only_and_names_the_silent_one(monkeypatch):
     from loadtest.traffic import rowlink
     from loadtest.traffic.state import worker_id_of

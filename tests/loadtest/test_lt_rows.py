@@ -77,6 +77,25 @@ def test_rows_pack_and_unpack_unchanged_through_a_locust_message():
     assert type(back[1].ok) is bool and back[1].ttft_ms is None
 
 
+def test_rows_packed_as_they_come_are_the_bytes_packing_them_at_once_gives_and_read_back_the_same():
+    from loadtest.traffic.merge import ROWS_CHUNK
+    from loadtest.traffic.state import ProcessState
+
+    for n in (0, 1, 15, 16, ROWS_CHUNK - 1, ROWS_CHUNK, ROWS_CHUNK + 1, 3 * ROWS_CHUNK + 5, 70_000):
+        rows = [_row(i, ok=i % 3 != 0) for i in range(n)]  # 70,000: msgpack's array header grows to 5 bytes
+        worker, local = ProcessState(), ProcessState()
+        worker.pack_as_they_come()
+        for row in rows:
+            worker.add_row(row)
+            local.add_row(row)
+        got = worker.take_packed()
+        assert got == local.take_packed() == (n, pack_rows(rows) if rows else b"")
+        assert worker.take_packed() == (0, b"")  # taken once
+        for row in rows:  # the master's own rows (no workers) are read as rows, packed or not
+            worker.add_row(row)
+        assert worker.take_rows() == rows and worker.take_rows() == []
+
+
 def test_a_local_copy_cut_short_by_a_crash_keeps_its_complete_batches(tmp_path):
     path = tmp_path / f"wa{LOCAL_COPY_SUFFIX}"
     copy = LocalCopy(path)
