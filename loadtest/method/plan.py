@@ -19,7 +19,7 @@
        decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
        at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
        so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
-       refinement (or one climb) each may ask for when the pooled answer moved
+       refinement (or one climb, or a knee's confirmation) each may ask for when the pooled answer moved
 
 Decisions that need data (the estimate, the knee so far, where to refine) are callbacks the controller
 passes in, so this module has no Locust, no clock and no files.
