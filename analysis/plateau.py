@@ -1,7 +1,7 @@
 """The plateau of a throughput curve and the smallest level that reaches it (the knee's rules 2 and 3).
 
     plateau      = the mean of the points within NEAR_SE (2) standard errors of the highest (the highest
-                   alone is the luckiest)
+                   alone is the luckiest), each weighted by its precision (1 / its standard error squared)
     recommended  = the first point (sorted by level) whose throughput reaches `knee_share` of the plateau;
                    the plateau is seen when that point is below the highest
     confidence   = rule 2 rerun on `draws` throughputs drawn within their standard errors (seed 0: pure);
@@ -26,16 +26,32 @@ def plateau_and_reach(thr: np.ndarray, se: np.ndarray, share: float) -> tuple[np
     The plateau is the mean of the points within two standard errors of the highest, not the highest
     alone: with several levels on a noisy plateau the highest is the luckiest, and 95% of it was more
     than the plateau's own levels reached (on the family of curves in bench/curves.py, 1 standard
-    error let one low outlier on a noisy plateau push the answer to 5x the truth)."""
+    error let one low outlier on a noisy plateau push the answer to 5x the truth).
+    Each point weighs by its precision (`_weights`): a level measured again (pooled: analysis/pooled.py)
+    counts for its longer window, not as one point among single windows. Unweighted, a noisy smooth curve's
+    shoulder (levels at 95-98% of it, within two errors of the top) pulled the plateau ~2% low however long
+    its highest level was re-measured, and the bar with it (bench/curves.py's smooth-noisy-13: level 13, at
+    92.9%, reached it in half the runs)."""
     thr2 = np.atleast_2d(thr)
     err = np.nan_to_num(np.broadcast_to(se, thr2.shape), nan=0.0)
     best = thr2.argmax(axis=1)
     rows = np.arange(thr2.shape[0])
     top, top_err = thr2[rows, best][:, None], err[rows, best][:, None]
     near = thr2 >= top - NEAR_SE * np.sqrt(err**2 + top_err**2)
-    plateau = (thr2 * near).sum(axis=1) / near.sum(axis=1)
+    weight = _weights(err, near)
+    plateau = (thr2 * weight).sum(axis=1) / weight.sum(axis=1)
     first = (thr2 >= share * plateau[:, None]).argmax(axis=1)
     return plateau, first
+
+
+def _weights(err: np.ndarray, near: np.ndarray) -> np.ndarray:
+    """Each near point's weight in the plateau: 1 / its standard error squared; a point without one (a single
+    batch) weighs as the mean of those that have one, and all equally where none has."""
+    known = near & (err > 0)
+    inverse = np.where(known, 1.0 / np.where(known, err, 1.0) ** 2, 0.0)
+    count = known.sum(axis=1, keepdims=True)
+    fallback = np.where(count > 0, inverse.sum(axis=1, keepdims=True) / np.maximum(count, 1), 1.0)
+    return np.where(known, inverse, fallback) * near
 
 
 def recommend(levels: np.ndarray, thr: np.ndarray, se: np.ndarray, p: dict[str, Any]) -> tuple[int, bool, float]:

@@ -19,7 +19,7 @@
        decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
        at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
        so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
-       refinement (or one climb) each may ask for when the pooled answer moved
+       refinement (or one climb, or a knee's confirmation) each may ask for when the pooled answer moved
 
 Decisions that need data (the estimate, the knee so far, where to refine) are callbacks the controller
 passes in, so this module has no Locust, no clock and no files.
@@ -219,23 +219,32 @@ def _capacity_phases(
                 queue, climbs = [(more, f"no knee yet at {max(done)}: doubling")], climbs + 1
     if not cfg.refine:
         return
+    yield from _refine(cfg, done, confirmed, refine_level)
+    yield from _narrow(cfg, choice, done, confirmed, climbs, knee_now, refine_level, remeasure_level)
+
+
+def _refine(
+    cfg: RunConfig, done: list[int], confirmed: list[int], refine_level: Callable[[], int | None]
+) -> Iterator[PhaseSpec]:
+    """Refine until the answer's bracket is adjacent, within the budget; a level measured already comes back
+    only as a knee's confirm_level (few failures, too few requests: next_level.py), measured once more once."""
     for _ in range(cfg.refine_budget):
         refined = refine_level()
         if refined is None or refined in confirmed:
             break
         note = "refine the knee"
-        if refined in done:  # only a knee's confirm_level asks for a measured level again (next_level.py)
+        if refined in done:
             confirmed.append(refined)
             note = f"confirm the knee at {refined}: measured once more"
         yield from _step(cfg, refined, note)
         done.append(refined)
-    yield from _narrow(cfg, choice, done, climbs, knee_now, refine_level, remeasure_level)
 
 
 def _narrow(
     cfg: RunConfig,
     choice: LevelChoice,
     done: list[int],
+    confirmed: list[int],  # levels measured once more to confirm a knee (Knee.confirm_level)
     climbs: int,
     knee_now: Callable[[], Any],
     refine_level: Callable[[], int | None],
@@ -243,7 +252,8 @@ def _narrow(
 ) -> Iterator[PhaseSpec]:
     """While the answer's interval is wide: re-measure the level that decides it, within the budget. The
     pooled answer may then have moved: above the highest level (no knee left: climb once more, within the
-    climb budget) or next to a level not measured yet (refine again)."""
+    climb budget), next to a level not measured yet (refine again), or to a knee by few failures at a level
+    measured once (confirm it: a re-measure below it that drew fewer errors makes its failures stand out)."""
     max_window_s = REMEASURE_MAX_WINDOWS * cfg.step_s
     for _ in range(REMEASURE_BUDGET):
         again = remeasure_level(max_window_s)
@@ -260,9 +270,4 @@ def _narrow(
             climbs += 1
             yield from _step(cfg, more, f"no knee left at {max(done)} once re-measured: doubling")
             done.append(more)
-        for _ in range(cfg.refine_budget):
-            refined = refine_level()
-            if refined is None or refined in done:
-                break
-            yield from _step(cfg, refined, "refine the knee")
-            done.append(refined)
+        yield from _refine(cfg, done, confirmed, refine_level)  # the knee a re-measure moved may ask to confirm

@@ -97,6 +97,19 @@ def test_confidence_is_stated_and_names_what_narrows_it() -> None:
     assert low < high and "at 95%" in noisy.reason and "STEP_S" in noisy.narrow_hint
 
 
+def test_the_plateau_weighs_each_level_by_its_precision() -> None:
+    # a noisy smooth curve: 16 on its shoulder (within two errors of the top), 24 on the plateau measured
+    # three windows long (pooled: a third of the variance). Unweighted, the plateau is 16.35 and 13's 15.55
+    # reaches its 95% (15.53); weighted, 16.43: its bar 15.60 is out of 13's reach and 16 is the answer
+    steps = table((13, 700, 15.55, {"se": 0.35}), (16, 900, 16.2, {"se": 0.35}), (24, 1400, 16.5, {"se": 0.2}))
+    knee = find_knee(steps)
+    assert knee.recommended_level == 16
+    assert knee.plateau_rps is not None and abs(knee.plateau_rps - (16.2 / 0.35**2 + 16.5 / 0.2**2) / (1 / 0.35**2 + 1 / 0.2**2)) < 1e-9
+    # a level without a standard error (a single batch) weighs as the levels that have one
+    one_batch = find_knee(table((13, 700, 15.6, {"se": 0.3}), (16, 900, 16.2, {"se": 0.3}), (24, 1400, 16.5)))
+    assert one_batch.plateau_rps is not None and abs(one_batch.plateau_rps - (16.2 + 16.5) / 2) < 1e-9
+
+
 def test_a_baseline_that_fails_is_saturation_at_one_user() -> None:
     bad_base = _row(
         1, 200, 5.0, n=60, phase="baseline", index=2, errors={"http_5xx": 10}, codes={"200": 50, "500": 10}

@@ -66,6 +66,17 @@ def test_a_re_measure_that_moved_the_answer_refines_again_next_to_it():
     assert steps[-1][1] == "refine the knee"
 
 
+def test_a_knee_a_re_measure_moved_to_few_failures_has_its_level_confirmed_once():
+    # the re-measure of 7 drew fewer errors than its first window, so 8's few failures now stand out: the
+    # knee asks for 8 once more (next_refine_level gives its confirm_level); asked again, it is not repeated
+    # (bench/curves.py's errors-smooth-8, seed 5, ended at 16 on a knee at 32 that was never confirmed)
+    cfg = RunConfig(step_s=10.0, warmup_s=0.0)
+    phases, _ = _plan(cfg, refine=[6, 7, None, 8, 8], remeasure=[(7, 25.0, "wide")])
+    steps = [(p.level, p.note) for p in phases if p.phase == "step"]
+    assert [lv for lv, _ in steps] == [4, 8, 6, 7, 7, 8]
+    assert steps[-1][1] == "confirm the knee at 8: measured once more"
+
+
 def test_the_controller_asks_analysis_and_says_why_in_an_event(tmp_path):
     import pandas as pd
 
