@@ -45,7 +45,8 @@ def _render(run_dir: Path) -> subprocess.CompletedProcess[str]:
 
 def test_a_worker_killed_mid_step_marks_the_step_degraded_and_the_run_goes_on(procs, tmp_path):
     sim = procs.simulator("--time-scale", "0.2")
-    run = procs.run(run_argv(sim, tmp_path, levels="4", workers=2, step_s=10))
+    # the step must still run 4 s in: a window ends once precise (3 s here), so it waits for more requests
+    run = procs.run(run_argv(sim, tmp_path, "--min-step-requests", "300", levels="4", workers=2, step_s=10))
     run_dir = run.run_dir()
     run.reach_step(4, then_s=4.0)  # past a report or two, so the worker's rows reached the master
     workers = run.children("--worker")
