@@ -36,6 +36,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -145,14 +146,16 @@ def run_guidellm(ns: argparse.Namespace, exe: Path, folder: Path, data: Path, to
     return read_guidellm(json.loads(result.read_text()), launched_unix_s, wall_s), truth
 
 
-def read_guidellm(doc: dict, launched_unix_s: float, wall_s: float) -> Outcome:
-    levels, errors, last_end = [], 0, launched_unix_s
+def read_guidellm(doc: dict[str, Any], launched_unix_s: float, wall_s: float) -> Outcome:
+    """guidellm's JSON output: each level's successful requests/s, its knee, when its last level ended."""
+    levels: list[tuple[int, float]] = []
+    errors, last_end = 0, launched_unix_s
     for bench in doc["benchmarks"]:
         streams = int(bench["config"]["strategy"]["streams"])
         levels.append((streams, float(bench["metrics"]["requests_per_second"]["successful"]["mean"])))
         errors += int(bench["scheduler_state"]["errored_requests"])
         last_end = max(last_end, float(bench["scheduler_state"]["end_time"]))
-    knee = next((c["final"]["throughput"] for c in doc.get("conclusions", []) if c.get("kind") == "knee_detection"),
+    knee: dict[str, Any] = next((c["final"]["throughput"] for c in doc.get("conclusions", []) if c.get("kind") == "knee_detection"),
                 {})  # fmt: skip
     own = knee.get("saturation_concurrency")
     own_text = f"{own:g} (knee fit {knee['knee']:.2f})" if own is not None else f"none ({knee.get('reason', '?')})"
