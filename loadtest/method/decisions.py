@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import analysis
 from analysis.gateway import GatewayError as ConfigCannotBeSaid
 from analysis.gateway import haproxy_config, parse_server
+from analysis.stats import num, records
 from gpu_sampler import GpuMonitor
 from loadtest.method.budget import time_budget
 from loadtest.method.card_watch import CardWatch, card_line
@@ -90,7 +91,8 @@ class PlanDecisions:
         except Exception as exc:  # the run goes on with explicit or doubling levels
             self.event("warning", f"could not compute the estimate: {exc}")
         # each step's request target follows its own spread (timing); the first level what a window measures
-        latency_s = self._baseline_latency_s()
+        base = self._baseline_row()  # its latency, spread and memory: read once
+        latency_s = _latency_s_of(base)
         choice = choose_levels(cfg, estimate, baseline_latency_s=latency_s)
         self.choice = choice
         self._first_level_step = self.step_index + 1
@@ -98,7 +100,7 @@ class PlanDecisions:
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         climbs = cfg.climb_budget if choice.extend else 0
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
-                             latency_cv=self._baseline_cv(), at_rest=self._memory_falls_back())  # fmt: skip
+                             latency_cv=_latency_cv_of(base), at_rest=self._memory_falls_back(base))  # fmt: skip
         self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/phase_time.py)
             "time_budget",
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
@@ -133,38 +135,31 @@ class PlanDecisions:
             self.event("estimate", f"{restated.dimension}: estimate={restated.estimate} ({restated.reason})")
             self._update_manifest(estimate=self.estimate)
 
-    def _baseline_latency_s(self) -> float | None:
-        """One request alone (the baseline's mean latency): what a window can measure (levels.window_bound)."""
+    def _baseline_row(self) -> dict[str, Any] | None:
+        """The baseline's row of the running totals (None before it, or unreadable: said once)."""
         try:
             base = self.live.table(self.clock()).query("phase == 'baseline'")
-            mean_ms = None if base.empty else float(base["mean_ms"].iloc[-1])
         except Exception as exc:
             self.event("warning", f"could not read the baseline's latency: {exc}")
             return None
-        return mean_ms / 1000.0 if mean_ms and mean_ms > 0 else None
+        return None if base.empty else records(base.tail(1))[0]
 
-    def _memory_falls_back(self) -> bool:
+    def _baseline_latency_s(self) -> float | None:
+        """One request alone (the baseline's mean latency): what a window can measure (levels.window_bound)."""
+        return _latency_s_of(self._baseline_row())
+
+    def _memory_falls_back(self, base: dict[str, Any] | None = None) -> bool:
         """The baseline raised GPU memory above idle and its cooldown found it back there: the server frees
         what a request held, so later cooldowns end once their requests are back (the promise's "about").
         A caching allocator's high-water mark stays; the pre-flight may have set it already (the idle reading
         then holds it, and the baseline's cooldown is at "idle" without a fall): COOLDOWN_MIN_S each."""
         if not self.timing.last_at_rest or self.idle_mib is None:
             return False
-        try:
-            base = self.live.table(self.clock()).query("phase == 'baseline'")
-            peak = None if base.empty else self.card.peak_per_step.get(int(base["step_index"].iloc[-1]))
-        except Exception:  # the promise then counts COOLDOWN_MIN_S per cooldown
+        base = base or self._baseline_row()  # the row the levels' choice read, or read now
+        if base is None:
             return False
+        peak = self.card.peak_per_step.get(int(base["step_index"]))
         return peak is not None and not near_idle(peak, self.idle_mib)
-
-    def _baseline_cv(self) -> float | None:
-        """The baseline's latency CV: how many answers a step's precision usually needs (the promise's "about")."""
-        try:
-            base = self.live.table(self.clock()).query("phase == 'baseline'")
-            cv = None if base.empty else float(base["latency_cv"].iloc[-1])
-        except Exception:  # the promise then counts the P95's answers alone
-            return None
-        return cv if cv is not None and cv == cv else None
 
     def _knee(self) -> tuple[Any, Any] | None:
         """The step table from the running totals and the knee on it (no run folder reload); below a step
@@ -319,3 +314,15 @@ class PlanDecisions:
     def _drained(self) -> bool:
         """The drain's probe is answered at the baseline's latency again (openloop_config.drained)."""
         return drained(self.live_latency_ms, self._drain_base_s)
+
+
+def _latency_s_of(base: dict[str, Any] | None) -> float | None:
+    """The baseline's mean latency in seconds (None: no baseline row, or no answer in it)."""
+    mean_ms = num(base or {}, "mean_ms")
+    return mean_ms / 1000.0 if mean_ms > 0 else None  # NaN compares False: none
+
+
+def _latency_cv_of(base: dict[str, Any] | None) -> float | None:
+    """The baseline's latency CV: how many answers a step's precision usually needs (the promise's "about")."""
+    cv = num(base or {}, "latency_cv")
+    return cv if cv == cv else None  # NaN: unknown
