@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.words import about_words
+from analysis.words import planned_words
 
 PARTS = ("baseline", "levels", "refinement", "re-measures", "verify", "verify through the gateway")
 PHASES = ("idle", "warmup", "baseline", "step", "cooldown", "verify", "drain")
@@ -154,7 +154,7 @@ def phase_times(steps: pd.DataFrame, budget: Mapping[str, Any] | None = None) ->
 def _about(budget: Mapping[str, Any] | None) -> str | None:
     """"about 1.5 min as planned" (budget.TimeBudget.words' first words), None from a promise without it."""
     typical = _number(budget, "typical_s") if isinstance(budget, Mapping) else None
-    return None if typical is None else f"about {about_words(typical)} as planned"
+    return None if typical is None else planned_words(typical)
 
 
 def minutes(seconds: float | None) -> str:

@@ -28,3 +28,8 @@ def about_words(seconds: float) -> str:
         halves = round(seconds / 30)
         return f"{halves // 2}{'.5' if halves % 2 else ''} min"
     return f"{round(seconds / 60)} min"
+
+
+def planned_words(seconds: float) -> str:
+    """The progress line's expectation, as the report repeats it: "about 1.5 min as planned"."""
+    return f"about {about_words(seconds)} as planned"

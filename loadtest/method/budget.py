@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 
 from analysis.config import WAIT_MULTIPLE  # the drain's cap is this x the recommended level's P95
-from analysis.words import about_words, plural
+from analysis.words import planned_words, plural
 from loadtest.method.gateway import skip_reason
 from loadtest.method.levels import refine_guess
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, remeasure_max_s
@@ -105,7 +105,7 @@ class TimeBudget:
             through = " (the server as it is, then through the gateway)" if self.verify_windows > 1 else ""
             parts.append(f"verify {self.verify_s / 60:.1f}{through}")
         parts.append(f"the report {self.report_s / 60:.1f}")
-        return (f"about {about_words(self.typical_s)} as planned, at most {self.at_most_min} min"
+        return (f"{planned_words(self.typical_s)}, at most {self.at_most_min} min"
                 f" ({', '.join(parts)})")  # fmt: skip
 
     @property
