@@ -201,6 +201,8 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="print every turn")
     args = parser.parse_args()
+    if args.ship_every < 1:
+        parser.error("--ship-every must be at least 1 (rows between two shipments; 6000 is about a second's worth)")
 
     payloads = build_payloads(RunConfig(host="http://127.0.0.1:9", scenario="mixed", buckets=BUCKETS))
     if args.own_work is not None:
