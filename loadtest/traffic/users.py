@@ -23,6 +23,7 @@ from typing import Any
 
 import gevent
 from gevent import GreenletExit
+from geventhttpclient.url import URL
 from locust import task
 from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, FastHttpUser
 from locust.exception import CatchResponseError
@@ -116,16 +117,23 @@ class OcrUser(FastHttpUser):
         cfg = _PAYLOADS.config if _PAYLOADS else RunConfig()
         self._rng = random.Random(f"{cfg.seed}-{STATE.worker_id}-{id(self)}")
         self._agent = self.client.client
+        # Cookies as any FastHttpUser keeps them, but the jar is consulted only once a server has set one:
+        # asked before every request and shown every answer, an empty jar cost ~8% of bare Locust's own
+        # instructions a request (bench/README.md), for OCR servers that set none.
+        self._jar = self._agent.cookiejar
+        if self._jar is not None and not len(self._jar):
+            self._agent.cookiejar = None
         self._fire = self.environment.events.request.fire
-        self._targets: dict[tuple[str, int], tuple[str, dict[str, str]]] = {}
+        self._targets: dict[tuple[str, int], tuple[str, URL, dict[str, str]]] = {}
         self._targets_of: Payloads | None = None
 
     def on_stop(self) -> None:
         SEATS.leave(id(self))
 
-    def _target(self, payloads: Payloads, enc: EncodedRequest, via: str = "") -> tuple[str, dict[str, str]]:
-        """The URL and headers of a request, built once per user, payload and gateway (they never change);
-        `via`: a gateway's base URL that takes the place of HOST (the verify window through HAProxy)."""
+    def _target(self, payloads: Payloads, enc: EncodedRequest, via: str = "") -> tuple[str, URL, dict[str, str]]:
+        """The URL (as text, and parsed: the agent parses a text URL on every request) and headers of a request,
+        built once per user, payload and gateway (they never change); `via`: a gateway's base URL that takes
+        the place of HOST (the verify window through HAProxy)."""
         if payloads is not self._targets_of:  # a new run from the web UI brings new payloads
             self._targets, self._targets_of = {}, payloads
         target = self._targets.get((via, id(enc)))
@@ -138,7 +146,7 @@ class OcrUser(FastHttpUser):
                 headers["Authorization"] = session.auth_header
             if not any(k.lower() == "accept-encoding" for k in headers):
                 headers["Accept-Encoding"] = "gzip, deflate, br"
-            target = self._targets[(via, id(enc))] = (url, headers)
+            target = self._targets[(via, id(enc))] = (url, URL(url), headers)
         return target
 
     def wait_time(self) -> float:
@@ -194,11 +202,11 @@ class OcrUser(FastHttpUser):
         request belongs to the step whose schedule it came from (`scheduled`), even if sent after its end."""
         cfg = payloads.config
         tag = scheduled or STATE.tag  # the step current when this request starts
-        url, headers = self._target(payloads, enc, tag.via)
+        url, parsed_url, headers = self._target(payloads, enc, tag.via)
         t_start = STATE.now()  # this worker's clock; the master corrects its offset
         t0 = time.perf_counter()
         try:
-            reply = self._send(url, headers, enc, t0)
+            reply = self._send(parsed_url, headers, enc, t0)
         except GreenletExit:
             # Locust killed this user at a step-down, after the stop timeout, with the request in flight:
             # the GPU still works on it, so it is a row ("cut"), not a silent loss. Then die as asked.
@@ -230,7 +238,7 @@ class OcrUser(FastHttpUser):
         )  # fmt: skip
         return row, reply.retry_after
 
-    def _send(self, url: str, headers: dict[str, str], enc: EncodedRequest, t0: float) -> Reply:
+    def _send(self, url: URL, headers: dict[str, str], enc: EncodedRequest, t0: float) -> Reply:
         """POST through the session's agent; read the whole answer (timing the first byte of a stream)."""
         ttft_ms: float | None = None
         body = b""
@@ -243,6 +251,10 @@ class OcrUser(FastHttpUser):
         except FAILURE_EXCEPTIONS as e:  # an HTTP error status carries its response; a broken connection none
             exc, resp = e, getattr(e, "response", None)
         if resp is not None:
+            if self._jar is not None and self._agent.cookiejar is None and (
+                "set-cookie" in resp.headers or getattr(resp, "_history", None)
+            ):
+                self._take_cookies(resp)
             try:
                 status = int(resp.status_code or 0)
                 if enc.stream and 200 <= status < 300:  # an error answer comes whole, not as events
@@ -258,6 +270,15 @@ class OcrUser(FastHttpUser):
                 retry_after = resp.headers.get("Retry-After")  # after a failure (a 2xx answer is never retried)
         error = f"{type(exc).__name__}: {exc}" if status == 0 and exc is not None else ""
         return _new_reply(Reply, (status, body, ttft_ms, retry_after, resp, error))  # as _row: no __new__ binding
+
+    def _take_cookies(self, resp: Any) -> None:
+        """The first cookie a server sets (on the answer or a redirect before it) opens the jar: from then on
+        the agent sends and keeps cookies itself, as for any FastHttpUser."""
+        answers = [*resp._history, resp]
+        if self._jar is not None and any("set-cookie" in answer.headers for answer in answers):
+            for answer in answers:
+                self._jar.extract_cookies(answer, answer._request)
+            self._agent.cookiejar = self._jar
 
     def _report(
         self, enc: EncodedRequest, url: str, latency_ms: float, length: int, resp: Any, t_start: float,

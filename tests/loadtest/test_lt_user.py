@@ -221,11 +221,23 @@ def test_a_refused_connection_is_not_paused_so_a_dead_server_is_noticed_at_once(
 
 
 class _Scripted(QuietHandler):
-    """Answers by path: constant text, blank text, a fast 500, a 302 with no Location, a slow good answer."""
+    """Answers by path: constant text, blank text, a fast 500, a 302 with no Location, a slow good answer,
+    a session cookie set on the third answer (`/cookie`; the Cookie header of every request is kept)."""
+
+    cookies_seen: list[str] = []
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.read_body()
-        if self.path == "/constant":
+        if self.path.startswith("/cookie"):
+            self.cookies_seen.append(self.headers.get("Cookie", ""))
+            self.send_response(200)
+            if len(self.cookies_seen) == 3:
+                self.send_header("Set-Cookie", "session=s3; Path=/")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "14")
+            self.end_headers()
+            self.wfile.write(b'{"text": "OK"}')
+        elif self.path == "/constant":
             self.answer(200, "application/json", b'{"text": "OK"}')
         elif self.path == "/blank":
             self.answer(200, "application/json", b'{"text": "\\n\\n"}')
@@ -291,3 +303,13 @@ def test_a_request_in_flight_past_the_stop_timeout_at_a_step_down_is_a_cut_row(s
     # a stop timeout longer than the request lets it finish: a whole row, nothing cut
     whole = _probe(scripted, 0.5, 2, "endpoint=/slow", "_stop_timeout=3", "_step_down_to=0", "_then_s=2.5")
     assert [(r["ok"], r["failure_kind"]) for r in whole["rows"]] == [(True, ""), (True, "")], whole["rows"]
+
+
+def test_a_cookie_the_server_sets_is_sent_back_from_then_on_and_none_before(scripted):
+    # the jar is consulted only once a server has set a cookie (OcrUser.on_start): the first one still counts
+    _Scripted.cookies_seen.clear()
+    rows = _without_final_cuts(_probe(scripted, 1.0, 1, "endpoint=/cookie")["rows"], 1)
+    seen = list(_Scripted.cookies_seen)
+    assert len(rows) > 10 and len(seen) >= len(rows), (len(rows), len(seen))
+    assert seen[:3] == ["", "", ""], seen[:4]  # set on the third answer
+    assert set(seen[3:]) == {"session=s3"}, seen
