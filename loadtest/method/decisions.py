@@ -188,7 +188,7 @@ class PlanDecisions:
         table, knee = found
         self._restate_estimate(table)
         if knee.confirm_level is not None:
-            self.event("confirm", f"{knee.confirm_why or 'few failures'}: measured once more: {knee.reason}")
+            self.event("confirm", f"{knee.confirm_why}: measured once more: {knee.reason}")
         elif knee.found:
             self.event("knee", f"past the knee, climbing stops: {knee.reason}")
         elif knee.server_limit and not self.server_limit_said:
@@ -213,7 +213,7 @@ class PlanDecisions:
         level = analysis.next_refine_level(table, knee)
         if level is not None and level == knee.confirm_level:
             self._refined += 1
-            self.event("confirm", f"the knee at {level} rests on {knee.confirm_why or 'few failures'}: measuring it once more")
+            self.event("confirm", f"the knee at {level} rests on {knee.confirm_why}: measuring it once more")
         elif level is not None:
             self._refined += 1
             low, high = knee.refine_between

@@ -204,7 +204,7 @@ def _capacity_phases(
         again = confirm_level(knee, confirmed)
         if again is not None:
             confirmed.append(again)
-            why = getattr(knee, "confirm_why", "") or "few failures"
+            why = getattr(knee, "confirm_why", "")  # set wherever a knee asks for a confirmation (analysis/knee.py)
             queue.insert(0, (again, f"confirm the knee at {again}: {why}, measured once more"))
             continue
         if not keep_climbing(knee):
