@@ -222,7 +222,7 @@ def _capacity_phases(
                 queue, climbs = [(more, f"no knee yet at {max(done)}: doubling")], climbs + 1
     if not cfg.refine:
         return
-    refined: list[int] = []  # the refinement's steps, every round's: REFINE_BUDGET is the whole run's
+    refined: list[int] = []  # the refinement's steps, every round's: --refine-budget is the whole run's
     yield from _refine(cfg, done, confirmed, refined, refine_level)
     yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level, remeasure_level)
 
