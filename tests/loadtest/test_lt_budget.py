@@ -9,7 +9,15 @@ import math
 from analysis import Knee
 from analysis.next_level import PROBE_MIN_LEVEL, level_above
 from analysis.words import about_words, duration_words
-from loadtest.method.budget import REPORT_S, TICK_S, level_s, refine_typical, time_budget
+from loadtest.method.budget import (
+    REPORT_S,
+    TICK_S,
+    climb_levels,
+    level_s,
+    probe_levels,
+    refine_typical,
+    time_budget,
+)
 from loadtest.method.levels import LevelChoice
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, PhaseSpec, plan_phases
 from loadtest.settings.limits import limits_of
@@ -244,3 +252,17 @@ def test_at_most_covers_the_worst_plan_the_plans_own_limits_allow():
     )  # each level's warm-up, step and cooldown at their longest, and the flush after each
     budget = time_budget(cfg, levels, latency_s, limits, climbs=cfg.climb_budget)
     assert took_s <= budget.levels_s + budget.refinement_s + budget.remeasure_s, (took_s, budget)
+
+
+def test_probes_and_climbs_counted_where_the_plan_may_run_them():
+    """A far first step (vLLM's KV estimate 30x the knee) may be probed down by halves to PROBE_MIN_LEVEL; a
+    plan whose levels lie within twice each other never; the climbs double from the level a re-measure may
+    reach above the highest (1.5x) where the run refines, from the highest planned where it does not."""
+    assert probe_levels([45, 54]) == [22, 11, 5, 2] and probe_levels([3, 5, 8, 10, 12]) == []
+    assert probe_levels([4, 8, 16, 32]) == [2]
+    assert climb_levels([3, 5, 8, 10, 12], 3, above=True) == [36, 72, 144]
+    assert climb_levels([3, 5, 8, 10, 12], 3, above=False) == [24, 48, 96]
+    cfg = _cfg(workers=0, verify=False)
+    far = time_budget(cfg, [45, 54], 0.1, climbs=cfg.climb_budget)
+    assert (far.probes, far.climbs, far.confirmations) == (4, cfg.climb_budget, 2 + 4 + cfg.climb_budget)
+    assert "up to 4 probes below them" in far.words() and "up to 9 knee confirmations" in far.words()
