@@ -189,10 +189,11 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     def levels() -> Any:
         latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
         choice = choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
-        cv = float(rows[0]["latency_cv"]) if rows else math.nan  # as the controller says it (decisions.py)
+        cv = float(rows[0]["latency_cv"]) if rows else math.nan
+        climbs = cfg.climb_budget if choice.extend else 0  # as the controller says it (method/decisions.py)
         result.said_s = result.seconds
-        result.budget = time_budget(cfg, list(choice.levels), latency_s, limits, climbs=cfg.climb_budget if choice.extend
-                                    else 0, latency_cv=cv if cv == cv else None, at_rest=True)  # fmt: skip
+        result.budget = time_budget(cfg, list(choice.levels), latency_s, limits, climbs=climbs,
+                                    latency_cv=cv if cv == cv else None, at_rest=True)  # fmt: skip
         return choice
 
     remeasures = Remeasures()  # the controller's own: one climb above the highest level a run
