@@ -69,6 +69,9 @@ def _reach_guess(table: pd.DataFrame, knee: Knee, low: int, high: int, share: fl
     return guess if low < guess < high else None
 
 
+PROBE_MIN_LEVEL = 4  # a step below this is never probed below: half of it says little
+
+
 def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
     """A level to measure below the highest before climbing on, or None.
 
@@ -83,7 +86,7 @@ def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
         return None
     points, baseline = points_of(table)
     top = next((r for r in points if int(r["level"]) == knee.recommended_level), None)
-    if top is None or baseline is None or int(top["level"]) < 4:
+    if top is None or baseline is None or int(top["level"]) < PROBE_MIN_LEVEL:
         return None
     level = int(top["level"])
     per_user, base_per_user = num(top, "throughput_rps") / level, num(baseline, "throughput_rps")
@@ -123,13 +126,18 @@ def _deciding_row(
     return best
 
 
+def level_above(top: int) -> int:
+    """The level rule 1 of remeasure_level measures above the highest `top` (1.5x, for a step's window)."""
+    return max(top + 2, math.ceil(1.5 * top))
+
+
 def _plateau_level(
     steps: list[dict[str, Any]], rec: int, high: int, max_window_s: float, above: bool
 ) -> Remeasure | None:
     """Rules 1-2 of remeasure_level: the plateau's own evidence, when it is what makes the interval wide."""
     top = max(steps, key=lambda r: int(r["level"]))
     if above and high >= int(top["level"]) and num(top, "duration_s") > 0:
-        level = max(int(top["level"]) + 2, math.ceil(1.5 * int(top["level"])))
+        level = level_above(int(top["level"]))
         why = f"up to the highest level measured: the plateau rests on level {top['level']} alone; measuring {level}"
         return Remeasure(level, min(num(top, "duration_s"), max_window_s), why)
     luckiest = max(steps, key=lambda r: np.nan_to_num(num(r, "throughput_rps"), nan=-np.inf))

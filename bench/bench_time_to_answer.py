@@ -20,6 +20,13 @@ Both ours and doubling+refine run the product's whole plan, with its re-measures
 decides a wide answer (analysis.remeasure_level).
 The habits of real servers (curves.habits(): load-independent 502s, slow service times, slow first
 requests in the baseline) are judged apart from the family.
+The progress line's promise is checked against the same runs: each of ours' runs is given the "at most" that
+loadtest/method/budget.py says from the config and baseline that run had, when its levels were chosen, and a run
+whose virtual time from then on exceeds it is a broken promise (goal: none). Like with like: virtual time runs
+the capacity search alone (no verify window, drain or recheck, no report, no tick and step-end flush after each
+phase: the budget's `search_s` less its `flushes_s`), each phase as long as the product's rule lets it run, its
+warm-ups at WARMUP_S and cooldowns as they go at rest, so the ratio of the two is the search's own share of its
+promise (the real run's other parts are bounded apart, by their caps).
 Hit: the recommendation within the tolerance (exact for a sharp steady curve, one level for a smooth or
 noisy one). Goal, on the family and on the habits apart: ours hits at least 95% of runs and of each kind's
 runs, never above the truth + 1 on a steady curve, takes no more time in total than doubling+refine, and
@@ -58,6 +65,12 @@ class Outcome:
     recommended: int | None
     levels: int
     seconds: float
+    after_said_s: float = 0.0  # virtual time from the promise to the plan's end
+    at_most_s: float = 0.0  # the promise's like-for-like "at most" (budget.search_s less its flushes)
+
+    @property
+    def promise_ratio(self) -> float:
+        return self.after_said_s / self.at_most_s if self.at_most_s > 0 else 0.0
 
     @property
     def truth(self) -> int:
@@ -91,7 +104,10 @@ def run_all(seeds: int) -> list[Outcome]:
     for curve in family() + habits():
         for seed in range(seeds):
             ours = run_plan(curve, seed, cfg)
-            out.append(Outcome(curve, "ours", ours.recommended, len(ours.levels), ours.seconds))
+            promise = ours.budget
+            at_most_s = promise.search_s - promise.flushes_s if promise is not None else 0.0
+            out.append(Outcome(curve, "ours", ours.recommended, len(ours.levels), ours.seconds,
+                               ours.after_said_s, at_most_s))  # fmt: skip
             dbl = run_plan(replace(curve, estimate=None), seed, doubling)
             out.append(Outcome(curve, "doubling+refine", dbl.recommended, len(dbl.levels), dbl.seconds))
             out.append(_sweep(curve, seed, cfg))
@@ -129,8 +145,23 @@ def main() -> int:
                   f" {sum(o.above for o in part):9d} {sum(o.levels for o in part) / len(part):7.1f}"
                   f" {sum(o.seconds for o in part) / len(part) / 60:8.1f}")  # fmt: skip
     verdicts = [_verdict(outcomes, "family", lambda k: not k.startswith("habit:")),
-                _verdict(outcomes, "habits", lambda k: k.startswith("habit:"))]  # fmt: skip
+                _verdict(outcomes, "habits", lambda k: k.startswith("habit:")), _promises(outcomes)]  # fmt: skip
     return 0 if all(verdicts) else 1
+
+
+def _promises(outcomes: list[Outcome]) -> bool:
+    """The progress line's "at most" against what each of ours' runs took from then on in virtual time (like
+    with like: the module's docstring). Prints one line; True when no promise broke."""
+    ours = [o for o in outcomes if o.plan == "ours"]
+    broken = [o for o in ours if o.after_said_s > o.at_most_s]
+    worst = max(ours, key=lambda o: o.promise_ratio)
+    print(f"the promise on ours' {len(ours)} runs: {len(broken)} broken (goal 0), the largest share of its"
+          f" at-most a run took {worst.promise_ratio:.3f} ({worst.curve.name}: {worst.after_said_s:.0f} s of"
+          f" {worst.at_most_s:.0f} s), median {sorted(o.promise_ratio for o in ours)[len(ours) // 2]:.3f}:"
+          f" {'met' if not broken else 'MISSED'}")  # fmt: skip
+    for o in broken:
+        print(f"  broken: {o.curve.name}, levels {o.levels}, {o.after_said_s:.0f} s > {o.at_most_s:.0f} s")
+    return not broken
 
 
 def _verdict(outcomes: list[Outcome], name: str, kinds: Callable[[str], bool]) -> bool:

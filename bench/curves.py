@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 import analysis
-from loadtest.method.budget import TICK_S, cooldown_typical_s
+from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
 from loadtest.method.windows import StepWindow, baseline_done, step_done
@@ -74,6 +74,13 @@ class VirtualRun:
     by_phase: dict[str, float] = field(default_factory=dict)  # the same, per phase (a re-measure apart)
     knee: Any = None
     table: pd.DataFrame | None = None
+    said_s: float = 0.0  # virtual time when the levels were chosen and the progress line said its promise
+    budget: TimeBudget | None = None  # that promise (loadtest/method/budget.py), from this run's config and baseline
+
+    @property
+    def after_said_s(self) -> float:
+        """Virtual time from the promise to the plan's end: what its at-most must cover."""
+        return self.seconds - self.said_s
 
     @property
     def recommended(self) -> int | None:
@@ -181,15 +188,21 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
 
     def levels() -> Any:
         latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
-        return choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
+        choice = choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
+        cv = float(rows[0]["latency_cv"]) if rows else math.nan
+        climbs = cfg.climb_budget if choice.extend else 0  # as the controller says it (method/decisions.py)
+        result.said_s = result.seconds
+        result.budget = time_budget(cfg, list(choice.levels), latency_s, limits, climbs=climbs,
+                                    latency_cv=cv if cv == cv else None, at_rest=True)  # fmt: skip
+        return choice
 
     remeasures = Remeasures()  # the controller's own: one climb above the highest level a run
 
     def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
         return remeasures.next(*judged(), max_window_s)
 
-    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
     limits, in_flight_s = limits_of(cfg), 0.0
+    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
     for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
             window = _window_s(curve, spec, cfg, 2 * index, seed)

@@ -31,6 +31,7 @@ ABORT = "abort"
 OVERLOAD = "overload"
 # only a server that stops answering is down; fast 5xx/OOM answers are a knee, which the plan handles
 SERVER_DOWN_KINDS = (failures.CONNECTION, failures.TIMEOUT)
+RECHECK_GRACE_S = 5.0  # the recheck waits this long past the request timeout for its one answer
 
 
 @dataclass
@@ -129,7 +130,7 @@ class OverloadWatch:
             return None
         self._recheck = PhaseSpec(
             Phase.WARMUP, 1, f"recheck: does the server still answer one user? Nothing was answered since the"
-            f" step at {self.overload[1]} users timed out", 0.0, request_timeout_s + 5.0, 1,
+            f" step at {self.overload[1]} users timed out", 0.0, request_timeout_s + RECHECK_GRACE_S, 1,
         )  # fmt: skip
         return self._recheck
 

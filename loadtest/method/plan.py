@@ -19,7 +19,10 @@
        decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
        at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
        so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
-       refinement (or one climb, or a knee's confirmation) each may ask for when the pooled answer moved
+       refinement (or one climb, or a knee's confirmation) each may ask for when the pooled answer moved:
+       the climbs within `climb_budget`, the refinement's levels (its confirmations among them) within
+       `refine_budget` for the whole run, not per round (the progress line's "at most" counts on both:
+       loadtest/method/budget.py)
 
 Decisions that need data (the estimate, the knee so far, where to refine) are callbacks the controller
 passes in, so this module has no Locust, no clock and no files.
@@ -219,16 +222,19 @@ def _capacity_phases(
                 queue, climbs = [(more, f"no knee yet at {max(done)}: doubling")], climbs + 1
     if not cfg.refine:
         return
-    yield from _refine(cfg, done, confirmed, refine_level)
-    yield from _narrow(cfg, choice, done, confirmed, climbs, knee_now, refine_level, remeasure_level)
+    refined: list[int] = []  # the refinement's steps, every round's: --refine-budget is the whole run's
+    yield from _refine(cfg, done, confirmed, refined, refine_level)
+    yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level, remeasure_level)
 
 
 def _refine(
-    cfg: RunConfig, done: list[int], confirmed: list[int], refine_level: Callable[[], int | None]
-) -> Iterator[PhaseSpec]:
-    """Refine until the answer's bracket is adjacent, within the budget; a level measured already comes back
-    only as a knee's confirm_level (few failures, too few requests: next_level.py), measured once more once."""
-    for _ in range(cfg.refine_budget):
+    cfg: RunConfig, done: list[int], confirmed: list[int], refined_so_far: list[int],
+    refine_level: Callable[[], int | None],
+) -> Iterator[PhaseSpec]:  # fmt: skip
+    """Refine until the answer's bracket is adjacent, within the run's budget (`refined_so_far`: the levels
+    every round measured); a level measured already comes back only as a knee's confirm_level (few failures,
+    too few requests: next_level.py), measured once more once."""
+    while len(refined_so_far) < cfg.refine_budget:
         refined = refine_level()
         if refined is None or refined in confirmed:
             break
@@ -238,6 +244,7 @@ def _refine(
             note = f"confirm the knee at {refined}: measured once more"
         yield from _step(cfg, refined, note)
         done.append(refined)
+        refined_so_far.append(refined)
 
 
 def _narrow(
@@ -245,6 +252,7 @@ def _narrow(
     choice: LevelChoice,
     done: list[int],
     confirmed: list[int],  # levels measured once more to confirm a knee (Knee.confirm_level)
+    refined: list[int],  # the refinement's steps so far (its budget is the run's)
     climbs: int,
     knee_now: Callable[[], Any],
     refine_level: Callable[[], int | None],
@@ -270,4 +278,4 @@ def _narrow(
             climbs += 1
             yield from _step(cfg, more, f"no knee left at {max(done)} once re-measured: doubling")
             done.append(more)
-        yield from _refine(cfg, done, confirmed, refine_level)  # the knee a re-measure moved may ask to confirm
+        yield from _refine(cfg, done, confirmed, refined, refine_level)  # the knee a re-measure moved may ask to confirm

@@ -74,7 +74,7 @@ class RunConfig:
     soak_s: float = 600.0
     headroom: float = 0.7
     refine: bool = True
-    refine_budget: int = 12  # a safety cap: refinement goes on until the answer is exact (adjacent levels)
+    refine_budget: int = 12  # a safety cap for the whole run: refinement goes on until the answer is exact (adjacent levels)
     climb_budget: int = 3  # levels doubled past the plan when no knee shows within it
     request_timeout_s: float = 120.0
     ready_wait_s: float = 30.0  # how long to wait for a server that answers 503 while it starts
