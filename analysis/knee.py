@@ -63,6 +63,8 @@ independent windows, counts added), not its latest: the first window is data too
    quantiles of the recommended level are its 95% interval. When it is wider than +-1 level, the plan
    re-measures the level that decides it with a longer window, within a budget
    (next_level.remeasure_level, loadtest/method/plan.py), and the answer is read again on the pooled points.
+   When it is within +-1 but the level below the answer lies within one standard error of the bar, that
+   level is measured once more, once (remeasure_level's rule 4: a sharp server's answer is exact).
 4. Refinement. When the recommended level R and the measured level below it, B, are more than 1 apart,
    the smallest level reaching the plateau lies in (B, R]: measure the level B's throughput per user
    names (next_level._reach_guess), else bisect. When the knee is a failing level F

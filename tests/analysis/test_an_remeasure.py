@@ -215,3 +215,40 @@ def test_a_saturated_driver_below_the_answer_leaves_the_climb_as_it_was() -> Non
         table = _far(busy)
         again = remeasure_level(table, find_knee(table), 24.0)
         assert again is not None and again.level == 69 and "rests on level 46 alone" in again.why, again
+
+
+# A sharp server (13 slots, plateau 15 rps, the bar 14.25) whose level 12, the one below the answer, is read
+# with a noisy short window near the bar: the interval is within +-1 (12-13), yet the answer is exact only
+# if 12 is truly short of the bar (rule 4).
+def _sharp(level_12_rps: float, se_12: float = 0.5) -> list[dict[str, Any]]:
+    rows = [_row(8, 12.0, 0.1, 10), _row(12, level_12_rps, se_12, 13), _row(13, 15.0, 0.1, 16)]
+    return [*rows, _row(16, 15.0, 0.1, 19), _row(20, 15.0, 0.1, 22)]
+
+
+@pytest.mark.parametrize("level_12_rps", [13.95, 14.2])
+def test_a_narrow_answer_re_measures_the_level_below_it_while_within_an_error_of_the_bar(level_12_rps: float) -> None:
+    table = _table(_sharp(level_12_rps))
+    knee = find_knee(table)
+    assert knee.recommended_level == 13 and knee.confidence == (12, 13), knee  # narrow: rules 1-3 ask nothing
+    again = remeasure_level(table, knee, max_window_s=60.0)
+    z = abs(level_12_rps - 0.95 * knee.plateau_rps) / 0.5
+    assert z < 1.0
+    assert again is not None and again.level == 12, again
+    # what brings it one error from the bar, at least its own 10 s window, at most three of them
+    assert again.window_s == pytest.approx(min(max(10.0 * (1 / z**2 - 1), 10.0), 30.0))
+    assert "level 12 just below it falls short of 95% of the plateau" in again.why and "12-13 at 95%" in again.why
+
+
+def test_the_level_below_separated_from_the_bar_or_looked_at_once_leaves_the_answer_as_it_is() -> None:
+    separated = _table(_sharp(13.5, se_12=0.2))  # 3.75 errors under the bar
+    assert remeasure_level(separated, find_knee(separated), max_window_s=60.0) is None
+    looked = _table([*_sharp(14.2), _row(12, 14.2, 0.5, 25, duration_s=30.0)])  # its one look taken: still near
+    knee = find_knee(looked)
+    assert knee.recommended_level == 13 and knee.confidence == (12, 13), knee
+    assert remeasure_level(looked, knee, max_window_s=60.0) is None
+
+
+def test_an_answer_the_engines_limit_set_is_not_separated_from_the_bar() -> None:
+    table = _table(_sharp(14.2))
+    knee = replace(find_knee(table), engine_limit=13)  # rule 2b named it, not the bar
+    assert remeasure_level(table, knee, max_window_s=60.0) is None
