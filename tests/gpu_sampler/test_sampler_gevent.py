@@ -38,9 +38,10 @@ def test_sampler_thread_leaves_greenlets_on_time_and_a_greenlet_sampler_does_not
     # 50 Hz x 2 s = 100 ticks; a starved (patched) thread would read a handful of times
     assert thread["reads"] >= 60, thread
     assert thread["stopped"]
-    # measured here 0.4-2 ms (as late as with no sampler at all) vs ~11 ms, and 6.6 ms once on a loaded
-    # machine: the absolute bound only rules out a starved loop; the side-by-side ratio below is the check
-    assert thread["p99_ms"] < 10.0, thread
+    # measured here 0.4-2 ms (as late as with no sampler at all) vs ~11 ms, 6.6 ms once on a loaded
+    # machine and 23 ms once beside `make test`'s three other shards: the absolute bound only rules out a
+    # starved loop (late by whole ticks); the side-by-side ratio below is the check
+    assert thread["p99_ms"] < 50.0, thread
     assert naive["p99_ms"] >= 6.0, naive
     assert naive["p99_ms"] > 2 * thread["p99_ms"], (thread, naive)
 
