@@ -2,7 +2,7 @@
 
     python tests/shards.py [--shards N] [--store] -- PYTEST_ARGS...
 
-TEST_SHARDS=N sets the shards, TEST_SOLO=FILE,... the files run alone after them (empty: none).
+TEST_SHARDS=N sets the shards, TEST_SOLO=FILE,... the files run alone after them (default: SOLO below; empty: none).
 
 Why not pytest-xdist: its workers wait on threading events that the gevent patch (Locust patches the
 process as soon as a test imports it) turns into greenlet locks, and the first such test hangs the
@@ -33,12 +33,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = Path(__file__).with_name("durations.json")
 DEFAULT_S = 5.0
-# Files that run alone, after the shards (TEST_SOLO=FILE,...; none by default). Most of the suite waits
+# Files that run alone, after the shards (TEST_SOLO=FILE,...). By default the greenlet-timing probe alone:
+# beside three shards on 2 cores its sampler thread's p99 lateness read 11-23 ms (0.4-2 ms alone), which
+# failed it twice in a row; alone it takes ~14 s. Most of the suite waits
 # (steps, windows, cooldowns): measured on this 2-core machine, its tests use about 10.5 CPU-minutes over
 # 7 minutes of 4 shards, so test_it_profiles' seven demos run in a shard like any file (alone, they once
 # added 3-4 minutes; beside 3 shards a smooth run climbed past its knee on noise, which the plan's
 # once-a-run climb above the highest level now bounds: analysis/next_level.py).
-SOLO = tuple(f for f in os.environ.get("TEST_SOLO", "").split(",") if f)
+SOLO = tuple(f for f in os.environ.get("TEST_SOLO", "tests/gpu_sampler/test_sampler_gevent.py").split(",") if f)
 NO_TESTS = 5  # pytest's exit status when nothing was collected
 
 
