@@ -252,8 +252,8 @@ def verify_typical_s(cfg: RunConfig, limits: TimingLimits, top: int, latency_s: 
 
 def refine_typical(levels: list[int]) -> int:
     """Levels the refinement usually adds to the plan as drawn: a bisection, down to adjacent levels, of the
-    gap the knee usually falls in, a typical one (the median gap, from 1 up), not the widest
-    (`levels.refine_guess`; "at most" counts the whole --refine-budget): an estimate-led plan draws its
+    gap the knee usually falls in, a typical one (the median gap, from 1 up), not the widest ("at most"
+    counts the whole --refine-budget): an estimate-led plan draws its
     widest gaps far below the estimate ([3, 5, 8, 10, 12]: 5..8, where the knee seldom is). On seven simulator profiles it refined
     1, 1, 1, 1, 1, 2 and 3 levels where the widest gap said 2, 2, 2, 2, 3, 0 and 6, the median 1, 1, 1, 1, 3, 0, 6."""
     gaps = sorted(b - a for a, b in zip([1, *levels[:-1]], levels, strict=True))

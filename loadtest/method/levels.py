@@ -201,10 +201,3 @@ class Remeasures:
             steps = table.loc[table["phase"] == "step", "level"] if not table.empty else table
             self.climbed_above |= len(steps) > 0 and again.level > int(steps.astype(int).max())
         return again
-
-
-def refine_guess(levels: list[int]) -> int:
-    """Levels the refinement may add: a bisection of the widest gap between planned levels down to adjacent ones."""
-    gaps = [b - a for a, b in zip([1, *levels[:-1]], levels, strict=True)]
-    widest = max(gaps, default=1)
-    return max(1, (widest - 1).bit_length()) if widest > 1 else 0
