@@ -148,15 +148,14 @@ class PlanDecisions:
         """One request alone (the baseline's mean latency): what a window can measure (levels.window_bound)."""
         return _latency_s_of(self._baseline_row())
 
-    def _memory_falls_back(self, base: dict[str, Any] | None = None) -> bool:
+    def _memory_falls_back(self, base: dict[str, Any] | None) -> bool:
         """The baseline raised GPU memory above idle and its cooldown found it back there: the server frees
         what a request held, so later cooldowns end once their requests are back (the promise's "about").
         A caching allocator's high-water mark stays; the pre-flight may have set it already (the idle reading
         then holds it, and the baseline's cooldown is at "idle" without a fall): COOLDOWN_MIN_S each."""
         if not self.timing.last_at_rest or self.idle_mib is None:
             return False
-        base = base or self._baseline_row()  # the row the levels' choice read, or read now
-        if base is None:
+        if base is None:  # no baseline row (the levels' choice read it): the promise counts COOLDOWN_MIN_S
             return False
         peak = self.card.peak_per_step.get(int(base["step_index"]))
         return peak is not None and not near_idle(peak, self.idle_mib)

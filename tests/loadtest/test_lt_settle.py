@@ -153,13 +153,13 @@ def test_the_promise_counts_short_cooldowns_only_where_the_baseline_showed_memor
     ctl, _monitor = _controller(tmp_path)
     _baseline_closed(ctl, IDLE_MIB + 1114)
     ctl.timing.last_at_rest = True
-    assert ctl._memory_falls_back()
+    assert ctl._memory_falls_back(ctl._baseline_row())
     ctl.timing.last_at_rest = False  # ended at its minimum, memory held
-    assert not ctl._memory_falls_back()
+    assert not ctl._memory_falls_back(ctl._baseline_row())
     ctl.close()
     (tmp_path / "held").mkdir()
     held, _monitor = _controller(tmp_path / "held")
     _baseline_closed(held, IDLE_MIB + 10)  # the pre-flight set the mark: no rise over "idle" in the baseline
     held.timing.last_at_rest = True
-    assert not held._memory_falls_back()
+    assert not held._memory_falls_back(held._baseline_row())
     held.close()
