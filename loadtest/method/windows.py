@@ -12,7 +12,8 @@
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
               needs ~700: it runs longer, up to the cap.
     baseline  one user; ends once its mean latency is known to BASELINE_REL_SE and GPU memory has settled,
-              after a floor of one round (BASELINE_ROUND_REQUESTS), at the latest after every round
+              after a floor of BASELINE_FLOOR_REQUESTS answers (10; a round when shorter), at the latest after
+              every round
     verify    open loop above the plateau; ends once each check has enough to judge it: VERIFY_MIN_ADMITTED
               answers for the admitted P95, and VERIFY_MIN_REJECTED requests turned away for the share turned
               away fast, or, none turned away, the window has run VERIFY_GROWTH_LATENCIES latencies (a queue
@@ -36,6 +37,7 @@ P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x
 STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
 BASELINE_REL_SE = 0.05  # one request's mean latency to 5%: what the levels and the drain are read against
+BASELINE_FLOOR_REQUESTS = MIN_CV_REQUESTS  # the baseline's floor: a spread is judged on this many answers
 VERIFY_MIN_ADMITTED = 60  # answers whose P95 is the admitted check (an order statistic's interval exists)
 VERIFY_MIN_REJECTED = 20  # requests turned away: a share of >= 95% fast is then judged within a few points
 VERIFY_GROWTH_LATENCIES = 10.0  # none turned away: 1.5x the plateau queues 0.5 s of work a second, so an
@@ -123,10 +125,13 @@ def step_expected_s(level: int, latency_s: float | None, latency_cv: float | Non
     return max(floor_s, for_p95_s, for_rps_s)
 
 
-def baseline_done(latencies_ms: Sequence[float], rows: int, floor_requests: int, memory_settled: bool) -> bool:
-    """The baseline may end before its last round: one round in, its mean latency known to BASELINE_REL_SE,
-    and GPU memory settled (the estimate reads it)."""
-    if rows < floor_requests or len(latencies_ms) < max(2, min(floor_requests, MIN_CV_REQUESTS)):
+def baseline_done(latencies_ms: Sequence[float], rows: int, round_requests: int, memory_settled: bool) -> bool:
+    """The baseline may end before its last round: BASELINE_FLOOR_REQUESTS answers in (its spread judged on
+    them; a round, when shorter), its mean latency known to BASELINE_REL_SE, and GPU memory settled (the
+    estimate reads it). A steady server is known after the floor, not a whole round: 8 s requests of a
+    vision-language model took 114 s for a round of 20 where 10 told the same mean within 1%."""
+    floor = max(2, min(round_requests, BASELINE_FLOOR_REQUESTS))
+    if rows < floor or len(latencies_ms) < floor:
         return False
     values = np.asarray(latencies_ms, dtype=np.float64)
     mean = float(values.mean())

@@ -67,9 +67,11 @@ def test_a_step_waits_for_min_step_requests_and_seeks_the_p95_up_to_step_s_only(
     assert step_done(few, 30, WINDOW.window_s, WINDOW)  # at STEP_S: never longer than a fixed window was
 
 
-def test_the_baseline_ends_once_its_latency_and_memory_settled_after_one_round():
+def test_the_baseline_ends_once_its_latency_and_memory_settled_after_its_floor():
     steady = _lognormal(0.1, 20)
-    assert not baseline_done(steady[:19], 19, 20, True)  # one round first
+    assert not baseline_done(steady[:9], 9, 20, True)  # BASELINE_FLOOR_REQUESTS (10) first
+    assert baseline_done(steady[:10], 10, 20, True)  # not a whole round: a steady mean is known
+    assert not baseline_done(steady[:4], 4, 5, True) and baseline_done(steady[:5], 5, 5, True)  # a round when shorter
     assert baseline_done(steady, 20, 20, True)
     assert not baseline_done(steady, 20, 20, False)  # memory still moving
     assert not baseline_done(_lognormal(0.5, 40), 40, 20, True)  # its mean not known to 5%: more rounds
