@@ -112,17 +112,21 @@ def step_done(latencies_ms: Sequence[float], rows: int, elapsed_s: float, window
     return elapsed_s >= window.window_s or p95_known(latencies_ms)
 
 
-def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow) -> float:
+def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow,
+                    max_s: float | None = None) -> float:  # fmt: skip
     """How long `step_done` usually lets a step at `level` run (the progress line's "about"): the answers its
-    precision needs (the throughput's target at `latency_cv`, the P95's interval, MIN_STEP_REQUESTS) at
-    `level` users each answered in `latency_s`, at least its floor, the P95 sought up to STEP_S and the
-    throughput's target up to the cap. None: unknown, STEP_S."""
+    precision needs (the throughput's target at `latency_cv`, the P95's interval) at `level` users each
+    answered in `latency_s`, at least its floor, the P95 sought up to STEP_S and the throughput's target up to
+    the cap; and its MIN_STEP_REQUESTS, which the controller waits for up to the step's `max_s` (the cap when
+    not given): 20 answers of 6 s requests at 2 users take 60 s, not a window of 8. None: unknown, STEP_S."""
     if not latency_s or latency_s <= 0:
         return window.window_s
+    per_answer_s = latency_s / max(level, 1)
     floor_s = min(max(STEP_FLOOR_S, STEP_FLOOR_LATENCIES * latency_s), window.window_s)
-    for_p95_s = min(max(P95_MIN_ANSWERS, window.min_requests) * latency_s / max(level, 1), window.window_s)
-    for_rps_s = min(target_requests(latency_cv) * latency_s / max(level, 1), window.cap_s)
-    return max(floor_s, for_p95_s, for_rps_s)
+    for_p95_s = min(max(P95_MIN_ANSWERS, window.min_requests) * per_answer_s, window.window_s)
+    for_rps_s = min(target_requests(latency_cv) * per_answer_s, window.cap_s)
+    for_min_s = min(window.min_requests * per_answer_s, max_s if max_s is not None else window.cap_s)
+    return max(floor_s, for_p95_s, for_rps_s, for_min_s)
 
 
 def baseline_done(latencies_ms: Sequence[float], rows: int, round_requests: int, memory_settled: bool) -> bool:

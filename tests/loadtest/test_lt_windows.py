@@ -93,5 +93,10 @@ def test_the_expected_times_follow_the_rules():
     assert step_expected_s(8, 0.3, 0.05, WINDOW) == pytest.approx(max(STEP_FLOOR_S, P95_MIN_ANSWERS * 0.3 / 8))
     assert step_expected_s(4, 0.3, 0.6, WINDOW) == WINDOW.cap_s  # a noisy server's throughput target
     assert step_expected_s(4, None, None, WINDOW) == WINDOW.window_s
+    # MIN_STEP_REQUESTS at a slow server's pace: waited for up to the step's longest, not a window
+    slow = StepWindow(min_requests=20, window_s=8.0, cap_s=32.0)
+    assert step_expected_s(7, 5.7, 0.01, slow, max_s=38.0) == pytest.approx(20 * 5.7 / 7)
+    assert step_expected_s(2, 5.7, 0.01, slow, max_s=38.0) == 38.0
+    assert step_expected_s(2, 5.7, 0.01, slow) == slow.cap_s
     assert verify_expected_s(30.0, 20.0, 0.3, 30.0) == VERIFY_FLOOR_S  # a fast server: the floor
     assert verify_expected_s(0.75, 0.5, 8.0, 30.0) == 30.0  # 8 s requests: the cap
