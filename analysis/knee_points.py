@@ -20,6 +20,8 @@ from analysis.failure_rule import Outcomes, outcomes_of, point_failure
 from analysis.pooled import pooled_row
 from analysis.stats import num, records
 
+BASELINE_TRUSTED_REQUESTS = 10  # a baseline ends once its mean is known to 5%, after 10 answers at the fewest
+
 
 def request_count(row: dict[str, Any]) -> int:
     """A point's requests, of all its measurements where it pools several (analysis/pooled.py); 0 where the
@@ -69,10 +71,19 @@ def walk_points(table: pd.DataFrame, p: dict[str, Any]) -> Walk:
             break
         reference = reference + outcomes_of(row)
     bound = int(failing["level"]) if failing is not None else math.inf
-    clean = [r for r in points if int(r["level"]) < bound and request_count(r) >= p["min_requests"]]
+    clean = [r for r in points if int(r["level"]) < bound and request_count(r) >= _trusted_count(r, baseline, p)]
     confirm = None
     if failing is not None and few and failing is not baseline:
         level = int(failing["level"])
         if int(((table["phase"] == "step") & (table["level"].astype(int) == level)).sum()) == 1:
             confirm = level
     return Walk(points, baseline, clean, failing, failure, confirm)
+
+
+def _trusted_count(row: dict[str, Any], baseline: dict[str, Any] | None, p: dict[str, Any]) -> int:
+    """Requests a clean point needs to be trusted: `min_requests`; the baseline's own rule (one user until its
+    mean latency is known to 5%: loadtest/method/windows.py) ends it after BASELINE_TRUSTED_REQUESTS at the
+    fewest, and one user's steady answers are a point as sure as a step's 20 (a baseline of 10 left a far first
+    step that timed out with no clean level below it)."""
+    return min(p["min_requests"], BASELINE_TRUSTED_REQUESTS) if row is baseline else p["min_requests"]
+
