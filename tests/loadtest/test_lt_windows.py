@@ -87,6 +87,22 @@ def test_the_verify_window_runs_until_each_check_can_be_judged():
     assert not verify_done(500, 500, 10.0, None, cap) and verify_done(0, 0, cap, None, cap)  # unknown: its cap
 
 
+def test_a_server_that_runs_out_of_memory_ends_the_verify_window_on_its_failures():
+    """Issue 33: the share turned away fast is judged on every request not admitted (analysis/verify.py): an
+    out-of-memory server's first VERIFY_MIN_REJECTED failures fail it, with no growth left to wait for (its
+    smooth window ran 19 s, 10 latencies, where 20 failures and the admitted answers were in at 13 s)."""
+    cap, p95_s = 30.0, 2.0
+    growth_s = VERIFY_GROWTH_LATENCIES * p95_s
+    assert not verify_done(VERIFY_MIN_ADMITTED, 0, 13.0, p95_s, cap)  # no failure counted: the growth rule
+    assert verify_done(VERIFY_MIN_ADMITTED, 0, 13.0, p95_s, cap, failed=VERIFY_MIN_REJECTED)
+    assert not verify_done(VERIFY_MIN_ADMITTED, 0, 13.0, p95_s, cap, failed=VERIFY_MIN_REJECTED - 1)
+    assert not verify_done(VERIFY_MIN_ADMITTED - 1, 0, 13.0, p95_s, cap, failed=500)  # the P95's answers first
+    # a few failures, none turned away with 503/429: the growth still ends it, as with none
+    assert verify_done(VERIFY_MIN_ADMITTED, 0, growth_s, p95_s, cap, failed=3)
+    assert not verify_done(VERIFY_MIN_ADMITTED, 3, growth_s, p95_s, cap, failed=3)  # some turned away: their share
+    assert VERIFY_MIN_ADMITTED == P95_MIN_ANSWERS  # the fewest answers whose P95 has an interval
+
+
 def test_the_expected_times_follow_the_rules():
     assert step_expected_s(8, 0.3, 0.05, WINDOW) == pytest.approx(max(STEP_FLOOR_S, P95_MIN_ANSWERS * 0.3 / 8))
     assert step_expected_s(4, 0.3, 0.6, WINDOW) == WINDOW.cap_s  # a noisy server's throughput target
