@@ -5,7 +5,9 @@ A server may take 50 ms or 60 s a request (a vision-language model writing a pag
 the first cut the second short: a 2 s warm-up ends before the first request is back, a 15 s cooldown ends
 while the step's requests still run and the next level starts on top of them. So:
 
-    warm-up    at least WARMUP_S and about WARMUP_LATENCIES latencies at its level (`warmup_bounds`): it
+    warm-up    at least WARMUP_S (1 s: Locust's spawn and the first connections; issue 33 lowered it from 2 s, where
+               it set most warm-ups' length on a fast server) and about WARMUP_LATENCIES latencies at its level
+               (`warmup_bounds`): it
                ends once its users completed that many requests each, within bounds from the nearest
                measured level (Little's law: the latency at L users lies between lat(M) x min(1, L/M) and
                lat(M) x max(1, L/M) while throughput does not fall);
