@@ -30,6 +30,7 @@ from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.state import STATE, StepTag
 from runfolder import (
+    CLOSED_KEY,
     EVENTS_FILE,
     GPU_FILE,
     HOST_FILE,
@@ -394,5 +395,6 @@ class Controller(PlanDecisions):
         self.timeline.append((self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
         for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
             sink.close()
+        self._update_manifest(**{CLOSED_KEY: self.clock()})  # the launcher renders from here (launch/run.py)
 
 
