@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis
+from analysis.verify import REJECT_FAST_MS
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
@@ -84,7 +85,7 @@ class Controller(PlanDecisions):
         self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
         self.server_limit_said = False
         self.live_latency_ms: list[float] = []
-        self.live_errors = self.live_rejected = self.live_failed = 0
+        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = 0
         self.step_index = -1
         self.spec: PhaseSpec | None = None
         self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
@@ -139,12 +140,19 @@ class Controller(PlanDecisions):
                 else:
                     self.live_errors += 1
                     self.live_rejected += row.failure_kind == "rejected"  # the verify window's checks count them
-                    self.live_failed += bool(row.final_attempt)  # not admitted: analysis/verify.py's share reads them
+                    self._count_not_admitted(row)
             self.watch.on_row(row)
             if row.ok:
                 self.last_ok_at = self.clock()
             elif row.step_index == self._raw_verify_step and row.failure_kind == "rejected":
                 self.verify_rejected += 1  # the server's own admission control: GATEWAY=auto needs none
+
+    def _count_not_admitted(self, row: RequestRow) -> None:
+        """A failed request of the current phase, as analysis/verify.py's share of fast rejections counts it."""
+        if row.final_attempt:
+            self.live_failed += 1
+            fast = row.failure_kind == "rejected" and row.latency_ms <= REJECT_FAST_MS
+            self.live_not_fast += not fast
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
@@ -273,7 +281,7 @@ class Controller(PlanDecisions):
         self.settle.reset()
         self.timing.reset()
         self.live_latency_ms = []
-        self.live_errors = self.live_rejected = self.live_failed = 0
+        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = 0
         if spec.phase == Phase.VERIFY and not spec.via:
             self._raw_verify_step = self.step_index
         tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via)

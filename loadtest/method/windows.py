@@ -19,9 +19,11 @@
               a 503/429, an out-of-memory answer, a reset; analysis/verify.py), or, none turned away with
               503/429, the window has run VERIFY_GROWTH_LATENCIES latencies (a queue without bound has then
               grown its latency several times over, for the early/late comparison); at the latest
-              VERIFY_WINDOW_S. A server without admission control that runs out of memory fails the share
-              (none of its failures is a fast 503) on its first VERIFY_MIN_REJECTED failures: no need to wait
-              for the growth, which the check reads only when nothing failed
+              VERIFY_WINDOW_S. The share is also known once VERIFY_SHARE_DECIDED requests were not admitted
+              without a fast 503/429 (out of memory, reset, a slow 503): at VERIFY_MIN_REJECTED it would then
+              be below EXCESS_FAST_MIN_SHARE whatever came next, as the rule above would judge it. So a server
+              without admission control that runs out of memory fails the share on its second such failure,
+              with no growth to wait for (the check reads the growth only when nothing failed)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.verify import EXCESS_FAST_MIN_SHARE
 from loadtest.method.timing import MIN_CV_REQUESTS, own_latency_cv, target_requests
 
 P95 = 0.95
@@ -41,6 +44,7 @@ STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
 BASELINE_REL_SE = 0.05  # one request's mean latency to 5%: what the levels and the drain are read against
 VERIFY_MIN_REJECTED = 20  # requests not admitted: a share of >= 95% fast is then judged within a few points
+VERIFY_SHARE_DECIDED = math.floor(VERIFY_MIN_REJECTED * (1 - EXCESS_FAST_MIN_SHARE) + 1e-9) + 1  # 2: not fast
 VERIFY_GROWTH_LATENCIES = 10.0  # none turned away: 1.5x the plateau queues 0.5 s of work a second, so an
 #                                 unbounded queue's latency grows ~5x over this many latencies
 VERIFY_FLOOR_S = 5.0  # a verify window never shorter: the open loop's arrivals need a few seconds to overload
@@ -144,17 +148,18 @@ def verify_floor_s(cap_s: float) -> float:
 
 
 def verify_done(
-    admitted: int, rejected: int, elapsed_s: float, latency_s: float | None, cap_s: float, failed: int = 0
-) -> bool:
+    admitted: int, rejected: int, elapsed_s: float, latency_s: float | None, cap_s: float, failed: int = 0,
+    not_fast: int = 0,
+) -> bool:  # fmt: skip
     """Each verify check has what it needs (see the module's docstring), or the cap is reached. `admitted`:
     answers so far; `rejected`: requests turned away with 503/429; `failed`: every request not admitted (the
-    rejected ones among them); `latency_s`: the recommended level's P95 (None: unknown, the window runs to
-    its cap)."""
+    rejected ones among them); `not_fast`: those of them not turned away fast (analysis.verify.REJECT_FAST_MS);
+    `latency_s`: the recommended level's P95 (None: unknown, the window runs to its cap)."""
     if elapsed_s >= cap_s:
         return True
     if elapsed_s < verify_floor_s(cap_s) or admitted < VERIFY_MIN_ADMITTED or latency_s is None:
         return False
-    if max(rejected, failed) >= VERIFY_MIN_REJECTED:
+    if max(rejected, failed) >= VERIFY_MIN_REJECTED or not_fast >= VERIFY_SHARE_DECIDED:
         return True
     return rejected == 0 and elapsed_s >= VERIFY_GROWTH_LATENCIES * latency_s
 
