@@ -225,7 +225,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
 
 def _window_s(curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int) -> float:
     """How long the product's own rule lets a measured window run on `curve` (loadtest/method/windows.py):
-    a step of the search until precise (`step_done`), the baseline until settled after its first round
+    a step of the search until precise (`step_done`), the baseline until settled after its floor
     (`baseline_done`; no GPU here, so memory counts as settled) or its rounds, a re-measure its fixed window;
     each at the tick that sees its end (the slow first requests of a baseline take longer)."""
     rps = curve.throughput_rps(spec.level)

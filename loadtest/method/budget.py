@@ -199,7 +199,8 @@ def level_typical_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s:
         step_s = cfg.soak_s + TICK_S
     else:
         window = StepWindow(cfg.min_step_requests, cfg.step_s, limits.step_target_max_s)
-        step_s = (latency_s or 0.0) + step_expected_s(level, latency_s, latency_cv, window) + seen_s(cfg)
+        expected_s = step_expected_s(level, latency_s, latency_cv, window, limits.step_max_s)
+        step_s = (latency_s or 0.0) + expected_s + seen_s(cfg)
     return warmup_s + step_s + cooldown_typical_s(limits, latency_s or 0.0, at_rest)
 
 

@@ -4,7 +4,7 @@
 - the baseline's warm-up: ends once latency has settled (`timing.latency_settled`), so a few slow first
   requests (lazy initialisation, a first compile) stay out of the baseline's latency and spread;
 - a step: ends once its throughput and P95 are precise, between a floor and a cap (`windows.step_done`);
-- the baseline: ends once its latency and memory settled, after one round (`windows.baseline_done`);
+- the baseline: ends once its latency and memory settled, after 10 answers (`windows.baseline_done`);
 - the verify window: ends once each check has enough requests to judge it (`windows.verify_done`);
 - a cooldown: first every user stopped (requests back or cut), then memory: it ends once memory is back at
   idle with nothing in flight, or settled after its minimum; the rows of the steps before it become final

@@ -12,7 +12,8 @@
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
               needs ~700: it runs longer, up to the cap.
     baseline  one user; ends once its mean latency is known to BASELINE_REL_SE and GPU memory has settled,
-              after a floor of one round (BASELINE_ROUND_REQUESTS), at the latest after every round
+              after a floor of BASELINE_FLOOR_REQUESTS answers (10; a round when shorter), at the latest after
+              every round
     verify    open loop above the plateau; ends once each check has enough to judge it: VERIFY_MIN_ADMITTED
               answers for the admitted P95 (the fewest whose P95 has an interval), and VERIFY_MIN_REJECTED
               requests not admitted for the share of them turned away fast (every failed request counts there:
@@ -43,6 +44,7 @@ P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x
 STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
 BASELINE_REL_SE = 0.05  # one request's mean latency to 5%: what the levels and the drain are read against
+BASELINE_FLOOR_REQUESTS = MIN_CV_REQUESTS  # the baseline's floor: a spread is judged on this many answers
 VERIFY_MIN_REJECTED = 20  # requests not admitted: a share of >= 95% fast is then judged within a few points
 VERIFY_SHARE_DECIDED = math.floor(VERIFY_MIN_REJECTED * (1 - EXCESS_FAST_MIN_SHARE) + 1e-9) + 1  # 2: not fast
 VERIFY_GROWTH_LATENCIES = 10.0  # none turned away: 1.5x the plateau queues 0.5 s of work a second, so an
@@ -118,23 +120,30 @@ def step_done(latencies_ms: Sequence[float], rows: int, elapsed_s: float, window
     return elapsed_s >= window.window_s or p95_known(latencies_ms)
 
 
-def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow) -> float:
+def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow,
+                    max_s: float | None = None) -> float:  # fmt: skip
     """How long `step_done` usually lets a step at `level` run (the progress line's "about"): the answers its
-    precision needs (the throughput's target at `latency_cv`, the P95's interval, MIN_STEP_REQUESTS) at
-    `level` users each answered in `latency_s`, at least its floor, the P95 sought up to STEP_S and the
-    throughput's target up to the cap. None: unknown, STEP_S."""
+    precision needs (the throughput's target at `latency_cv`, the P95's interval) at `level` users each
+    answered in `latency_s`, at least its floor, the P95 sought up to STEP_S and the throughput's target up to
+    the cap; and its MIN_STEP_REQUESTS, which the controller waits for up to the step's `max_s` (the cap when
+    not given): 20 answers of 6 s requests at 2 users take 60 s, not a window of 8. None: unknown, STEP_S."""
     if not latency_s or latency_s <= 0:
         return window.window_s
+    per_answer_s = latency_s / max(level, 1)
     floor_s = min(max(STEP_FLOOR_S, STEP_FLOOR_LATENCIES * latency_s), window.window_s)
-    for_p95_s = min(max(P95_MIN_ANSWERS, window.min_requests) * latency_s / max(level, 1), window.window_s)
-    for_rps_s = min(target_requests(latency_cv) * latency_s / max(level, 1), window.cap_s)
-    return max(floor_s, for_p95_s, for_rps_s)
+    for_p95_s = min(max(P95_MIN_ANSWERS, window.min_requests) * per_answer_s, window.window_s)
+    for_rps_s = min(target_requests(latency_cv) * per_answer_s, window.cap_s)
+    for_min_s = min(window.min_requests * per_answer_s, max_s if max_s is not None else window.cap_s)
+    return max(floor_s, for_p95_s, for_rps_s, for_min_s)
 
 
-def baseline_done(latencies_ms: Sequence[float], rows: int, floor_requests: int, memory_settled: bool) -> bool:
-    """The baseline may end before its last round: one round in, its mean latency known to BASELINE_REL_SE,
-    and GPU memory settled (the estimate reads it)."""
-    if rows < floor_requests or len(latencies_ms) < max(2, min(floor_requests, MIN_CV_REQUESTS)):
+def baseline_done(latencies_ms: Sequence[float], rows: int, round_requests: int, memory_settled: bool) -> bool:
+    """The baseline may end before its last round: BASELINE_FLOOR_REQUESTS answers in (its spread judged on
+    them; a round, when shorter), its mean latency known to BASELINE_REL_SE, and GPU memory settled (the
+    estimate reads it). A steady server is known after the floor, not a whole round: 8 s requests of a
+    vision-language model took 114 s for a round of 20 where 10 told the same mean within 1%."""
+    floor = max(2, min(round_requests, BASELINE_FLOOR_REQUESTS))
+    if rows < floor or len(latencies_ms) < floor:
         return False
     values = np.asarray(latencies_ms, dtype=np.float64)
     mean = float(values.mean())

@@ -49,10 +49,10 @@ FIELD_HELP = {
     "server_pid": "PID of the server process on the GPU machine, for its own GPU memory (nvml)",
     "idle_s": "seconds at 0 users to read idle GPU memory",
     "baseline_rounds": (
-        "most rounds of the single-request baseline: it ends after its first round once its mean latency is known"
-        " to 5% and GPU memory has settled"
+        "most rounds of the single-request baseline: it ends sooner, after at least 10 requests (a round when"
+        " shorter), once its mean latency is known to 5% and GPU memory has settled"
     ),
-    "baseline_round_requests": "requests per baseline round (the first round is the baseline's floor)",
+    "baseline_round_requests": "requests per baseline round (rounds x this is the baseline's most)",
     "warmup_s": (
         "shortest unmeasured load before each step; a warm-up lasts about one of the server's latencies at its"
         " level (each user's first answer back), and the baseline's ends once latency has settled (slow first requests)"

@@ -68,9 +68,11 @@ def test_a_step_waits_for_min_step_requests_and_seeks_the_p95_up_to_step_s_only(
     assert step_done(few, 30, WINDOW.window_s, WINDOW)  # at STEP_S: never longer than a fixed window was
 
 
-def test_the_baseline_ends_once_its_latency_and_memory_settled_after_one_round():
+def test_the_baseline_ends_once_its_latency_and_memory_settled_after_its_floor():
     steady = _lognormal(0.1, 20)
-    assert not baseline_done(steady[:19], 19, 20, True)  # one round first
+    assert not baseline_done(steady[:9], 9, 20, True)  # BASELINE_FLOOR_REQUESTS (10) first
+    assert baseline_done(steady[:10], 10, 20, True)  # not a whole round: a steady mean is known
+    assert not baseline_done(steady[:4], 4, 5, True) and baseline_done(steady[:5], 5, 5, True)  # a round when shorter
     assert baseline_done(steady, 20, 20, True)
     assert not baseline_done(steady, 20, 20, False)  # memory still moving
     assert not baseline_done(_lognormal(0.5, 40), 40, 20, True)  # its mean not known to 5%: more rounds
@@ -121,5 +123,10 @@ def test_the_expected_times_follow_the_rules():
     assert step_expected_s(8, 0.3, 0.05, WINDOW) == pytest.approx(max(STEP_FLOOR_S, P95_MIN_ANSWERS * 0.3 / 8))
     assert step_expected_s(4, 0.3, 0.6, WINDOW) == WINDOW.cap_s  # a noisy server's throughput target
     assert step_expected_s(4, None, None, WINDOW) == WINDOW.window_s
+    # MIN_STEP_REQUESTS at a slow server's pace: waited for up to the step's longest, not a window
+    slow = StepWindow(min_requests=20, window_s=8.0, cap_s=32.0)
+    assert step_expected_s(7, 5.7, 0.01, slow, max_s=38.0) == pytest.approx(20 * 5.7 / 7)
+    assert step_expected_s(2, 5.7, 0.01, slow, max_s=38.0) == 38.0
+    assert step_expected_s(2, 5.7, 0.01, slow) == slow.cap_s
     assert verify_expected_s(30.0, 20.0, 0.3, 30.0) == VERIFY_FLOOR_S  # a fast server: the floor
     assert verify_expected_s(0.75, 0.5, 8.0, 30.0) == 30.0  # 8 s requests: the cap
