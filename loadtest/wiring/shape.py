@@ -8,13 +8,8 @@ a phase would end only at a whole second after its rule holds: a 2 s warm-up tha
 flush (a few ms past its tick) was seen over at its third tick, 3.0 s, and a cooldown whose memory was back
 at idle 0.2 s after its drain ran 2.0 s. So while the phase goes on, `tick()` asks the controller again
 every POLL_S for up to POLL_SPAN_S and returns as soon as the answer changes (`polled`): a phase ends within
-POLL_S of its time bound, or of the rows or readings its rule waits for (workers ship rows twice a second,
+POLL_S of its time bound, or of the rows or readings its rule waits for (workers ship rows once a second,
 GPU readings arrive every 0.25 s), and Locust's next tick follows at once.
-
-Not a step's measured window: its precision rule (loadtest/method/windows.py `step_done`) was set with the
-whole-second tick's slack, and ended within POLL_S its steps held 10-20% fewer answers (sharp's level 8: 64-72
-instead of 80), which widened a flaky server's answer into 48 s re-measures; a step keeps Locust's tick
-until its rule is set for ending at once.
 """
 
 from __future__ import annotations
@@ -27,7 +22,6 @@ import gevent
 from locust import LoadTestShape
 
 from loadtest.wiring import listeners as wiring
-from runfolder import Phase
 
 POLL_S = 0.1  # a phase ends at most this long after its rule holds
 POLL_SPAN_S = 0.9  # one Locust tick polls this long, then Locust's loop sleeps the rest of its second
@@ -40,14 +34,13 @@ def polled(
     last: T | None,
     sleep: Callable[[float], object] = gevent.sleep,
     clock: Callable[[], float] = time.monotonic,
-    go_on: Callable[[], bool] = lambda: True,
 ) -> T | None:
     """`ask()` again every POLL_S until its answer differs from `last` (or is None: the run ends), for at most
-    POLL_SPAN_S, and while `go_on()`; the last answer."""
+    POLL_SPAN_S; the last answer."""
     until = clock() + POLL_SPAN_S
     while True:
         answer = ask()
-        if answer is None or answer != last or clock() + POLL_S > until or not go_on():
+        if answer is None or answer != last or clock() + POLL_S > until:
             return answer
         sleep(POLL_S)
 
@@ -68,8 +61,5 @@ class SteppedPlanShape(LoadTestShape):
             ctl.workers = getattr(runner, "worker_count", 1)  # a master's spawn rate is shared by its workers
             return ctl.tick(runner.user_count)
 
-        def not_a_step() -> bool:  # a step ends at Locust's tick (see the module's docstring)
-            return ctl.spec is None or ctl.spec.phase != Phase.STEP
-
-        self._last_answer = polled(ask, self._last_answer, go_on=not_a_step)
+        self._last_answer = polled(ask, self._last_answer)
         return self._last_answer

@@ -40,19 +40,3 @@ def test_an_unchanged_phase_polls_one_span_and_the_run_end_is_answered_at_once()
     clock.now = start
     assert polled(lambda: None, (4, 40.0), clock.sleep, clock) is None and clock.now == start
     assert polled(lambda: (4, 40.0), None, clock.sleep, clock) == (4, 40.0) and clock.now == start  # a first answer
-
-
-def test_a_step_is_asked_once_a_tick():
-    """A step's window keeps Locust's whole-second tick (loadtest/wiring/shape.py: its precision rule counts
-    on that slack): the poll stops as soon as the phase asked is a step, a warm-up before it included."""
-    clock, asked = _Clock(), []
-    phases = iter(["warmup", "warmup", "step", "step", "step"])
-    current = {"phase": "warmup"}
-
-    def ask() -> tuple[int, float]:
-        current["phase"] = next(phases)
-        asked.append(clock.now)
-        return (8, 80.0)
-
-    assert polled(ask, (8, 80.0), clock.sleep, clock, go_on=lambda: current["phase"] != "step") == (8, 80.0)
-    assert len(asked) == 3 and abs(clock.now - (100.0 + 2 * POLL_S)) < 1e-9
