@@ -39,7 +39,7 @@ miss). bench/verdict.py holds the rule. The req/s of each is printed for informa
 - ours: `loadtest.traffic.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
   RequestRow per request, answer parsing, CER against the image's ground truth, failure
   classification, the report to Locust's `request` event; plus what a worker does with the rows: its
-  outbox (`link._outbox_for`, as a worker's run) packs them 64 at a time as they come, and every second
+  outbox (`link._outbox_for`, as a worker's run) packs them 64 at a time as they come, and every half second
   of its running time `link.next_batches` packs the rest, appends the batch to the worker's local copy,
   then Locust's msgpack `Message.serialize` of that batch.
 - The answer: `noisy` (default) is the page's text with one character in 100 changed, so the CER is
@@ -70,7 +70,7 @@ from verdict import CONFIDENCE, MIN_ROUNDS, exit_status, median_interval, next_s
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 0.95
 BUCKETS = "2048x1536:1"  # one page of ~290 KB as a PNG multipart upload
-REPORT_EVERY_S = 1.0  # a worker ships its rows every second (loadtest/traffic/rowlink.py SHIP_INTERVAL_S)
+REPORT_EVERY_S = 0.5  # a worker ships its rows twice a second (loadtest/traffic/rowlink.py SHIP_INTERVAL_S)
 
 
 # --- the client process ---------------------------------------------------------------------
@@ -109,7 +109,7 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
             counts[1] += 1
         COUNTER.pack_into(shared, 0, counts[0], counts[1])
 
-    def ship_rows() -> None:  # what a worker does with the rows every second of its running time
+    def ship_rows() -> None:  # what a worker does with the rows every half second of its running time
         active, last = 0.0, time.monotonic()
         while True:
             gevent.sleep(0.1)

@@ -24,9 +24,18 @@ from runfolder.schema import (
     StepRow,
     columns_of,
 )
-from runfolder.sink import CsvAppender, JsonlAppender, new_run_folder, read_manifest, write_manifest
+from runfolder.sink import (
+    CLOSED_KEY,
+    CsvAppender,
+    JsonlAppender,
+    new_run_folder,
+    read_manifest,
+    run_closed,
+    write_manifest,
+)
 
 __all__ = [
+    "CLOSED_KEY",
     "EVENTS_FILE",
     "GATEWAY_FILE",
     "GATEWAY_VARIANT_FILE",
@@ -49,5 +58,6 @@ __all__ = [
     "columns_of",
     "new_run_folder",
     "read_manifest",
+    "run_closed",
     "write_manifest",
 ]

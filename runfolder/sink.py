@@ -143,3 +143,15 @@ def write_manifest(run_dir: Path, manifest: Mapping[str, Any]) -> Path:
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((Path(run_dir) / MANIFEST_FILE).read_text(encoding="utf-8"))
     return data
+
+
+CLOSED_KEY = "closed_unix_s"  # manifest.json: when the master wrote the run's last row and closed its files
+
+
+def run_closed(run_dir: Path) -> bool:
+    """The master has closed the run folder (manifest.json's CLOSED_KEY): nothing of the run is written to
+    it after that, so the report may be rendered while Locust itself shuts down."""
+    try:
+        return CLOSED_KEY in read_manifest(run_dir)
+    except (OSError, ValueError):
+        return False

@@ -19,7 +19,7 @@ def add_parsers(sub: Any) -> None:
     add_run_flags(demo)
     demo.add_argument("--profile", default="pytorch-24g")
     demo.add_argument("--simulator-args", default="", help="extra simulator flags, e.g. '--gateway-slots 6'")
-    demo.set_defaults(ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=2.0, ocr_cooldown_s=10.0)
+    demo.set_defaults(ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=1.0, ocr_cooldown_s=10.0)
 
 
 def cmd_run(ns: argparse.Namespace) -> int:

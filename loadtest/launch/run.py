@@ -12,9 +12,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from analysis.knee import DEFAULTS as KNEE_DEFAULTS
@@ -31,8 +32,10 @@ from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
 from loadtest.traffic.payloads import build_payloads, images_sent
 from loadtest.traffic.rowlink import LOCAL_WORKER_ENV
-from runfolder import STEPS_FILE, GpuSample, new_run_folder, write_manifest
+from runfolder import STEPS_FILE, GpuSample, new_run_folder, run_closed, write_manifest
 from scenarios import ScenarioError
+
+CLOSED_POLL_S = 0.2  # how often the launcher looks whether the master has closed the run folder
 
 
 def config_from_args(ns: argparse.Namespace) -> RunConfig:
@@ -100,9 +103,11 @@ def locust_env(cfg: RunConfig) -> dict[str, str]:
 
 
 def run_locust(
-    cfg: RunConfig, run_dir: Path, remote_workers: int = 0, bind_host: str = "127.0.0.1", master_port: int = 0
+    cfg: RunConfig, run_dir: Path, remote_workers: int = 0, bind_host: str = "127.0.0.1", master_port: int = 0,
+    when_closed: Callable[[], None] | None = None,
 ) -> int:
-    """Start the master (and local workers), wait for the plan to end, return the master's exit code."""
+    """Start the master (and local workers), wait for the plan to end, return the master's exit code;
+    `when_closed()` is called once the master has closed the run folder, while Locust still shuts down."""
     env = locust_env(cfg)
     log_dir = run_dir / WORKER_COPY_DIR
     log_dir.mkdir(exist_ok=True)
@@ -144,7 +149,7 @@ def run_locust(
         proc = subprocess.Popen(cmd, env=worker_env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
         workers.append((proc, log))
     try:
-        code = master.wait()
+        code = _wait_master(master, run_dir, when_closed)
     except KeyboardInterrupt:
         master.send_signal(signal.SIGINT)
         code = master.wait()
@@ -159,9 +164,42 @@ def run_locust(
     return code
 
 
+def _wait_master(master: subprocess.Popen[bytes], run_dir: Path, when_closed: Callable[[], None] | None) -> int:
+    """The master's exit status; `when_closed()` once, as soon as it has closed the run folder (its last row
+    written: runfolder.run_closed). Locust takes ~2.5 s more to exit (its quit waits 0.5 s for the workers'
+    reports, once per call, and it is called three times); the report need not wait for that."""
+    while True:
+        try:
+            return master.wait(timeout=CLOSED_POLL_S)
+        except subprocess.TimeoutExpired:
+            if when_closed is not None and run_closed(run_dir):
+                when_closed()
+                when_closed = None
+
+
 def render(run_dir: Path) -> int:
     """Analysis and report, in their own process (the run folder is the only contract)."""
     return subprocess.call([sys.executable, "-m", "reports", str(run_dir)], cwd=REPO_ROOT)
+
+
+class EarlyRender:
+    """`render` started as soon as the master closed the run folder, its output held in files until `finish`
+    (the run's own last lines, a failure's line among them, come first; `report:` stays the last line)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115 - closed in finish
+        self.proc = subprocess.Popen([sys.executable, "-m", "reports", str(run_dir)], cwd=REPO_ROOT,
+                                     stdout=self.out, stderr=self.err)  # fmt: skip
+
+    def finish(self) -> int:
+        """Wait for it, pass its output on, return its exit status."""
+        code = self.proc.wait()
+        for held, stream in ((self.err, sys.stderr), (self.out, sys.stdout)):
+            held.seek(0)
+            stream.write(held.read().decode("utf-8", "replace"))  # files, not pipes: it never blocks on a full one
+            stream.flush()
+            held.close()
+        return code
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +234,9 @@ def run_method(
     write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check,
                                            idle_before_preflight=idle_before, **images_sent(cfg)))  # fmt: skip
     print(f"run folder: {run_dir}", flush=True)
-    code = run_locust(cfg, run_dir, remote_workers, bind_host, master_port)
+    early: list[EarlyRender] = []
+    code = run_locust(cfg, run_dir, remote_workers, bind_host, master_port,
+                      when_closed=lambda: early.append(EarlyRender(run_dir)))  # fmt: skip
     aborted = aborted_because(run_dir)
     why = ""
     if code != 0:
@@ -205,7 +245,8 @@ def run_method(
         why = f"the run ended early ({aborted}); partial results are in {run_dir}"
     if why:
         fail(why)
-    rendered = render(run_dir)  # a partial run is rendered too, with a banner; `report:` stays the last line
+    # a partial run is rendered too, with a banner; `report:` stays the last line
+    rendered = early[0].finish() if early else render(run_dir)
     if code != 0:
         return RunOutcome(2, why, run_dir)
     if not why and rendered != 0:

@@ -1,6 +1,7 @@
 """The master's side of a run: the plan, the run folder's writers, the GPU monitor, progress lines.
 
-The shape's `tick()` (about once a second, on the master only) calls `Controller.tick()`, which
+The shape's `tick()` (on the master only; Locust's once a second, polled every 0.1 s within it while the phase
+goes on: loadtest/wiring/shape.py) calls `Controller.tick()`, which
 closes a phase when its time and request count are reached, writes its step row, tells the workers
 and the sampler the new step, and returns the user count for Locust.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis
+from analysis.verify import REJECT_FAST_MS
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
@@ -29,6 +31,7 @@ from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.state import STATE, StepTag
 from runfolder import (
+    CLOSED_KEY,
     EVENTS_FILE,
     GPU_FILE,
     HOST_FILE,
@@ -52,6 +55,7 @@ log = logging.getLogger(__name__)
 MEASURED = (Phase.BASELINE, Phase.STEP)
 MAX_SPAWN_PER_WORKER = 100.0  # users a second per worker: Locust warns above it (runners.py, MasterRunner.start)
 VERIFYING = (Phase.VERIFY, Phase.DRAIN)
+TIMELINE_EVERY_S = 1.0  # the live panel's timeline: one point a second (deque of an hour), and each user change
 
 
 class Controller(PlanDecisions):
@@ -81,7 +85,7 @@ class Controller(PlanDecisions):
         self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
         self.server_limit_said = False
         self.live_latency_ms: list[float] = []
-        self.live_errors = self.live_rejected = 0
+        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = 0
         self.step_index = -1
         self.spec: PhaseSpec | None = None
         self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
@@ -136,11 +140,19 @@ class Controller(PlanDecisions):
                 else:
                     self.live_errors += 1
                     self.live_rejected += row.failure_kind == "rejected"  # the verify window's checks count them
+                    self._count_not_admitted(row)
             self.watch.on_row(row)
             if row.ok:
                 self.last_ok_at = self.clock()
             elif row.step_index == self._raw_verify_step and row.failure_kind == "rejected":
                 self.verify_rejected += 1  # the server's own admission control: GATEWAY=auto needs none
+
+    def _count_not_admitted(self, row: RequestRow) -> None:
+        """A failed request of the current phase, as analysis/verify.py's share of fast rejections counts it."""
+        if row.final_attempt:
+            self.live_failed += 1
+            fast = row.failure_kind == "rejected" and row.latency_ms <= REJECT_FAST_MS
+            self.live_not_fast += not fast
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
@@ -181,9 +193,10 @@ class Controller(PlanDecisions):
     def tick(self, user_count: int) -> tuple[int, float] | None:
         now = self.clock()
         gpu = self.last_gpu
-        self.timeline.append(
-            (now, user_count, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None)
-        )
+        if not self.timeline or now - self.timeline[-1][0] >= TIMELINE_EVERY_S or self.timeline[-1][1] != user_count:
+            self.timeline.append(
+                (now, user_count, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None)
+            )  # the shape asks several times a second (loadtest/wiring/shape.py): the panel's line once a second
         if self.finished:
             return None
         if self.spec is None:
@@ -268,7 +281,7 @@ class Controller(PlanDecisions):
         self.settle.reset()
         self.timing.reset()
         self.live_latency_ms = []
-        self.live_errors = self.live_rejected = 0
+        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = 0
         if spec.phase == Phase.VERIFY and not spec.via:
             self._raw_verify_step = self.step_index
         tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via)
@@ -390,5 +403,6 @@ class Controller(PlanDecisions):
         self.timeline.append((self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
         for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
             sink.close()
+        self._update_manifest(**{CLOSED_KEY: self.clock()})  # the launcher renders from here (launch/run.py)
 
 

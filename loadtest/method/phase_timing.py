@@ -40,6 +40,8 @@ class TimedRun(Protocol):
     live: LiveSteps
     live_latency_ms: list[float]  # the answers of the current phase so far
     live_rejected: int  # the current phase's requests turned away (503/429)
+    live_failed: int  # the current phase's requests that got no answer at their last attempt (rejected ones too)
+    live_not_fast: int  # those of them not turned away fast (out of memory, resets, slow 503/429)
     verify_p95_s: float | None  # the recommended level's P95, which the verify window's checks read against
     measured_levels: list[int]
     spec: PhaseSpec | None
@@ -140,7 +142,8 @@ class PhaseTiming:
         if spec.phase == Phase.BASELINE and not done and elapsed_s >= spec.min_s:  # settled before its last round
             return baseline_done(ctl.live_latency_ms, rows, ctl.cfg.baseline_round_requests, ctl.memory_settled())
         if spec.phase == Phase.VERIFY:
-            return verify_done(len(ctl.live_latency_ms), ctl.live_rejected, elapsed_s, ctl.verify_p95_s, spec.max_s)
+            return verify_done(len(ctl.live_latency_ms), ctl.live_rejected, elapsed_s, ctl.verify_p95_s, spec.max_s,
+                               failed=ctl.live_failed, not_fast=ctl.live_not_fast)  # fmt: skip
         return done
 
     def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:

@@ -38,7 +38,7 @@ def warmup_bounds(
     lat(M) x max(1, L/M) (a closed loop: latency = users / throughput, and throughput does not fall below
     the knee), never more than the request timeout. The warm-up lasts WARMUP_LATENCIES of the lower bound at
     least, of the upper bound at most, and ends between them once its users completed WARMUP_LATENCIES
-    requests each (the first wave, started together, is over)."""
+    requests each (one: the first wave, started together, is over)."""
     min_requests = math.ceil(WARMUP_LATENCIES * level)
     known = [(m, p50_ms) for m, p50_ms in measured if m > 0 and p50_ms == p50_ms and p50_ms > 0]
     if not known:
@@ -49,7 +49,8 @@ def warmup_bounds(
     high_s = min(lat_s * max(1.0, level / near), request_timeout_s)
     min_s = min(max(limits.warmup_min_s, WARMUP_LATENCIES * low_s), limits.warmup_cap_s)
     max_s = min(max(min_s, WARMUP_LATENCIES * high_s), limits.warmup_cap_s)
-    why = f"{WARMUP_LATENCIES:g} latencies at {level} from P50 {p50_ms:.0f} ms at {near}: {min_s:.0f}-{max_s:.0f} s"
+    many = f"{WARMUP_LATENCIES:g} latenc{'y' if WARMUP_LATENCIES == 1 else 'ies'}"
+    why = f"{many} at {level} from P50 {p50_ms:.0f} ms at {near}: {min_s:.0f}-{max_s:.0f} s"
     return WarmupBounds(min_s, max_s, min_requests, why)
 
 

@@ -15,10 +15,16 @@
               after a floor of BASELINE_FLOOR_REQUESTS answers (10; a round when shorter), at the latest after
               every round
     verify    open loop above the plateau; ends once each check has enough to judge it: VERIFY_MIN_ADMITTED
-              answers for the admitted P95, and VERIFY_MIN_REJECTED requests turned away for the share turned
-              away fast, or, none turned away, the window has run VERIFY_GROWTH_LATENCIES latencies (a queue
-              without bound has then grown its latency several times over, for the early/late comparison);
-              at the latest VERIFY_WINDOW_S
+              answers for the admitted P95 (the fewest whose P95 has an interval), and VERIFY_MIN_REJECTED
+              requests not admitted for the share of them turned away fast (every failed request counts there:
+              a 503/429, an out-of-memory answer, a reset; analysis/verify.py), or, none turned away with
+              503/429, the window has run VERIFY_GROWTH_LATENCIES latencies (a queue without bound has then
+              grown its latency several times over, for the early/late comparison); at the latest
+              VERIFY_WINDOW_S. The share is also known once VERIFY_SHARE_DECIDED requests were not admitted
+              without a fast 503/429 (out of memory, reset, a slow 503): at VERIFY_MIN_REJECTED it would then
+              be below EXCESS_FAST_MIN_SHARE whatever came next, as the rule above would judge it. So a server
+              without admission control that runs out of memory fails the share on its second such failure,
+              with no growth to wait for (the check reads the growth only when nothing failed)
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.verify import EXCESS_FAST_MIN_SHARE
 from loadtest.method.timing import MIN_CV_REQUESTS, own_latency_cv, target_requests
 
 P95 = 0.95
@@ -38,8 +45,8 @@ STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
 BASELINE_REL_SE = 0.05  # one request's mean latency to 5%: what the levels and the drain are read against
 BASELINE_FLOOR_REQUESTS = MIN_CV_REQUESTS  # the baseline's floor: a spread is judged on this many answers
-VERIFY_MIN_ADMITTED = 60  # answers whose P95 is the admitted check (an order statistic's interval exists)
-VERIFY_MIN_REJECTED = 20  # requests turned away: a share of >= 95% fast is then judged within a few points
+VERIFY_MIN_REJECTED = 20  # requests not admitted: a share of >= 95% fast is then judged within a few points
+VERIFY_SHARE_DECIDED = math.floor(VERIFY_MIN_REJECTED * (1 - EXCESS_FAST_MIN_SHARE) + 1e-9) + 1  # 2: not fast
 VERIFY_GROWTH_LATENCIES = 10.0  # none turned away: 1.5x the plateau queues 0.5 s of work a second, so an
 #                                 unbounded queue's latency grows ~5x over this many latencies
 VERIFY_FLOOR_S = 5.0  # a verify window never shorter: the open loop's arrivals need a few seconds to overload
@@ -69,6 +76,7 @@ def _p95_min_answers() -> int:
 
 
 P95_MIN_ANSWERS = _p95_min_answers()
+VERIFY_MIN_ADMITTED = P95_MIN_ANSWERS  # answers whose P95 is the admitted check: its interval exists (52)
 
 
 def p95_known(latencies_ms: Sequence[float]) -> bool:
@@ -148,14 +156,19 @@ def verify_floor_s(cap_s: float) -> float:
     return min(VERIFY_FLOOR_S, cap_s)
 
 
-def verify_done(admitted: int, rejected: int, elapsed_s: float, latency_s: float | None, cap_s: float) -> bool:
-    """Each verify check has what it needs (see the module's docstring), or the cap is reached. `latency_s`:
-    the recommended level's P95 (None: unknown, the window runs to its cap)."""
+def verify_done(
+    admitted: int, rejected: int, elapsed_s: float, latency_s: float | None, cap_s: float, failed: int = 0,
+    not_fast: int = 0,
+) -> bool:  # fmt: skip
+    """Each verify check has what it needs (see the module's docstring), or the cap is reached. `admitted`:
+    answers so far; `rejected`: requests turned away with 503/429; `failed`: every request not admitted (the
+    rejected ones among them); `not_fast`: those of them not turned away fast (analysis.verify.REJECT_FAST_MS);
+    `latency_s`: the recommended level's P95 (None: unknown, the window runs to its cap)."""
     if elapsed_s >= cap_s:
         return True
     if elapsed_s < verify_floor_s(cap_s) or admitted < VERIFY_MIN_ADMITTED or latency_s is None:
         return False
-    if rejected >= VERIFY_MIN_REJECTED:
+    if max(rejected, failed) >= VERIFY_MIN_REJECTED or not_fast >= VERIFY_SHARE_DECIDED:
         return True
     return rejected == 0 and elapsed_s >= VERIFY_GROWTH_LATENCIES * latency_s
 

@@ -65,12 +65,14 @@ def window_too_short(window_s: float, latency_s: float | None) -> str:
 
 
 DRAIN_FACTOR = 1.5  # drained: answers within this x the baseline's latency again
-DRAIN_PROBES = 2  # the last this many answers of the drain's probe, in a row
+DRAIN_PROBES = 1  # the last this many answers of the drain's probe, in a row: queue_drained (analysis/verify.py)
+#                   needs one answer back at the baseline, sent after the queue emptied (a FIFO queue answers
+#                   no probe fast while it holds work); a second cost one more latency at every drain
 DRAIN_MIN_S = 5.0  # the drain's cap is never below this (a fast server's 2 x P95 is under a second)
 
 
 def drained(latencies_ms: list[float], baseline_latency_s: float | None) -> bool:
-    """The drain's probe is answered as fast as the baseline again: its last DRAIN_PROBES answers each
+    """The drain's probe is answered as fast as the baseline again: its last DRAIN_PROBES answer(s) each
     within DRAIN_FACTOR x the baseline's latency (False until it has that many)."""
     if baseline_latency_s is None or not baseline_latency_s > 0 or len(latencies_ms) < DRAIN_PROBES:
         return False

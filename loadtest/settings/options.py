@@ -54,8 +54,8 @@ FIELD_HELP = {
     ),
     "baseline_round_requests": "requests per baseline round (rounds x this is the baseline's most)",
     "warmup_s": (
-        "shortest unmeasured load before each step; a warm-up lasts about two of the server's latencies at its"
-        " level, and the baseline's ends once latency has settled (slow first requests)"
+        "shortest unmeasured load before each step; a warm-up lasts about one of the server's latencies at its"
+        " level (each user's first answer back), and the baseline's ends once latency has settled (slow first requests)"
     ),
     "step_s": (
         "the longest a step runs once its throughput is precise: a step ends as soon as its throughput (to 2%)"
@@ -116,8 +116,9 @@ FIELD_HELP = {
         " then a drain until answers are back to the baseline's latency; 0 skips it"
     ),
     "verify_window_s": (
-        "the longest the verify phase's overload runs: it ends once each check can be judged (60 admitted answers,"
-        " and 20 requests turned away or, none turned away, 10 latencies), at least 5 s"
+        "the longest the verify phase's overload runs: it ends once each check can be judged (52 admitted answers,"
+        " and 20 requests not admitted (503/429, out of memory, resets) or 2 of them not turned away fast, or, none"
+        " turned away, 10 latencies), at least 5 s"
     ),
     "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
     "target_rps": (

@@ -66,7 +66,7 @@ class RunConfig:
     idle_s: float = 3.0
     baseline_rounds: int = 3
     baseline_round_requests: int = 20
-    warmup_s: float = 2.0
+    warmup_s: float = 1.0  # a floor only: a warm-up lasts until the first wave is back (loadtest/method/timing.py)
     step_s: float = 10.0
     min_step_requests: int = 20
     cooldown_s: float = 15.0  # the cap on the wait for memory, once the step's requests are back (loadtest/method/timing.py)

@@ -14,6 +14,7 @@ from loadtest.method.windows import (
     VERIFY_GROWTH_LATENCIES,
     VERIFY_MIN_ADMITTED,
     VERIFY_MIN_REJECTED,
+    VERIFY_SHARE_DECIDED,
     StepWindow,
     baseline_done,
     p95_interval,
@@ -87,6 +88,35 @@ def test_the_verify_window_runs_until_each_check_can_be_judged():
     assert not verify_done(500, 0, VERIFY_GROWTH_LATENCIES * 1.0 - 1, 1.0, cap)
     assert verify_done(500, 0, VERIFY_GROWTH_LATENCIES * 1.0, 1.0, cap)
     assert not verify_done(500, 500, 10.0, None, cap) and verify_done(0, 0, cap, None, cap)  # unknown: its cap
+
+
+def test_a_server_that_runs_out_of_memory_ends_the_verify_window_on_its_failures():
+    """Issue 33: the share turned away fast is judged on every request not admitted (analysis/verify.py): an
+    out-of-memory server's first VERIFY_MIN_REJECTED failures fail it, with no growth left to wait for (its
+    smooth window ran 19 s, 10 latencies, where 20 failures and the admitted answers were in at 13 s)."""
+    cap, p95_s = 30.0, 2.0
+    growth_s = VERIFY_GROWTH_LATENCIES * p95_s
+    assert not verify_done(VERIFY_MIN_ADMITTED, 0, 13.0, p95_s, cap)  # no failure counted: the growth rule
+    assert verify_done(VERIFY_MIN_ADMITTED, 0, 13.0, p95_s, cap, failed=VERIFY_MIN_REJECTED)
+    assert not verify_done(VERIFY_MIN_ADMITTED, 0, 13.0, p95_s, cap, failed=VERIFY_MIN_REJECTED - 1)
+    assert not verify_done(VERIFY_MIN_ADMITTED - 1, 0, 13.0, p95_s, cap, failed=500)  # the P95's answers first
+    # a few failures, none turned away with 503/429: the growth still ends it, as with none
+    assert verify_done(VERIFY_MIN_ADMITTED, 0, growth_s, p95_s, cap, failed=3)
+    assert not verify_done(VERIFY_MIN_ADMITTED, 3, growth_s, p95_s, cap, failed=3)  # some turned away: their share
+    assert VERIFY_MIN_ADMITTED == P95_MIN_ANSWERS  # the fewest answers whose P95 has an interval
+
+
+def test_the_share_is_known_once_it_cannot_reach_the_bar_at_its_count():
+    """Two requests not admitted without a fast 503 (out of memory, reset, slow 503): at VERIFY_MIN_REJECTED the
+    share would be at most 18 of 20, under the bar whatever came next (a smooth server with 17 out-of-memory
+    answers ran its window 19 s, to the growth rule, where 52 answers were in at 12 s)."""
+    cap, p95_s = 30.0, 2.0
+    assert VERIFY_SHARE_DECIDED == 2 and (VERIFY_MIN_REJECTED - VERIFY_SHARE_DECIDED + 1) / VERIFY_MIN_REJECTED >= 0.95
+    assert verify_done(VERIFY_MIN_ADMITTED, 0, 12.0, p95_s, cap, failed=2, not_fast=VERIFY_SHARE_DECIDED)
+    assert not verify_done(VERIFY_MIN_ADMITTED, 0, 12.0, p95_s, cap, failed=1, not_fast=VERIFY_SHARE_DECIDED - 1)
+    assert not verify_done(VERIFY_MIN_ADMITTED, 10, 12.0, p95_s, cap, failed=10, not_fast=0)  # fast so far: wait
+    assert not verify_done(VERIFY_MIN_ADMITTED - 1, 0, 12.0, p95_s, cap, failed=9, not_fast=9)  # the P95 first
+    assert not verify_done(VERIFY_MIN_ADMITTED, 0, VERIFY_FLOOR_S - 0.5, p95_s, cap, failed=9, not_fast=9)  # floor
 
 
 def test_the_expected_times_follow_the_rules():
