@@ -8,7 +8,8 @@ throughput curve, as the simulator's `truth()` defines it:
 
     plateau      = the throughput of the clean levels (rule 1) at the top of the curve: the mean of those
                    within two standard errors of the highest (the highest alone is the luckiest), each
-                   weighted by its precision (analysis/plateau.py)
+                   weighted by its precision, from the level up whose mean is the highest (a rising
+                   shoulder left out: analysis/plateau.py)
     recommended  = the smallest clean level whose throughput reaches `knee_share` (0.95) of the plateau:
                    the highest level that still paid for its users; past it, users only buy latency
     knee         = the next measured level above it

@@ -33,7 +33,7 @@ import analysis
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
-from loadtest.method.windows import StepWindow, baseline_done, step_done
+from loadtest.method.windows import StepWindow, baseline_done, neighbours, step_done
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
@@ -205,7 +205,8 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
     for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
-            window = _window_s(curve, spec, cfg, 2 * index, seed)
+            near = neighbours(spec.level, [(int(r["level"]), float(r["throughput_rps"])) for r in rows])
+            window = _window_s(curve, spec, cfg, 2 * index, seed, near)
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
             result.seconds += window
@@ -223,7 +224,9 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     return result
 
 
-def _window_s(curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int) -> float:
+def _window_s(
+    curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int, near: tuple[Any, Any] = (None, None)
+) -> float:
     """How long the product's own rule lets a measured window run on `curve` (loadtest/method/windows.py):
     a step of the search until precise (`step_done`), the baseline until settled after its floor
     (`baseline_done`; no GPU here, so memory counts as settled) or its rounds, a re-measure its fixed window;
@@ -237,7 +240,7 @@ def _window_s(curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: i
         max_s = min(spec.max_s, max(spec.min_s, 2 * spec.min_requests / rps + slow_s + 2 * TICK_S))
     req = _window_requests(curve, spec.level, max_s, str(spec.phase), index, seed)
     if spec.phase == "step":
-        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s)
+        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near)
         return window_end_s(req, index, max_s, lambda lat, rows, t: t >= spec.min_s and step_done(lat, rows, t, bounds))
 
     def settled(lat: list[float], rows: int, t: float) -> bool:

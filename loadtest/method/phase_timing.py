@@ -18,11 +18,13 @@ import statistics
 from dataclasses import replace
 from typing import Any, Protocol
 
+import pandas as pd
+
 from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
 from loadtest.method.progress import progress
 from loadtest.method.timing import SETTLED_REQUESTS, latency_settled, warmup_bounds
-from loadtest.method.windows import StepWindow, baseline_done, step_done, verify_done
+from loadtest.method.windows import StepWindow, baseline_done, neighbours, step_done, verify_done
 from loadtest.settings.limits import TimingLimits
 from loadtest.settings.run_config import RunConfig
 from runfolder import Phase
@@ -68,6 +70,7 @@ class PhaseTiming:
         self.drain_cut = ""  # why the cooldown stopped waiting for them
         self.said_slow = False  # a warm-up lengthened by slow requests was named (once a run)
         self.last_at_rest = False  # the last cooldown ended with memory back at idle (the promise's "about")
+        self.step_neighbours: tuple[Any, Any] = (None, None)  # the current step's nearest levels below and above
 
     def reset(self) -> None:
         """A new phase starts."""
@@ -75,6 +78,8 @@ class PhaseTiming:
 
     def timed(self, spec: PhaseSpec) -> PhaseSpec:
         """The plan's phase with the times that follow the server: a warm-up's bounds from the latencies."""
+        if spec.phase == Phase.STEP and spec.target_max_s:  # its target error follows its neighbours' throughputs
+            self.step_neighbours = neighbours(spec.level, self._measured("throughput_rps"))
         if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl
@@ -90,14 +95,15 @@ class PhaseTiming:
             note=f"{spec.note}: {bounds.why}",
         )  # fmt: skip
 
-    def _measured(self) -> list[tuple[int, float]]:
-        """(level, P50 ms) of every measured step so far, in order."""
+    def _measured(self, column: str = "p50_ms") -> list[tuple[int, float]]:
+        """(level, `column`: P50 ms unless named) of every measured step so far, in order."""
         try:
             table = self.ctl.live.table()
         except Exception as exc:  # the warm-up falls back to WARMUP_S .. its cap
             self.ctl.event("warning", f"could not read the latencies measured so far: {exc}")
             return []
-        return [(int(level), float(p50)) for level, p50 in zip(table["level"], table["p50_ms"], strict=True)]
+        values = pd.to_numeric(table[column], errors="coerce")  # a row without it: NaN, skipped where read
+        return [(int(level), float(value)) for level, value in zip(table["level"], values, strict=True)]
 
     def baseline_warmed(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
         """The baseline's warm-up may end: WARMUP_S passed and latency settled (or the server stays noisy)."""
@@ -135,7 +141,7 @@ class PhaseTiming:
         ctl = self.ctl
         done = elapsed_s >= spec.min_s and rows >= spec.min_requests
         if spec.phase == Phase.STEP and spec.target_max_s:  # a step of the search (a re-measure is a fixed window)
-            window = StepWindow(spec.min_requests, ctl.cfg.step_s, spec.target_max_s)
+            window = StepWindow(spec.min_requests, ctl.cfg.step_s, spec.target_max_s, spec.level, *self.step_neighbours)
             return elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window)
         if spec.phase == Phase.WARMUP and not ctl.measured_levels:
             return self.baseline_warmed(spec, rows, elapsed_s)  # slow first requests are over

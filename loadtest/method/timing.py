@@ -18,6 +18,8 @@ SETTLED_REQUESTS = 4  # the baseline's warm-up ends once this many latencies in 
 SETTLED_BAND = 0.5  # lie within +-50% of their median (lazy init, first compile: 10-1000x slower)
 MIN_CV_REQUESTS = 10  # a step's own spread is judged on at least this many answers
 TARGET_REL_SE = 0.02  # near the knee a smooth curve gains 3-5% a level: measure throughput to about 2%
+GAIN_SHARE = 0.2  # elsewhere a level's throughput to a fifth of what it gains a level (step_rel_se)
+MAX_STEP_REL_SE = 0.1  # and never coarser than 10%
 MAX_TARGET_REQUESTS = 2000
 
 
@@ -73,10 +75,42 @@ def own_latency_cv(latencies_ms: Sequence[float]) -> float | None:
     return None if math.isnan(cv) else cv
 
 
-def target_requests(latency_cv: float | None) -> int:
-    """Requests a step needs for a throughput error of TARGET_REL_SE: a closed loop's completions are a
-    renewal process, so the relative error is CV / sqrt(n). A server whose latencies vary a lot (CV 0.5:
-    answers of very different lengths) needs ~600 requests, not the 20 that suit a steady one."""
+def target_requests(latency_cv: float | None, rel_se: float | None = None) -> int:
+    """Requests a step needs for a throughput error of `rel_se` (TARGET_REL_SE unless given: `step_rel_se`):
+    a closed loop's completions are a renewal process, so the relative error is CV / sqrt(n). A server whose
+    latencies vary a lot (CV 0.5: answers of very different lengths) needs ~600 requests for 2%, not the 20
+    that suit a steady one."""
     if latency_cv is None or not latency_cv > 0:
         return 0
-    return min(MAX_TARGET_REQUESTS, math.ceil((latency_cv / TARGET_REL_SE) ** 2))
+    return min(MAX_TARGET_REQUESTS, math.ceil((latency_cv / (rel_se or TARGET_REL_SE)) ** 2))
+
+
+def step_rel_se(
+    level: int, rps: float, below: tuple[int, float] | None, above: tuple[int, float] | None = None
+) -> float:
+    """The throughput error a step at `level` needs, from what it gains a level over the nearest level
+    measured below it (`below`: (level, rps), the baseline's included) and what the nearest one measured
+    above it (`above`) gains over it, the smaller of the two: the knee reads a level's throughput
+    against its neighbours' and against 95% of the plateau, so its error matters beside the gap to the next
+    level. Near the knee (gains of a few % a level, none past it) that is TARGET_REL_SE; a level still
+    gaining 25% a level is told from its neighbours at 5% (GAIN_SHARE of its gain) and lies far below the
+    bar: a noisy server's low levels need ~100 answers, not ~600 (on `loadtest demo --profile noisy-24g`,
+    levels 3 and 5, at 51% and 75% of the plateau, ran to their 32 s caps). Never coarser than
+    MAX_STEP_REL_SE; TARGET_REL_SE when no neighbour is known. Both sides, because a gain averaged from
+    far below (the baseline, under a first level far past the knee) says nothing of a level on the plateau.
+    A level the answer turns on after all is measured again (analysis.remeasure_level), pooled with this one.
+    GAIN_SHARE was chosen on the bench's noisy curves, seeds 20-59 (bench/bench_time_to_answer.py's family):
+    an eighth, a fifth and a quarter of the gain hit 98.0%, 97.5% and 97.3% (every step to 2%: 97.7%, 98.0%
+    with analysis/plateau.py's tail; the time 1, 0.99)
+    in 0.92, 0.90 and 0.89 of the time; a fifth keeps each kind >= 95%; a gain taken from below alone
+    (an eighth: 97.7%, a quarter: 96.4%) measured plateau levels coarsely under a first level far past
+    the knee."""
+    pairs = [(low, (level, rps)) for low in [below] if low] + [((level, rps), high) for high in [above] if high]
+    gains = [
+        (high_rps / low_rps) ** (1.0 / (high - low)) - 1.0
+        for (low, low_rps), (high, high_rps) in pairs
+        if low < high and low_rps > 0 and high_rps > 0
+    ]
+    if not gains:
+        return TARGET_REL_SE
+    return min(max(TARGET_REL_SE, GAIN_SHARE * min(gains)), MAX_STEP_REL_SE)

@@ -6,11 +6,13 @@
               to TARGET_WINDOWS x STEP_S (loadtest/settings/limits.py), so no step runs longer than it did
               with a fixed STEP_S window, and a precise one ends sooner:
               - throughput: a closed loop's completions are a renewal process, so its relative error is the
-                step's own latency CV / sqrt(n) (`timing.target_requests`: TARGET_REL_SE, 2%);
+                step's own latency CV / sqrt(n) (`timing.target_requests`), to TARGET_REL_SE (2%) near the
+                knee and coarser where the level still gains much over the level below it (GAIN_SHARE of
+                its gain a level, at most MAX_STEP_REL_SE: `timing.step_rel_se`);
               - P95: a distribution-free confidence interval from two order statistics (the count of answers
                 below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself.
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
-              needs ~700: it runs longer, up to the cap.
+              needs ~700 near its knee: it runs longer, up to the cap; ~100 at a level still gaining 40%.
     baseline  one user; ends once its mean latency is known to BASELINE_REL_SE and GPU memory has settled,
               after a floor of BASELINE_FLOOR_REQUESTS answers (10; a round when shorter), at the latest after
               every round
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.verify import EXCESS_FAST_MIN_SHARE
-from loadtest.method.timing import MIN_CV_REQUESTS, own_latency_cv, target_requests
+from loadtest.method.timing import MIN_CV_REQUESTS, own_latency_cv, step_rel_se, target_requests
 
 P95 = 0.95
 P95_Z = 1.645  # a 90% two-sided interval: a stopping rule, not the report's interval
@@ -98,11 +100,32 @@ def step_floor_s(latencies_ms: Sequence[float], cap_s: float) -> float:
 @dataclass(frozen=True)
 class StepWindow:
     """A step's bounds: `min_requests` (MIN_STEP_REQUESTS), `window_s` (STEP_S: how long the P95's precision is
-    sought) and `cap_s` (how long the throughput's is: TARGET_WINDOWS x STEP_S)."""
+    sought) and `cap_s` (how long the throughput's is: TARGET_WINDOWS x STEP_S); its `level` and the nearest
+    levels measured below and above it with their throughputs (`below`, `above`: (level, rps)), which set its
+    throughput's target error (timing.step_rel_se; none known: TARGET_REL_SE)."""
 
     min_requests: int
     window_s: float
     cap_s: float
+    level: int = 0
+    below: tuple[int, float] | None = None
+    above: tuple[int, float] | None = None
+
+    def rel_se(self, answers: int, elapsed_s: float) -> float:
+        """The throughput error this step needs, at its throughput so far (`answers` in `elapsed_s`)."""
+        rps = answers / elapsed_s if elapsed_s > 0 else 0.0
+        return step_rel_se(self.level, rps, self.below, self.above)
+
+
+def neighbours(level: int, measured: Sequence[tuple[int, float]]) -> tuple[tuple[int, float] | None, tuple[int, float] | None]:
+    """The nearest levels under and over `level` among the (level, throughput rps) measured so far, each with
+    its latest throughput (the baseline's included); None on a side where none is."""
+    known = [(lv, rps) for lv, rps in measured if lv > 0 and rps == rps and rps > 0]
+    lower = [m for m in known if m[0] < level]
+    upper = [m for m in known if m[0] > level]
+    below = max(reversed(lower), key=lambda m: m[0]) if lower else None  # ties: the latest
+    above = min(reversed(upper), key=lambda m: m[0]) if upper else None
+    return below, above
 
 
 def step_done(latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow) -> bool:
@@ -115,7 +138,7 @@ def step_done(latencies_ms: Sequence[float], rows: int, elapsed_s: float, window
         return True
     if elapsed_s < step_floor_s(latencies_ms, window.window_s):
         return False
-    if rows < target_requests(own_latency_cv(latencies_ms)):
+    if rows < target_requests(own_latency_cv(latencies_ms), window.rel_se(len(latencies_ms), elapsed_s)):
         return False
     return elapsed_s >= window.window_s or p95_known(latencies_ms)
 

@@ -110,6 +110,22 @@ def test_the_plateau_weighs_each_level_by_its_precision() -> None:
     assert one_batch.plateau_rps is not None and abs(one_batch.plateau_rps - (16.2 + 16.5) / 2) < 1e-9
 
 
+def test_the_plateau_leaves_a_rising_shoulder_out() -> None:
+    # a noisy smooth curve (bench/curves.py's smooth-noisy-13, truth 15): 14, 15 and 16 on its shoulder, at
+    # 95-98% of the plateau and within two errors of the top, 17 and 26 on it. All near points averaged, the
+    # plateau read 2% low (16.35) and 13, at 93.4%, reached its bar (15.53): two levels under the truth.
+    # From 17 up it is the plateau's own mean, and the answer the first level reaching 95% of it
+    shoulder = {"se": 0.35}
+    steps = table((13, 700, 15.6, {"se": 0.35}), (14, 750, 15.8, shoulder), (15, 800, 16.15, shoulder),
+                  (16, 850, 16.4, shoulder), (17, 900, 16.65, {"se": 0.35}), (26, 1400, 16.75, {"se": 0.35}))  # fmt: skip
+    knee = find_knee(steps)
+    assert knee.plateau_rps == pytest.approx((16.65 + 16.75) / 2)
+    assert knee.recommended_level == 15  # 16.15 reaches 15.87; 14's 15.8 does not
+    # never below the mean of every near point: a plateau without a shoulder reads as before
+    flat = find_knee(table((8, 700, 15.6, {"se": 0.35}), (16, 900, 16.6, {"se": 0.35}), (24, 1400, 16.4, {"se": 0.35})))
+    assert flat.plateau_rps == pytest.approx((16.6 + 16.4) / 2)
+
+
 def test_a_baseline_that_fails_is_saturation_at_one_user() -> None:
     bad_base = _row(
         1, 200, 5.0, n=60, phase="baseline", index=2, errors={"http_5xx": 10}, codes={"200": 50, "500": 10}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from loadtest.method.timing import GAIN_SHARE, MAX_STEP_REL_SE, TARGET_REL_SE, step_rel_se
 from loadtest.method.windows import (
     P95_MIN_ANSWERS,
     STEP_FLOOR_S,
@@ -17,6 +18,7 @@ from loadtest.method.windows import (
     VERIFY_SHARE_DECIDED,
     StepWindow,
     baseline_done,
+    neighbours,
     p95_interval,
     p95_known,
     step_done,
@@ -57,6 +59,28 @@ def test_a_sharp_steady_step_ends_early_and_a_noisy_one_runs_to_its_cap():
     assert not step_done(noisy, 120, 3.0, WINDOW)
     assert not step_done(noisy, 120, 20.0, WINDOW)  # its throughput target (~900 answers) not reached
     assert step_done(noisy, 120, WINDOW.cap_s, WINDOW)
+
+
+def test_a_noisy_step_still_gaining_much_over_its_neighbours_needs_fewer_answers():
+    # the noisy demo's level 5 (9.8 rps over level 3's 6.8: +20% a level) and level 10 (flat over 8's 13.3 rps:
+    # past the knee)
+    assert step_rel_se(5, 9.8, (3, 6.8)) == pytest.approx(GAIN_SHARE * ((9.8 / 6.8) ** 0.5 - 1))
+    assert step_rel_se(10, 13.2, (8, 13.3)) == TARGET_REL_SE  # near or past the knee: the full precision
+    assert step_rel_se(2, 20.0, (1, 2.0)) == MAX_STEP_REL_SE  # never coarser
+    assert step_rel_se(3, 6.8, None) == TARGET_REL_SE  # nothing measured beside it
+    # a level under a first level far past the knee: steep from the baseline, flat to the level above
+    assert step_rel_se(6, 9.0, (1, 3.0), (11, 9.1)) == TARGET_REL_SE
+    gains = ((12.0 / 9.8) ** 0.5 - 1, 13.3 / 12.0 - 1)  # over 5 (two levels below), to 8: the smaller counts
+    assert step_rel_se(7, 12.0, (5, 9.8), (8, 13.3)) == pytest.approx(max(TARGET_REL_SE, GAIN_SHARE * min(gains)))
+    measured = [(1, 2.6), (3, 6.8), (5, 9.8), (8, 13.3), (5, 9.9), (10, float("nan"))]
+    assert neighbours(7, measured) == ((5, 9.9), (8, 13.3))  # the latest of 5; a level without throughput skipped
+    assert neighbours(1, measured) == (None, (3, 6.8)) and neighbours(9, measured) == ((8, 13.3), None)
+    noisy = _lognormal(0.45, 140, seed=4)  # CV ~0.45: ~500 answers for 2%
+    climbing = StepWindow(20, 10.0, 40.0, level=3, below=(1, 2.65))
+    flat = StepWindow(20, 10.0, 40.0, level=10, below=(8, 13.3))
+    assert step_done(noisy, 140, 10.0, climbing)  # 14 rps at 3 users, +130% a level over 1: 10% will do
+    assert not step_done(noisy, 140, 10.0, flat) and not step_done(noisy, 140, 30.0, flat)
+    assert step_done(noisy, 140, 40.0, flat)  # its cap
 
 
 def test_a_step_waits_for_min_step_requests_and_seeks_the_p95_up_to_step_s_only():
