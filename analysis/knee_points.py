@@ -20,7 +20,8 @@ from analysis.failure_rule import Outcomes, outcomes_of, point_failure
 from analysis.pooled import pooled_row
 from analysis.stats import num, records
 
-BASELINE_TRUSTED_REQUESTS = 10  # a baseline ends once its mean is known to 5%, after 10 answers at the fewest
+BASELINE_TRUSTED_REQUESTS = 10  # a baseline is a point from this many answers; it ends there at the fewest
+#                                 (loadtest/method/windows.py BASELINE_FLOOR_REQUESTS): a spread is judged on 10
 
 
 def request_count(row: dict[str, Any]) -> int:
@@ -86,4 +87,3 @@ def _trusted_count(row: dict[str, Any], baseline: dict[str, Any] | None, p: dict
     fewest, and one user's steady answers are a point as sure as a step's 20 (a baseline of 10 left a far first
     step that timed out with no clean level below it)."""
     return min(p["min_requests"], BASELINE_TRUSTED_REQUESTS) if row is baseline else p["min_requests"]
-

@@ -128,10 +128,16 @@ def check_admitted_p95(w: Window, timeout_s: float) -> dict[str, Any]:
     return _check(name, passed, p95 if p95 < NO_ANSWER_MS else floor, limit_ms, "ms", why)
 
 
+def turned_away_fast(kind: Any, latency_ms: Any) -> Any:
+    """A request not admitted was turned away fast: a 503/429 (REJECTED) within REJECT_FAST_MS. Of one request
+    (the controller's live count, loadtest/method/controller.py) or elementwise of a window's columns."""
+    return (kind == REJECTED) & (latency_ms <= REJECT_FAST_MS)
+
+
 def check_excess_rejected(w: Window) -> dict[str, Any]:
     turned = ~w.ok
     rejected = turned & (w.kind == REJECTED)
-    fast = rejected & (w.latency_ms <= REJECT_FAST_MS)
+    fast = turned & turned_away_fast(w.kind, w.latency_ms)
     name = "excess_rejected_fast"
     if not turned.any():
         early_ms, late_ms = w.latency_early_late_ms()

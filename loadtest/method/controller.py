@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis
-from analysis.verify import REJECT_FAST_MS
+from analysis.verify import turned_away_fast
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
@@ -151,8 +151,7 @@ class Controller(PlanDecisions):
         """A failed request of the current phase, as analysis/verify.py's share of fast rejections counts it."""
         if row.final_attempt:
             self.live_failed += 1
-            fast = row.failure_kind == "rejected" and row.latency_ms <= REJECT_FAST_MS
-            self.live_not_fast += not fast
+            self.live_not_fast += not turned_away_fast(row.failure_kind, row.latency_ms)
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)

@@ -70,7 +70,7 @@ class PhaseTiming:
         self.drain_cut = ""  # why the cooldown stopped waiting for them
         self.said_slow = False  # a warm-up lengthened by slow requests was named (once a run)
         self.last_at_rest = False  # the last cooldown ended with memory back at idle (the promise's "about")
-        self.step_neighbours: tuple[Any, Any] = (None, None)  # the current step's nearest levels below and above
+        self.step_window: StepWindow | None = None  # the current step's bounds, its neighbours' throughputs in them
 
     def reset(self) -> None:
         """A new phase starts."""
@@ -79,7 +79,9 @@ class PhaseTiming:
     def timed(self, spec: PhaseSpec) -> PhaseSpec:
         """The plan's phase with the times that follow the server: a warm-up's bounds from the latencies."""
         if spec.phase == Phase.STEP and spec.target_max_s:  # its target error follows its neighbours' throughputs
-            self.step_neighbours = neighbours(spec.level, self._measured("throughput_rps"))
+            below, above = neighbours(spec.level, self._measured("throughput_rps"))
+            self.step_window = StepWindow(spec.min_requests, self.ctl.cfg.step_s, spec.target_max_s, spec.level,
+                                          below, above)  # fmt: skip
         if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl
@@ -140,8 +142,8 @@ class PhaseTiming:
         requests, and what its own rule asks (a step, the baseline and its warm-up, the verify window)."""
         ctl = self.ctl
         done = elapsed_s >= spec.min_s and rows >= spec.min_requests
-        if spec.phase == Phase.STEP and spec.target_max_s:  # a step of the search (a re-measure is a fixed window)
-            window = StepWindow(spec.min_requests, ctl.cfg.step_s, spec.target_max_s, spec.level, *self.step_neighbours)
+        window = self.step_window  # a step of the search (a re-measure is a fixed window): set by `timed`
+        if spec.phase == Phase.STEP and spec.target_max_s and window is not None:
             return elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window)
         if spec.phase == Phase.WARMUP and not ctl.measured_levels:
             return self.baseline_warmed(spec, rows, elapsed_s)  # slow first requests are over

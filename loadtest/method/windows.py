@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.knee_points import BASELINE_TRUSTED_REQUESTS
 from analysis.verify import EXCESS_FAST_MIN_SHARE
 from loadtest.method.timing import MIN_CV_REQUESTS, own_latency_cv, step_rel_se, target_requests
 
@@ -46,7 +47,7 @@ P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x
 STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
 BASELINE_REL_SE = 0.05  # one request's mean latency to 5%: what the levels and the drain are read against
-BASELINE_FLOOR_REQUESTS = MIN_CV_REQUESTS  # the baseline's floor: a spread is judged on this many answers
+BASELINE_FLOOR_REQUESTS = BASELINE_TRUSTED_REQUESTS  # the baseline's floor (10): the knee trusts it from there
 VERIFY_MIN_REJECTED = 20  # requests not admitted: a share of >= 95% fast is then judged within a few points
 VERIFY_SHARE_DECIDED = math.floor(VERIFY_MIN_REJECTED * (1 - EXCESS_FAST_MIN_SHARE) + 1e-9) + 1  # 2: not fast
 VERIFY_GROWTH_LATENCIES = 10.0  # none turned away: 1.5x the plateau queues 0.5 s of work a second, so an
