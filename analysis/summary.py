@@ -31,7 +31,7 @@ from analysis.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manif
 from analysis.server_time import time_split
 from analysis.soak import slo_level, soak_trend
 from analysis.steps import baseline_summary, bucket_table, step_table
-from analysis.verify import split_by_gateway, verify_summary, with_gateway
+from analysis.verify import own_failure_share, split_by_gateway, verify_summary, with_gateway
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -185,10 +185,12 @@ def goodput_and_verify(
     base_p95 = baseline["latency_p95_ms"] if baseline else None
     plateau = plateau if plateau is not None and not math.isnan(plateau) else None
     raw_steps, gateway_steps = split_by_gateway(run.steps)
-    verify = verify_summary(run.requests, raw_steps, checked, base_p95, plateau)
+    top = checked.get("server", {}).get("max_concurrency")
+    own = own_failure_share(table, float(top)) if isinstance(top, int | float) else None
+    verify = verify_summary(run.requests, raw_steps, checked, base_p95, plateau, own)
     if verify is not None:
         verify["config_from"] = "the manifest's verify_config" if checked is given else "this run's recommended config"
-        gateway = verify_summary(run.requests, gateway_steps, checked, base_p95, plateau)
+        gateway = verify_summary(run.requests, gateway_steps, checked, base_p95, plateau, own)
         verify = with_gateway(verify, gateway, gateway_steps)
     return table, {
         "goodput": goodput_peak(table, limit_s, where),

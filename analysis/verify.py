@@ -10,7 +10,10 @@ Checks (over the verify phase's logical requests: final attempts):
   turned away with 503/429 or never connected; a timeout counts as past the limit) at most the
   recommended request_timeout_s.
 - excess_rejected_fast: of the requests not admitted, the share turned away with 503/429 within
-  REJECT_FAST_MS, at least EXCESS_FAST_MIN_SHARE (a timeout, a cut or a slow 503 is not fast). With no
+  REJECT_FAST_MS, at least EXCESS_FAST_MIN_SHARE (a timeout, a cut or a slow 503 is not fast). A server that
+  fails a share of requests at every load (a 500, a reset: a flaky balancer's 502s) fails about as many in
+  the window: the server's own failures, not its answer to the excess; those the stepped load's rate accounts
+  for (`own_failure_share`, `own_set_aside`) are set aside, the rest count as not turned away fast. With no
   request turned away the check passes only when the server kept up: the median latency of the answers
   sent in the last third of the window within LATENCY_GROWTH_MAX x that of the first third (a queue
   without bound grows all along; counting answers inside a short window reads its edges as a shortfall).
@@ -52,6 +55,8 @@ LATENCY_GROWTH_MAX = 2.0  # nothing turned away is fine only while latency holds
 NO_ANSWER_MS = 1e12  # a timeout's latency in the P95: longer than any limit (inf would warn in numpy)
 DRAIN_SLACK = 1.5  # "back to baseline": a probe within 1.5x the baseline P95
 REJECTED, TIMEOUT, OOM, CUT, CONNECTION = "rejected", "timeout", "oom", "cut", "connection"
+OVERLOAD_KINDS = (REJECTED, TIMEOUT, OOM, CUT)  # answers to the load itself; any other failure may be the server's own
+OWN_SET_ASIDE_ERRORS = 2.0  # own failures set aside: up to their expected count plus this many Poisson errors
 
 
 def _check(
@@ -134,32 +139,68 @@ def turned_away_fast(kind: Any, latency_ms: Any) -> Any:
     return (kind == REJECTED) & (latency_ms <= REJECT_FAST_MS)
 
 
-def check_excess_rejected(w: Window) -> dict[str, Any]:
+def own_failure_share(table: pd.DataFrame, top_level: float) -> float | None:
+    """The share of requests the server failed on its own under the stepped load (the baseline and the steps at
+    levels up to `top_level`, the recommended concurrency): failures that are neither turned away nor the load's
+    own (OVERLOAD_KINDS), over every outcome there; None when no such level was measured (step table rows)."""
+    if table.empty or "errors" not in table.columns:
+        return None
+    rows = table[table["phase"].isin(("baseline", "step")) & (pd.to_numeric(table["level"]) <= top_level)]
+    outcomes = float((pd.to_numeric(rows["requests"]) - pd.to_numeric(rows["retried"]).fillna(0)).sum())
+    if outcomes <= 0:
+        return None
+    own = sum(int(n) for errors in rows["errors"] if isinstance(errors, Mapping)
+              for kind, n in errors.items() if kind not in OVERLOAD_KINDS)  # fmt: skip
+    return own / outcomes
+
+
+def own_set_aside(own: int, served: int, share: float | None) -> int:
+    """Of `own` failures among `served` requests (not turned away) of a window, how many the server's own rate
+    (`own_failure_share`) accounts for: up to its expected count plus OWN_SET_ASIDE_ERRORS Poisson errors."""
+    expected = (share or 0.0) * served
+    return min(own, math.ceil(expected + OWN_SET_ASIDE_ERRORS * math.sqrt(expected))) if expected > 0 else 0
+
+
+def check_excess_rejected(w: Window, own_share: float | None = None) -> dict[str, Any]:
+    """Of the requests not admitted, the share turned away fast (module doc); the server's own failures, as
+    many as its rate under the stepped load accounts for, set aside."""
     turned = ~w.ok
     rejected = turned & (w.kind == REJECTED)
     fast = turned & turned_away_fast(w.kind, w.latency_ms)
+    own = turned & ~np.isin(w.kind, OVERLOAD_KINDS)
+    aside = own_set_aside(int(own.sum()), int(len(w.rows) - rejected.sum()), own_share)
     name = "excess_rejected_fast"
-    if not turned.any():
+    if int(turned.sum()) <= aside:
         early_ms, late_ms = w.latency_early_late_ms()
         kept_up = not late_ms > LATENCY_GROWTH_MAX * early_ms  # NaN (too few answers): nothing says it grew
         held = f"median latency {early_ms:,.0f} ms early in the window, {late_ms:,.0f} ms late"
+        answered = f"all {len(w.rows)} requests"
+        if aside:
+            answered = f"{len(w.rows) - aside} of {len(w.rows)} requests{_aside_words(aside, own_share)}"
         why = (
-            f"no excess: the server answered all {len(w.rows)} requests and its latency held ({held}); the load"
+            f"no excess: the server answered {answered} and its latency held ({held}); the load"
             " did not exceed what it serves, so admission control was not exercised"
             if kept_up else
             f"nothing was turned away while latency grew ({held}): the excess queued instead of getting 503"
         )  # fmt: skip
         return _check(name, kept_up, 1.0 if kept_up else 0.0, EXCESS_FAST_MIN_SHARE, "share", why)
-    share = float(fast.sum()) / float(turned.sum())
+    share = float(fast.sum()) / float(turned.sum() - aside)
     slow = int((rejected & ~fast).sum())
     why = (
-        f"{int(turned.sum())} requests not admitted: {int(fast.sum())} turned away with 503/429 within"
+        f"{int(turned.sum()) - aside} requests not admitted: {int(fast.sum())} turned away with 503/429 within"
         f" {REJECT_FAST_MS / 1000:g} s"
         + (f" (P95 {percentile(w.latency_ms[rejected], 95):,.0f} ms)" if rejected.any() else "")
-        + f", {slow} slow 503/429, {w.count(TIMEOUT)} timed out, {w.count(CUT)} cut,"
-        f" {int(turned.sum()) - int(rejected.sum()) - w.count(TIMEOUT) - w.count(CUT)} other failures"
+        + f", {slow} slow 503/429, {w.count(TIMEOUT)} timed out, {w.count(CUT)} cut, {int(own.sum()) - aside} other"
+        f" failures{_aside_words(aside, own_share)}"
     )
     return _check(name, share >= EXCESS_FAST_MIN_SHARE, share, EXCESS_FAST_MIN_SHARE, "share", why)
+
+
+def _aside_words(aside: int, own_share: float | None) -> str:
+    if not aside:
+        return ""
+    return (f" ({aside} more failed as the server fails {own_share or 0:.1%} of requests at any load, under the"
+            " stepped load too: its own failures, set aside)")  # fmt: skip
 
 
 def check_no_oom(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any]:
@@ -249,8 +290,10 @@ def verify_summary(
     config: Mapping[str, Any],
     baseline_p95_ms: float | None = None,
     plateau_rps: float | None = None,
+    own_share: float | None = None,
 ) -> dict[str, Any] | None:
-    """summary.json's `verify` (module doc); None when the run has no verify phase with requests."""
+    """summary.json's `verify` (module doc); None when the run has no verify phase with requests. `own_share`:
+    the server's own failure share under the stepped load (`own_failure_share`), set aside from the excess."""
     if steps.empty or not (steps["phase"] == VERIFY_PHASE).any():
         return None
     w = Window(requests, steps)
@@ -261,7 +304,7 @@ def verify_summary(
     timeout_s = num(server, "request_timeout_s")
     checks = [
         check_admitted_p95(w, timeout_s),
-        check_excess_rejected(w),
+        check_excess_rejected(w, own_share),
         check_no_oom(requests, steps),
         check_drained(
             w, _probes(requests, steps), baseline_p95_ms, num(queue, "wait_timeout_s"), timeout_s

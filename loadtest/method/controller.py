@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis
-from analysis.verify import turned_away_fast
+from analysis.verify import OVERLOAD_KINDS, turned_away_fast
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
@@ -85,7 +85,7 @@ class Controller(PlanDecisions):
         self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
         self.server_limit_said = False
         self.live_latency_ms: list[float] = []
-        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = 0
+        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = self.live_own = 0
         self.step_index = -1
         self.spec: PhaseSpec | None = None
         self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
@@ -152,6 +152,7 @@ class Controller(PlanDecisions):
         if row.final_attempt:
             self.live_failed += 1
             self.live_not_fast += not turned_away_fast(row.failure_kind, row.latency_ms)
+            self.live_own += row.failure_kind not in OVERLOAD_KINDS  # may be the server's own (a 500, a reset)
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
@@ -280,7 +281,7 @@ class Controller(PlanDecisions):
         self.settle.reset()
         self.timing.reset()
         self.live_latency_ms = []
-        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = 0
+        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = self.live_own = 0
         if spec.phase == Phase.VERIFY and not spec.via:
             self._raw_verify_step = self.step_index
         tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via)

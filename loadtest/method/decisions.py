@@ -65,6 +65,7 @@ class PlanDecisions:
     _verify_planned: tuple[float, float] | None = None  # the raw verify window's (rate_rps, drain_max_s)
     verify_rejected = 0  # requests the server itself turned away (503/429) in the raw verify window
     verify_p95_s: float | None = None  # the recommended level's P95: the verify window's checks read against it
+    verify_own_share: float | None = None  # the server's own failure share up to that level (analysis.verify)
     gateway: Gateway | None = None  # HAProxy in front of the server for the gateway's verify window
 
     if TYPE_CHECKING:
@@ -255,6 +256,7 @@ class PlanDecisions:
         p95_ms = float((rec if not rec.empty else steps.loc[[thr.idxmax()]])["p95_ms"].iloc[-1])
         drain_s = drain_max_s(p95_ms / 1000.0, analysis.config.WAIT_MULTIPLE)
         self.verify_p95_s = p95_ms / 1000.0 if p95_ms > 0 else None  # NaN and 0: the window runs to its cap
+        self.verify_own_share = analysis.verify.own_failure_share(table, knee.recommended_level or 0)
         rate = VERIFY_FACTOR * plateau
         self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) until its checks"
                    f" can be judged, at most {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from analysis.verify import own_set_aside
 from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
 from loadtest.method.progress import progress
@@ -44,7 +45,9 @@ class TimedRun(Protocol):
     live_rejected: int  # the current phase's requests turned away (503/429)
     live_failed: int  # the current phase's requests that got no answer at their last attempt (rejected ones too)
     live_not_fast: int  # those of them not turned away fast (out of memory, resets, slow 503/429)
+    live_own: int  # those of them that may be the server's own failures (a 500, a reset: not an overload's kind)
     verify_p95_s: float | None  # the recommended level's P95, which the verify window's checks read against
+    verify_own_share: float | None  # the server's own failure share up to that level: set aside in the window
     measured_levels: list[int]
     spec: PhaseSpec | None
     step_index: int
@@ -150,8 +153,10 @@ class PhaseTiming:
         if spec.phase == Phase.BASELINE and not done and elapsed_s >= spec.min_s:  # settled before its last round
             return baseline_done(ctl.live_latency_ms, rows, ctl.cfg.baseline_round_requests, ctl.memory_settled())
         if spec.phase == Phase.VERIFY:
+            served = len(ctl.live_latency_ms) + ctl.live_failed - ctl.live_rejected
+            aside = own_set_aside(ctl.live_own, served, ctl.verify_own_share)  # as the report does
             return verify_done(len(ctl.live_latency_ms), ctl.live_rejected, elapsed_s, ctl.verify_p95_s, spec.max_s,
-                               failed=ctl.live_failed, not_fast=ctl.live_not_fast)  # fmt: skip
+                               failed=ctl.live_failed - aside, not_fast=ctl.live_not_fast - aside)  # fmt: skip
         return done
 
     def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:

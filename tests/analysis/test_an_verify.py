@@ -11,7 +11,7 @@ import pandas as pd
 from verify_runs import BASELINE_P95_MS, CONFIG, PLATEAU_RPS, T0, frame, request, serve, steps_frame
 
 from analysis import analyze, load_run
-from analysis.verify import verify_summary
+from analysis.verify import own_failure_share, own_set_aside, verify_summary
 from runfolder import REQUESTS_FILE, STEPS_FILE, CsvAppender, JsonlAppender, RequestRow
 
 
@@ -73,6 +73,51 @@ def test_slow_503s_after_a_long_wait_are_not_fast():
     assert not checks["excess_rejected_fast"]["passed"]
     assert "slow 503/429" in checks["excess_rejected_fast"]["why"]
     assert checks["admitted_p95_within_timeout"]["passed"]
+
+
+def _failing_admitted(every: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A gateway's window whose server fails every `every`-th admitted request at once with a 500."""
+    requests, steps = serve(gateway=True)
+    admitted = requests.index[(requests["phase"] == "verify") & requests["ok"]]
+    requests.loc[admitted[::every], ["ok", "failure_kind", "status_code", "latency_ms"]] = [False, "http_5xx", 500, 20.0]
+    return requests, steps
+
+
+def test_a_server_that_fails_a_few_requests_at_any_load_has_them_set_aside_as_its_own():
+    # flaky: a server failing 5% of requests under the stepped load too; those are not its answer to the excess
+    requests, steps = _failing_admitted(every=20)
+    counted = _checks(_verify(requests, steps))["excess_rejected_fast"]
+    assert not counted["passed"] and "other failures" in counted["why"]  # its rate unknown: counted as not fast
+    verdict = verify_summary(requests, steps, CONFIG, BASELINE_P95_MS, PLATEAU_RPS, own_share=0.05)
+    assert verdict is not None
+    excess = _checks(verdict)["excess_rejected_fast"]
+    assert excess["passed"] and excess["value"] == 1.0 and verdict["passed"]
+    assert "its own failures, set aside" in excess["why"] and "5.0% of requests" in excess["why"]
+
+
+def test_failures_past_the_servers_own_rate_still_count_as_not_turned_away_fast():
+    requests, steps = _failing_admitted(every=5)  # 20% under overload, where it failed 1% under the stepped load
+    verdict = verify_summary(requests, steps, CONFIG, BASELINE_P95_MS, PLATEAU_RPS, own_share=0.01)
+    assert verdict is not None
+    excess = _checks(verdict)["excess_rejected_fast"]
+    own = int((requests["failure_kind"] == "http_5xx").sum())
+    assert not excess["passed"] and excess["value"] < 0.95
+    aside = own_set_aside(own, int((requests["phase"] == "verify").sum()) - verdict["rejected"], 0.01)
+    assert 0 < aside < own and f"{own - aside} other failures ({aside} more failed" in excess["why"]
+
+
+def test_the_servers_own_failure_share_is_read_at_the_recommended_level_and_below():
+    table = pd.DataFrame([
+        {"phase": "baseline", "level": 1, "requests": 100, "retried": 0, "errors": {"http_500": 2}},
+        {"phase": "step", "level": 4, "requests": 200, "retried": 10, "errors": {"http_5xx": 4, "connection": 2, "rejected": 9, "timeout": 3}},
+        {"phase": "step", "level": 8, "requests": 300, "retried": 0, "errors": {"http_5xx": 60}},  # past the knee
+        {"phase": "cooldown", "level": 0, "requests": 5, "retried": 0, "errors": {"http_5xx": 5}},
+    ])  # fmt: skip
+    assert own_failure_share(table, 4) == (2 + 4 + 2) / (100 + 190)
+    assert own_failure_share(table, 8) == (2 + 4 + 2 + 60) / (100 + 190 + 300)
+    assert own_failure_share(table, 0) is None and own_failure_share(table.iloc[0:0], 4) is None
+    assert own_set_aside(5, 100, None) == 0 and own_set_aside(5, 100, 0.0) == 0
+    assert own_set_aside(10, 100, 0.04) == 8 and own_set_aside(3, 100, 0.04) == 3  # 4 + 2 x 2, at most what failed
 
 
 def test_an_oom_fails_no_oom_alone():

@@ -5,8 +5,12 @@ judged; each between its floor and its cap."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from analysis.verify import own_failure_share
+from loadtest.method.phase_timing import PhaseTiming
+from loadtest.method.plan import PhaseSpec
 from loadtest.method.timing import GAIN_SHARE, MAX_STEP_REL_SE, TARGET_REL_SE, step_rel_se
 from loadtest.method.windows import (
     P95_MIN_ANSWERS,
@@ -27,6 +31,9 @@ from loadtest.method.windows import (
     verify_done,
     verify_expected_s,
 )
+from loadtest.settings.limits import limits_of
+from loadtest.settings.run_config import RunConfig
+from runfolder import Phase
 
 WINDOW = StepWindow(min_requests=20, window_s=10.0, cap_s=40.0)
 
@@ -154,3 +161,25 @@ def test_the_expected_times_follow_the_rules():
     assert step_expected_s(2, 5.7, 0.01, slow) == slow.cap_s
     assert verify_expected_s(30.0, 20.0, 0.3, 30.0) == VERIFY_FLOOR_S  # a fast server: the floor
     assert verify_expected_s(0.75, 0.5, 8.0, 30.0) == 30.0  # 8 s requests: the cap
+
+
+class _VerifyingRun:
+    """What PhaseTiming reads of a controller in its verify window (loadtest/method/phase_timing.TimedRun)."""
+
+    def __init__(self, own_share: float | None) -> None:
+        self.cfg, self.limits, self.measured_levels = RunConfig(), limits_of(RunConfig()), [1, 4, 8]
+        self.live_latency_ms = [400.0] * 60  # answers
+        self.live_rejected, self.live_failed, self.live_not_fast, self.live_own = 5, 7, 2, 2  # two 500s
+        self.verify_p95_s, self.verify_own_share = 0.5, own_share
+        self.spec, self.step_index, self.aborted, self.completed = None, 9, "", []
+
+
+def test_the_verify_window_sets_the_servers_own_failures_aside_as_the_report_does():
+    # two 500s in a window of 67: decided "not fast" (VERIFY_SHARE_DECIDED) unless the server fails so at any load
+    flaky = pd.DataFrame([{"phase": "step", "level": 8, "requests": 1000, "retried": 0, "errors": {"http_500": 30}}])
+    spec = PhaseSpec(Phase.VERIFY, 64, "verify", VERIFY_FLOOR_S, 30.0, rate_rps=12.0)
+    decided = {}
+    for name, table in (("steady", flaky.assign(errors=[{}])), ("flaky", flaky)):
+        timing = PhaseTiming(_VerifyingRun(own_failure_share(table, 8)))  # type: ignore[arg-type]
+        decided[name] = timing.done(timing.timed(spec), 67, 10.0)
+    assert decided == {"steady": True, "flaky": False}  # flaky's window runs on until its checks can judge
