@@ -42,15 +42,18 @@ def _smooth(se: float = 0.4) -> list[dict[str, Any]]:
     return [_row(level, thr, se, 10 + 3 * i) for i, (level, thr) in enumerate(SMOOTH)]
 
 
-def test_a_wide_interval_first_re_measures_the_luckiest_plateau_level_for_the_whole_budget() -> None:
+def test_a_wide_interval_first_re_measures_the_luckiest_plateau_level_for_twice_its_window() -> None:
     table = _table(_smooth())
     knee = find_knee(table)
     low, high = knee.confidence
     assert knee.found and (low < knee.recommended_level - 1 or high > knee.recommended_level + 1), knee
     again = remeasure_level(table, knee, max_window_s=60.0)
     assert again is not None
-    assert again.level == 13 and again.window_s == 60.0  # 15.1 rps: the highest of the plateau sets the bar
-    assert "level 13" in again.why and f"{low}-{high} at 95%" in again.why
+    assert again.level == 13 and again.window_s == 20.0  # 15.1 rps, the highest, sets the bar: 2 x its 10 s
+    assert "level 13" in again.why and f"{low}-{high} at 95%" in again.why and "20 s more" in again.why
+    longer = table.assign(duration_s=[60.0, *[40.0] * len(SMOOTH)])  # windows of 40 s: the budget's 60 s at most
+    again = remeasure_level(longer, find_knee(longer), max_window_s=60.0)
+    assert again is not None and (again.level, again.window_s) == (13, 60.0)
 
 
 def test_then_the_answer_itself_when_the_interval_is_wider_above_it() -> None:
