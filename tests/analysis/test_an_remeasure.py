@@ -86,6 +86,16 @@ def test_an_interval_up_to_the_highest_level_measures_above_it() -> None:
     assert "plateau rests on level 8 alone" in again.why
 
 
+def test_a_narrow_interval_up_to_the_highest_level_measures_above_it_too() -> None:
+    # a noisy smooth curve (knee at 7) whose level 4 read low: "3, at 3-4" rests on level 4 alone
+    rows = [_row(2, 6.41, 0.49, 10), _row(3, 7.88, 0.27, 13, duration_s=22.0), _row(4, 8.55, 0.44, 16, duration_s=18.0)]
+    knee = find_knee(_table(rows))
+    assert knee.found and knee.recommended_level == 3 and knee.confidence == (3, 4), knee
+    again = remeasure_level(_table(rows), knee, max_window_s=60.0)
+    assert again is not None and (again.level, again.window_s) == (6, 18.0) and "level 4 alone" in again.why
+    assert remeasure_level(_table(rows), knee, max_window_s=60.0, above=False) is None  # climbed once: as it is
+
+
 def test_a_second_climb_above_the_highest_level_is_not_asked() -> None:
     """Once a run: after one climb the plateau rests on two levels, and the wide interval is narrowed on
     the levels measured (rules 2-3), never by a level further up."""
