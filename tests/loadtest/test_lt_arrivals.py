@@ -137,7 +137,9 @@ def test_rates_parse_and_the_verify_helpers():
     assert drained([900.0, 140.0, 120.0], 0.1)  # the last within 1.5 x 100 ms
     assert not drained([120.0, 900.0], 0.1) and not drained([], 0.1)
     assert drained([100.0], 0.1)  # issue 33: one answer back at the baseline is what queue_drained reads
-    assert drain_max_s(0.8, 2.0) == 5.0 and drain_max_s(4.2, 2.0) == 9.0
+    # the recommended wait timeout + request timeout (ceil(2 x P95) + ceil(3 x P95)): queue_drained's own bound
+    assert drain_max_s(0.5, 2.0, 3.0) == 5.0 and drain_max_s(4.2, 2.0, 3.0) == 9.0 + 13.0
+    assert drain_max_s(float("nan"), 2.0, 3.0) == 5.0
 
 
 def _plan(cfg: RunConfig, verify_plan=lambda: (12.0, 7.0)) -> list:

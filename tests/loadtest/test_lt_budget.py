@@ -138,7 +138,8 @@ def test_the_demos_baseline_is_promised_about_what_its_run_took():
     assert 0.75 * 93 <= budget.typical_s <= 1.25 * 94, budget
     # at most 72 min: the warm-ups at their longest are one latency at the level since issue 33 (89 min with two);
     # about 80 s: rows ship twice a second, so each phase is seen ended 0.25 s sooner (90 s when once a second)
-    assert budget.words().startswith("about 80 s as planned, at most 72 min (")
+    # 77 min since each drain may run to the recommended wait + request timeout, queue_drained's own bound
+    assert budget.words().startswith("about 80 s as planned, at most 77 min (")
     seen_levels = 5 * (2.0 + TICK_S) + 5 * 2.0  # each planned level's warm-up (2 s, 3.0 seen) and cooldown
     assert budget.typical_levels_s > seen_levels + 5 * (0.338 + TICK_S)  # and a step of at least its first answers
     assert budget.total_s > 40 * 60 > 10 * budget.typical_s
