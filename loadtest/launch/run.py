@@ -278,19 +278,22 @@ def start_simulator(
     proc = subprocess.Popen([sys.executable, "-m", "simulator", "--profile", profile, "--host", "127.0.0.1",
                              "--port", "0", "--dcgm-port", "0", *extra], cwd=REPO_ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    url = dcgm = ""
+    url = dcgm = said = ""
     deadline = time.monotonic() + 30
     assert proc.stdout is not None
     while time.monotonic() < deadline and not (url and dcgm):
         line = proc.stdout.readline()
         if not line:
             break
-        if line.startswith("simulator: "):
+        said = line.strip() or said  # its last words: argparse's one line on a bad flag or profile
+        if line.startswith("simulator: ") and not line.startswith("simulator: error"):
             url = line.split(" ", 1)[1].strip()
         elif line.startswith("dcgm: "):
             dcgm = line.split(" ", 1)[1].strip()
     if not (url and dcgm):
         stop_process(proc)
+        if said.startswith("simulator: error: "):
+            raise PreflightError(f"the simulator did not start: {said.removeprefix('simulator: error: ')}")
         raise PreflightError("the simulator did not start: run `python -m simulator` to see why")
     # keep reading its output so a chatty simulator never blocks on a full pipe
     threading.Thread(target=proc.stdout.read, daemon=True).start()

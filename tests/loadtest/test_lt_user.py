@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from lt_http import QuietHandler, serving
 
+from loadtest.launch.preflight import PreflightError
 from loadtest.launch.run import start_simulator
 from loadtest.method.child import stop_process
 
@@ -313,3 +314,9 @@ def test_a_cookie_the_server_sets_is_sent_back_from_then_on_and_none_before(scri
     assert len(rows) > 10 and len(seen) >= len(rows), (len(rows), len(seen))
     assert seen[:3] == ["", "", ""], seen[:4]  # set on the third answer
     assert set(seen[3:]) == {"session=s3"}, seen
+
+
+def test_a_simulator_that_cannot_start_says_why_in_one_line():
+    with pytest.raises(PreflightError) as told:
+        start_simulator(profile="no-such-profile")
+    assert "unknown profile 'no-such-profile': use one of" in str(told.value) and "pytorch-24g" in str(told.value)
