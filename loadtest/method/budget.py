@@ -20,9 +20,9 @@ lets it last, from what the baseline measured (one request alone takes `latency_
     the highest    a re-measure may go above the highest level measured, once (next_level.level_above), and the
                    climbs left double past it: every phase at an unknown level counts at `top_reach`
     verify         the window (at most VERIFY_WINDOW_S), its drain (capped at the recommended queue wait timeout +
-                   request timeout: (WAIT_ + TIMEOUT_MULTIPLE) x a P95 at most the latency at the highest level) and a cooldown; twice
-                   where the run may verify through a gateway too (method/gateway.py: GATEWAY=haproxy, or auto with
-                   haproxy here)
+                   request timeout: (WAIT_ + TIMEOUT_MULTIPLE) x a P95 at most the latency at the highest level)
+                   and a cooldown; twice where the run may verify through a gateway too (method/gateway.py:
+                   GATEWAY=haproxy, or auto with haproxy here)
     the recheck    one user's request after a step that ended past the knee with nothing answered since
                    (method/overload.py): a request timeout and RECHECK_GRACE_S
     each phase     and the tick that sees its end, then the step-end flush: FLUSH_WAIT_S at most with workers
@@ -230,9 +230,9 @@ def cooldown_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: floa
 
 
 def verify_s(cfg: RunConfig, limits: TimingLimits, top: int, latency_s: float | None) -> float:
-    """One verify window at its longest: VERIFY_WINDOW_S, its drain at its cap ((WAIT_ + TIMEOUT_MULTIPLE) x a P95 at most
-    the latency at `top`, the highest level the run may reach), a cooldown of up to MAX_IN_FLIGHT users, and
-    the flush after each."""
+    """One verify window at its longest: VERIFY_WINDOW_S, its drain at its cap ((WAIT_ + TIMEOUT_MULTIPLE) x a
+    P95 at most the latency at `top`, the highest level the run may reach), a cooldown of up to MAX_IN_FLIGHT
+    users, and the flush after each."""
     p95_s = min(latency_s * top, cfg.request_timeout_s) if latency_s else cfg.request_timeout_s
     cooldown = cooldown_s(cfg, limits, cfg.max_in_flight, latency_s)
     return cfg.verify_window_s + drain_max_s(p95_s, WAIT_MULTIPLE, TIMEOUT_MULTIPLE) + cooldown + 3 * flush_s(cfg, limits)

@@ -234,7 +234,8 @@ class PlanDecisions:
     def _verify_plan(self) -> tuple[float, float] | None:
         """(rate_rps, drain_max_s) of the verify phase: VERIFY_FACTOR x the plateau throughput (the highest
         a step measured), the drain capped at the recommended queue wait timeout + request timeout (WAIT_ and
-        TIMEOUT_MULTIPLE x the P95 of the recommended level: open_loop.drain_max_s); None, said as an event, when there is nothing to verify against."""
+        TIMEOUT_MULTIPLE x the P95 of the recommended level: open_loop.drain_max_s); None, said as an event,
+        when there is nothing to verify against."""
         if self.cfg.verify_rate_rps > 0:
             return self._verify_given()
         found = self._knee()
@@ -299,8 +300,8 @@ class PlanDecisions:
             self.gateway = None
 
     def _verify_given(self) -> tuple[float, float] | None:
-        """`python -m loadtest verify --rate R`: R as given, the drain capped by drain_max_s's rule at the baseline's
-        latency (the recommended wait and request timeouts at one request; at least DRAIN_MIN_S)."""
+        """`python -m loadtest verify --rate R`: R as given, the drain capped by drain_max_s's rule at the
+        baseline's latency (the recommended wait and request timeouts at one request; at least DRAIN_MIN_S)."""
         base_s = self._drain_base_s = self._baseline_latency_s()
         short = window_too_short(self.cfg.verify_window_s, base_s)
         if short:
