@@ -53,6 +53,16 @@ def _ceil(value: float, minimum: int = 1) -> int:
     return max(minimum, math.ceil(value - 1e-9))
 
 
+def timeouts_s(
+    p95_s: float, wait_multiple: float = WAIT_MULTIPLE, timeout_multiple: float = TIMEOUT_MULTIPLE
+) -> tuple[int, int]:
+    """(server.queue.wait_timeout_s, server.request_timeout_s) recommended at a level whose P95 is `p95_s`."""
+    wait = _ceil(wait_multiple * p95_s)
+    # the last request a full queue admits waits wait_timeout_s, then runs about one P95: a shorter timeout
+    # would drop work the gateway admitted (with wait = ceil(2 x P95), 3 x P95 falls below that sum: 2.3 s -> 7 < 7.3)
+    return wait, max(_ceil(timeout_multiple * p95_s), _ceil(wait + p95_s))
+
+
 def recommend_config(
     table: pd.DataFrame,
     knee: Knee,
@@ -97,10 +107,7 @@ def build_config(
         where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
     else:
         where = f"P95 {p95_s * 1000:.0f} ms at level {row['level'] if row else '?'}"
-    wait = _ceil(wait_multiple * p95_s)
-    # the last request a full queue admits waits wait_timeout_s, then runs about one P95: a shorter timeout
-    # would drop work the gateway admitted (with wait = ceil(2 x P95), 3 x P95 falls below that sum: 2.3 s -> 7 < 7.3)
-    timeout = max(_ceil(timeout_multiple * p95_s), _ceil(wait + p95_s))
+    wait, timeout = timeouts_s(p95_s, wait_multiple, timeout_multiple)
     drained = thr * wait * QUEUE_WAIT_SHARE if not math.isnan(thr) else 4.0 * concurrency
     queue = max(concurrency, _ceil(drained))
     retry = _ceil(p95_s)

@@ -20,7 +20,7 @@ lets it last, from what the baseline measured (one request alone takes `latency_
     the highest    a re-measure may go above the highest level measured, once (next_level.level_above), and the
                    climbs left double past it: every phase at an unknown level counts at `top_reach`
     verify         the window (at most VERIFY_WINDOW_S), its drain (capped at the recommended queue wait timeout +
-                   request timeout: (WAIT_ + TIMEOUT_MULTIPLE) x a P95 at most the latency at the highest level)
+                   request timeout at a P95 at most the latency at the highest level: open_loop.drain_max_s)
                    and a cooldown; twice where the run may verify through a gateway too (method/gateway.py:
                    GATEWAY=haproxy, or auto with haproxy here)
     the recheck    one user's request after a step that ended past the knee with nothing answered since
@@ -49,7 +49,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analysis.config import TIMEOUT_MULTIPLE, WAIT_MULTIPLE  # the drain's cap: these x the recommended P95
 from analysis.next_level import PROBE_MIN_LEVEL, level_above
 from analysis.words import planned_words, plural
 from loadtest.method.gateway import skip_reason
@@ -230,12 +229,12 @@ def cooldown_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: floa
 
 
 def verify_s(cfg: RunConfig, limits: TimingLimits, top: int, latency_s: float | None) -> float:
-    """One verify window at its longest: VERIFY_WINDOW_S, its drain at its cap ((WAIT_ + TIMEOUT_MULTIPLE) x a
+    """One verify window at its longest: VERIFY_WINDOW_S, its drain at its cap (the recommended timeouts at a
     P95 at most the latency at `top`, the highest level the run may reach), a cooldown of up to MAX_IN_FLIGHT
     users, and the flush after each."""
     p95_s = min(latency_s * top, cfg.request_timeout_s) if latency_s else cfg.request_timeout_s
     cooldown = cooldown_s(cfg, limits, cfg.max_in_flight, latency_s)
-    return cfg.verify_window_s + drain_max_s(p95_s, WAIT_MULTIPLE, TIMEOUT_MULTIPLE) + cooldown + 3 * flush_s(cfg, limits)
+    return cfg.verify_window_s + drain_max_s(p95_s) + cooldown + 3 * flush_s(cfg, limits)
 
 
 def verify_typical_s(cfg: RunConfig, limits: TimingLimits, top: int, latency_s: float | None, at_rest: bool) -> float:
@@ -247,7 +246,7 @@ def verify_typical_s(cfg: RunConfig, limits: TimingLimits, top: int, latency_s: 
     if latency_s:
         plateau_rps = top / latency_s
         window_s = verify_expected_s(VERIFY_FACTOR * plateau_rps, plateau_rps, latency_s, cfg.verify_window_s)
-        drain_s = min((DRAIN_PROBES + 1) * latency_s, drain_max_s(latency_s, WAIT_MULTIPLE, TIMEOUT_MULTIPLE))
+        drain_s = min((DRAIN_PROBES + 1) * latency_s, drain_max_s(latency_s))
     return window_s + drain_s + 2 * seen_s(cfg) + cooldown_typical_s(limits, latency_s or 0.0, at_rest)
 
 

@@ -233,8 +233,8 @@ class PlanDecisions:
 
     def _verify_plan(self) -> tuple[float, float] | None:
         """(rate_rps, drain_max_s) of the verify phase: VERIFY_FACTOR x the plateau throughput (the highest
-        a step measured), the drain capped at the recommended queue wait timeout + request timeout (WAIT_ and
-        TIMEOUT_MULTIPLE x the P95 of the recommended level: open_loop.drain_max_s); None, said as an event,
+        a step measured), the drain capped at the recommended queue wait timeout + request timeout at the P95 of
+        the recommended level (open_loop.drain_max_s); None, said as an event,
         when there is nothing to verify against."""
         if self.cfg.verify_rate_rps > 0:
             return self._verify_given()
@@ -255,7 +255,7 @@ class PlanDecisions:
             return None
         rec = steps[steps["level"].astype(int) == int(knee.recommended_level or 0)]
         p95_ms = float((rec if not rec.empty else steps.loc[[thr.idxmax()]])["p95_ms"].iloc[-1])
-        drain_s = drain_max_s(p95_ms / 1000.0, analysis.config.WAIT_MULTIPLE, analysis.config.TIMEOUT_MULTIPLE)
+        drain_s = drain_max_s(p95_ms / 1000.0)
         self.verify_p95_s = p95_ms / 1000.0 if p95_ms > 0 else None  # NaN and 0: the window runs to its cap
         self.verify_own_share = analysis.verify.own_failure_share(table, knee.recommended_level or 0)
         rate = VERIFY_FACTOR * plateau
@@ -307,7 +307,7 @@ class PlanDecisions:
         if short:
             self.event("warning", f"no verify phase: {short}")
             return None
-        drain_s = drain_max_s(base_s or 0.0, analysis.config.WAIT_MULTIPLE, analysis.config.TIMEOUT_MULTIPLE)
+        drain_s = drain_max_s(base_s or 0.0)
         self.verify_p95_s = base_s  # one request alone: the verify window's checks read against it
         rate = self.cfg.verify_rate_rps
         self.event("verify", f"verify: {rate:.2f} rps until its checks can be judged, at most {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from analysis.config import timeouts_s
+
 ARRIVALS = ("poisson", "constant")
 GATEWAYS = ("auto", "haproxy", "none")  # GATEWAY: the verify window through HAProxy (loadtest/method/gateway.py)
 VERIFY_FACTOR = 1.5  # the verify phase's rate: this x the measured plateau throughput (overload on purpose)
@@ -80,12 +82,12 @@ def drained(latencies_ms: list[float], baseline_latency_s: float | None) -> bool
     return all(latency <= limit_ms for latency in latencies_ms[-DRAIN_PROBES:])
 
 
-def drain_max_s(p95_s: float, wait_multiple: float, timeout_multiple: float) -> float:
-    """The drain's cap: the recommended queue wait timeout + request timeout (analysis.config: ceil(multiple x
-    P95) each), the bound queue_drained judges by (analysis/verify.py): the last request a full queue admitted
-    waits up to the one and runs up to the other, and a probe behind it comes back after. The wait timeout
-    alone cut a slow server's gateway drain (8 s pages, a queue of 9 full at the window's end) before its
-    probes were back: failed, where the check's own bound had room."""
+def drain_max_s(p95_s: float) -> float:
+    """The drain's cap: the queue wait timeout + request timeout the config recommends at a P95 of `p95_s`
+    (analysis.config.timeouts_s), the bound queue_drained judges by (analysis/verify.py): the last request a
+    full queue admitted waits up to the one and runs up to the other, and a probe behind it comes back after.
+    The wait timeout alone cut a slow server's gateway drain (8 s pages, a queue of 9 full at the window's
+    end) before its probes were back: failed, where the check's own bound had room."""
     if not p95_s > 0 or not math.isfinite(p95_s):
         return DRAIN_MIN_S
-    return max(DRAIN_MIN_S, float(math.ceil(wait_multiple * p95_s) + math.ceil(timeout_multiple * p95_s)))
+    return max(DRAIN_MIN_S, float(sum(timeouts_s(p95_s))))

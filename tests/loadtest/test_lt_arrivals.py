@@ -11,6 +11,7 @@ import time
 import gevent
 import pytest
 
+from analysis.config import timeouts_s
 from loadtest.method.windows import VERIFY_FLOOR_S
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.open_loop import drain_max_s, drained, parse_rates, window_too_short
@@ -137,9 +138,11 @@ def test_rates_parse_and_the_verify_helpers():
     assert drained([900.0, 140.0, 120.0], 0.1)  # the last within 1.5 x 100 ms
     assert not drained([120.0, 900.0], 0.1) and not drained([], 0.1)
     assert drained([100.0], 0.1)  # issue 33: one answer back at the baseline is what queue_drained reads
-    # the recommended wait timeout + request timeout (ceil(2 x P95) + ceil(3 x P95)): queue_drained's own bound
-    assert drain_max_s(0.5, 2.0, 3.0) == 5.0 and drain_max_s(4.2, 2.0, 3.0) == 9.0 + 13.0
-    assert drain_max_s(float("nan"), 2.0, 3.0) == 5.0
+    # the recommended wait timeout + request timeout, queue_drained's own bound: at a P95 of 4.2 s the config's
+    # wait is ceil(2 x 4.2) = 9 s and its timeout ceil(9 + 4.2) = 14 s (3 x 4.2 = 12.6 is less)
+    assert timeouts_s(4.2) == (9, 14)  # the ones build_config writes
+    assert drain_max_s(4.2) == 9.0 + 14.0
+    assert drain_max_s(0.5) == 5.0 and drain_max_s(float("nan")) == 5.0
 
 
 def _plan(cfg: RunConfig, verify_plan=lambda: (12.0, 7.0)) -> list:
