@@ -83,7 +83,7 @@ def walk_points(table: pd.DataFrame, p: dict[str, Any]) -> Walk:
 
 def _trusted_count(row: dict[str, Any], baseline: dict[str, Any] | None, p: dict[str, Any]) -> int:
     """Requests a clean point needs to be trusted: `min_requests`; the baseline's own rule (one user until its
-    mean latency is known to 5%: loadtest/method/windows.py) ends it after BASELINE_TRUSTED_REQUESTS at the
+    mean latency is known to 10%: loadtest/method/windows.py) ends it after BASELINE_TRUSTED_REQUESTS at the
     fewest, and one user's steady answers are a point as sure as a step's 20 (a baseline of 10 left a far first
     step that timed out with no clean level below it)."""
     return min(p["min_requests"], BASELINE_TRUSTED_REQUESTS) if row is baseline else p["min_requests"]

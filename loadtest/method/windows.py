@@ -46,7 +46,11 @@ P95_Z = 1.645  # a 90% two-sided interval: a stopping rule, not the report's int
 P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x it, the knee reads throughput
 STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
-BASELINE_REL_SE = 0.05  # one request's mean latency to 5%: what the levels and the drain are read against
+BASELINE_REL_SE = 0.10  # one request's mean latency to 10%: what the levels, warm-ups and the drain are read
+#                        against, each with far more room than that (the knee's level-1 point, the first level's
+#                        bound, a drain back within 1.5x of it); issue 33: a noisy server (CV 0.5) ran all 3
+#                        rounds (60 answers, 21.5 s) for 5%; to 10% it took 6.0 s (bench seeds 0-9: the same
+#                        hits, hockey-noisy 4.28 -> 4.09 and smooth-noisy 7.43 -> 7.16 virtual minutes a run)
 BASELINE_FLOOR_REQUESTS = BASELINE_TRUSTED_REQUESTS  # the baseline's floor (10): the knee trusts it from there
 VERIFY_MIN_REJECTED = 20  # requests not admitted: a share of >= 95% fast is then judged within a few points
 VERIFY_SHARE_DECIDED = math.floor(VERIFY_MIN_REJECTED * (1 - EXCESS_FAST_MIN_SHARE) + 1e-9) + 1  # 2: not fast

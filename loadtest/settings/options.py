@@ -50,7 +50,7 @@ FIELD_HELP = {
     "idle_s": "seconds at 0 users to read idle GPU memory",
     "baseline_rounds": (
         "most rounds of the single-request baseline: it ends sooner, after at least 10 requests (a round when"
-        " shorter), once its mean latency is known to 5% and GPU memory has settled"
+        " shorter), once its mean latency is known to 10% and GPU memory has settled"
     ),
     "baseline_round_requests": "requests per baseline round (rounds x this is the baseline's most)",
     "warmup_s": (
