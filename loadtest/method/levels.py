@@ -32,6 +32,7 @@ from typing import Any
 
 import analysis
 from analysis import plan_levels
+from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
 DOUBLING_LEVELS = [1, 2, 4, 8, 16, 32, 64]
@@ -58,6 +59,31 @@ def window_bound(window_s: float, latency_s: float | None) -> int | None:
     if latency_s is None or not latency_s > 0 or not math.isfinite(latency_s):
         return None
     return max(MIN_FIRST_LEVEL, math.floor(WINDOW_BATCHING * window_s / latency_s))
+
+
+def measurable_floor(cfg: RunConfig, latency_s: float | None) -> int | None:
+    """The lowest level whose step gathers MIN_STEP_REQUESTS within its longest window when one request
+    alone takes `latency_s` (the module doc's floor); None when the baseline gave no latency or no
+    minimum is asked."""
+    if latency_s is None or not latency_s > 0 or not math.isfinite(latency_s) or cfg.min_step_requests <= 0:
+        return None
+    return math.ceil(cfg.min_step_requests * latency_s / limits_of(cfg).step_max_s - 1e-9)
+
+
+def _measurable(choice: LevelChoice, cfg: RunConfig, latency_s: float | None, start_at_floor: bool = False) -> LevelChoice:
+    """`choice` without its levels below the floor (`measurable_floor`; its highest level kept when all lie
+    below); `start_at_floor`: the floor itself measured first in their place (the doubling plan)."""
+    floor = measurable_floor(cfg, latency_s)
+    if floor is None or choice.levels[0] >= floor:
+        return choice
+    kept = [level for level in choice.levels if level >= floor] or [max(choice.levels)]
+    if start_at_floor and kept[0] > floor:
+        kept = [floor, *kept]
+    dropped = [level for level in choice.levels if level < kept[0]]
+    why = (f"{choice.why}; not {', '.join(map(str, dropped))}: at {latency_s:.1f} s a request, a step below"
+           f" {floor} users gathers fewer than MIN_STEP_REQUESTS={cfg.min_step_requests} in its"
+           f" {limits_of(cfg).step_max_s:.0f} s")  # fmt: skip
+    return dataclasses.replace(choice, levels=kept, why=why)
 
 
 def limit_level(limit: int) -> int:
@@ -98,10 +124,10 @@ def choose_levels(cfg: RunConfig, estimate: Any, *, baseline_latency_s: float | 
         if bound is not None and levels[0] > bound:  # start at the bound: x1, x2, x3, x4, x4.8 of it
             levels = plan_levels(math.floor(bound / DEFAULT_FIRST_FRACTION))
             why += f"; levels x1..x4.8 of {bound}: {_bound_words(cfg, bound, baseline_latency_s)}"
-        return _capped(LevelChoice(levels, why), cfg.max_num_seqs)
+        return _capped(_measurable(LevelChoice(levels, why), cfg, baseline_latency_s), cfg.max_num_seqs)
     why = f"{distrust}, and the baseline gave no latency" if untrusted else "no estimate"
     doubling = LevelChoice(DOUBLING_LEVELS, f"{why}: doubling until the knee")
-    return _capped(doubling, cfg.max_num_seqs)
+    return _capped(_measurable(doubling, cfg, baseline_latency_s, start_at_floor=True), cfg.max_num_seqs)
 
 
 def _bound_words(cfg: RunConfig, bound: int, latency_s: float | None) -> str:

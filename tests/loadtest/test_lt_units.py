@@ -258,6 +258,26 @@ def test_levels_come_from_levels_then_the_estimate_then_doubling():
     assert not choose_levels(RunConfig(levels="1,3"), est).extend
 
 
+def test_no_level_is_planned_where_a_step_cannot_gather_its_minimum_requests():
+    from loadtest.method.levels import DOUBLING_LEVELS, choose_levels, measurable_floor
+    from loadtest.settings.limits import limits_of
+
+    cfg = RunConfig()  # MIN_STEP_REQUESTS 20 within a step's longest window (40 s at STEP_S 10)
+    assert limits_of(cfg).step_max_s == 40.0
+    assert measurable_floor(cfg, 5.7) == 3 and measurable_floor(cfg, 8.0) == 4 and measurable_floor(cfg, 0.3) == 1
+    assert measurable_floor(cfg, None) is None and measurable_floor(RunConfig(min_step_requests=0), 8.0) is None
+    est = type("Est", (), {"estimate": 9})()
+    slow = choose_levels(cfg, est, baseline_latency_s=5.7)  # slow-vlm-24g: level 2 ran 38 s for 10 requests
+    assert slow.levels == [5, 7, 9, 11] and "not 2: at 5.7 s a request, a step below 3 users" in slow.why
+    assert choose_levels(cfg, est, baseline_latency_s=0.3).levels == [2, 5, 7, 9, 11]  # a fast server: all
+    doubling = choose_levels(cfg, None, baseline_latency_s=8.0)  # the floor first, then doubling on
+    assert doubling.levels == [4, 8, 16, 32, 64] and doubling.extend and "not 1, 2" in doubling.why
+    assert choose_levels(cfg, None, baseline_latency_s=10.0).levels == [5, 8, 16, 32, 64]
+    assert choose_levels(cfg, None, baseline_latency_s=0.3).levels == DOUBLING_LEVELS
+    assert choose_levels(cfg, type("Est", (), {"estimate": 2})(), baseline_latency_s=30.0).levels == [2]  # the top kept
+    assert choose_levels(RunConfig(levels="1,2"), est, baseline_latency_s=8.0).levels == [1, 2]  # LEVELS as given
+
+
 def test_climbing_stops_at_any_confirmed_knee_and_goes_on_only_without_one():
     from loadtest.method.levels import climb_further, keep_climbing
 
