@@ -26,7 +26,10 @@
               without a fast 503/429 (out of memory, reset, a slow 503): at VERIFY_MIN_REJECTED it would then
               be below EXCESS_FAST_MIN_SHARE whatever came next, as the rule above would judge it. So a server
               without admission control that runs out of memory fails the share on its second such failure,
-              with no growth to wait for (the check reads the growth only when nothing failed)
+              with no growth to wait for (the check reads the growth only when nothing failed), and with no
+              admitted answers to wait for either: the verdict is failed whatever their P95 says, and more
+              overload only lengthens the drain (issue 33: slow-vlm-24g's window ran to its 30 s cap for 52
+              answers at 1 a second, its second out-of-memory answer back at 9 s)
 """
 
 from __future__ import annotations
@@ -194,9 +197,13 @@ def verify_done(
     `latency_s`: the recommended level's P95 (None: unknown, the window runs to its cap)."""
     if elapsed_s >= cap_s:
         return True
-    if elapsed_s < verify_floor_s(cap_s) or admitted < VERIFY_MIN_ADMITTED or latency_s is None:
+    if elapsed_s < verify_floor_s(cap_s):
         return False
-    if max(rejected, failed) >= VERIFY_MIN_REJECTED or not_fast >= VERIFY_SHARE_DECIDED:
+    if not_fast >= VERIFY_SHARE_DECIDED:  # decided: the share fails whatever comes (the module's docstring)
+        return True
+    if admitted < VERIFY_MIN_ADMITTED or latency_s is None:
+        return False
+    if max(rejected, failed) >= VERIFY_MIN_REJECTED:
         return True
     return rejected == 0 and elapsed_s >= VERIFY_GROWTH_LATENCIES * latency_s
 

@@ -117,7 +117,8 @@ FIELD_HELP = {
     ),
     "verify_window_s": (
         "the longest the verify phase's overload runs: it ends once each check can be judged (52 admitted answers,"
-        " and 20 requests not admitted (503/429, out of memory, resets) or 2 of them not turned away fast, or, none"
+        " and 20 requests not admitted (503/429, out of memory, resets) or 2 of them not turned away fast, which ends"
+        " it at once, or, none"
         " turned away, 10 latencies), at least 5 s"
     ),
     "verify_rate_rps": "set by `python -m loadtest verify --rate R`: after a short baseline, only the verify phase at R",
