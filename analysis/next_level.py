@@ -135,12 +135,11 @@ def level_above(top: int) -> int:
     return max(top + 2, math.ceil(1.5 * top))
 
 
-def _plateau_level(
-    steps: list[dict[str, Any]], rec: int, high: int, max_window_s: float, above: bool
-) -> Remeasure | None:
-    """Rules 1-2 of remeasure_level: the plateau's own evidence, when it is what makes the interval wide."""
+def _plateau_level(steps: list[dict[str, Any]], rec: int, max_window_s: float, climb: bool) -> Remeasure | None:
+    """Rules 1-2 of remeasure_level: the plateau's own evidence, when it is what makes the interval wide;
+    `climb`: rule 1 applies (the interval reaches the highest level measured, and a level above it may be)."""
     top = max(steps, key=lambda r: int(r["level"]))
-    if above and high >= int(top["level"]) and num(top, "duration_s") > 0:
+    if climb and num(top, "duration_s") > 0:
         level = level_above(int(top["level"]))
         why = f"up to the highest level measured: the plateau rests on level {top['level']} alone; measuring {level}"
         return Remeasure(level, min(num(top, "duration_s"), max_window_s), why)
@@ -242,13 +241,14 @@ def remeasure_level(
         return None
     busy = sorted({int(r["level"]) for r in steps if int(r["level"]) > rec} & set(knee.driver_saturated_levels))
     at_top = high >= max(int(r["level"]) for r in steps)  # rule 1's case, the interval narrow or wide
-    if low >= rec - 1 and high <= rec + 1 and not (above and not busy and at_top):
+    climb = above and not busy and at_top
+    if low >= rec - 1 and high <= rec + 1 and not climb:
         return _unseparated(steps, knee, max_window_s, float(params.get("knee_share", 0.95)))
     head = f"the answer {rec} is {low}-{high} at 95%"
     if above and busy and at_top:  # rule 1 withheld: say why
         head += (f" (none measured above the highest level: the driver's CPU was near saturation at level"
                  f"{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}, whose throughput may be the driver's)")  # fmt: skip
-    plateau = _plateau_level(steps, rec, high, max_window_s, above and not busy)
+    plateau = _plateau_level(steps, rec, max_window_s, climb)
     if plateau is not None:
         return plateau._replace(why=f"{head}, {plateau.why}")
     share = float(params.get("knee_share", 0.95))
