@@ -19,8 +19,8 @@
        decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
        at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
        so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
-       refinement (or one climb, or a knee's confirmation) each may ask for when the pooled answer moved:
-       the climbs within `climb_budget`, the refinement's levels (its confirmations among them) within
+       refinement (or climbs until a knee shows, or a knee's confirmation) each may ask for when the pooled
+       answer moved: the climbs within `climb_budget`, the refinement's levels (its confirmations among them) within
        `refine_budget` for the whole run, not per round (the progress line's "at most" counts on both:
        loadtest/method/budget.py)
 
@@ -259,8 +259,9 @@ def _narrow(
     remeasure_level: Callable[[float], tuple[int, float, str] | None],
 ) -> Iterator[PhaseSpec]:
     """While the answer's interval is wide: re-measure the level that decides it, within the budget. The
-    pooled answer may then have moved: above the highest level (no knee left: climb once more, within the
-    climb budget), next to a level not measured yet (refine again), or to a knee by few failures at a level
+    pooled answer may then have moved: above the highest level (no knee left: climb on until one shows,
+    within the run's climb budget; one climb alone left a noisy smooth curve at "at least 12" on a knee at 7,
+    its plateau still rising from 6), next to a level not measured yet (refine again), or to a knee by few failures at a level
     measured once (confirm it: a re-measure below it that drew fewer errors makes its failures stand out)."""
     max_window_s = REMEASURE_MAX_WINDOWS * cfg.step_s
     for _ in range(REMEASURE_BUDGET):
@@ -274,8 +275,9 @@ def _narrow(
         yield from _remeasure(cfg, level, min(window_s, max_window_s), why)
         done.append(level)  # a level above the highest may be new
         more = climb_further(knee_now(), choice, done, climbs, cfg)
-        if more is not None:
+        while more is not None:  # as the first climb does: until a knee shows, within the run's climb budget
             climbs += 1
             yield from _step(cfg, more, f"no knee left at {max(done)} once re-measured: doubling")
             done.append(more)
+            more = climb_further(knee_now(), choice, done, climbs, cfg)
         yield from _refine(cfg, done, confirmed, refined, refine_level)  # the knee a re-measure moved may ask to confirm

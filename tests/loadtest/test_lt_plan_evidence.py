@@ -195,6 +195,29 @@ def test_a_remeasure_above_the_plateau_goes_no_higher_than_the_engine_limit_allo
     assert "10 instead: none above 1.2x the engine's limit" in steps[-1].note
 
 
+def test_after_a_remeasure_the_plan_climbs_on_until_a_knee_shows_within_the_budget() -> None:
+    """A re-measure that leaves no knee climbs on as the planned levels do, not once: bench seed 7 of
+    smooth-noisy-3-est3 (knee 7) measured 6 once more, doubled to 12, found no knee there (+0.2 rps a user) and
+    ended "at least 12"; a level at 24 would have shown the plateau."""
+
+    def levels(knee_at: set[int]) -> list[int]:
+        cfg = RunConfig(refine=True, warmup_s=0, climb_budget=3)
+        measured: list[int] = []
+        asks = iter([(6, 5.0, "the plateau rests on level 4 alone; measuring 6")])
+        phases = plan_phases(cfg, lambda: LevelChoice([3, 4], "given", extend=True),
+                             lambda: _knee(found=measured[-1] in knee_at, at_least=measured[-1] not in knee_at),
+                             lambda: None, remeasure_level=lambda max_window_s: next(asks, None))  # fmt: skip
+        for spec in phases:
+            if spec.phase == "step":
+                measured.append(spec.level)
+        return measured
+
+    # a knee at 8 (the first climb), gone once 6 is measured again: the climb goes on to the knee at 32
+    assert levels({8, 32}) == [3, 4, 8, 6, 16, 32]
+    assert levels({8}) == [3, 4, 8, 6, 16, 32]  # no knee again: the budget's 3 climbs in all (8, 16, 32)
+    assert levels({8, 16}) == [3, 4, 8, 6, 16]  # a knee again at the first: no more
+
+
 def test_a_kv_estimate_bound_by_the_memory_above_the_pool_is_a_level() -> None:
     """hunyuan-vllm-24g (issue 30): the memory above the pool binds at 19, evidence the plan can trust."""
     bound = dataclasses.replace(KV_1076, estimate=19, binding="activation_memory")
