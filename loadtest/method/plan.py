@@ -20,9 +20,9 @@
        at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
        so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
        refinement (or climbs until a knee shows, or a knee's confirmation) each may ask for when the pooled
-       answer moved: the climbs within `climb_budget`, the refinement's levels (its confirmations among them) within
-       `refine_budget` for the whole run, not per round (the progress line's "at most" counts on both:
-       loadtest/method/budget.py)
+       answer moved: the climbs within `climb_budget`, the refinement's levels (its confirmations among
+       them) within `refine_budget` for the whole run, not per round (the progress line's "at most" counts
+       on both: loadtest/method/budget.py)
 
 Decisions that need data (the estimate, the knee so far, where to refine) are callbacks the controller
 passes in, so this module has no Locust, no clock and no files.
@@ -260,9 +260,10 @@ def _narrow(
 ) -> Iterator[PhaseSpec]:
     """While the answer's interval is wide: re-measure the level that decides it, within the budget. The
     pooled answer may then have moved: above the highest level (no knee left: climb on until one shows,
-    within the run's climb budget; one climb alone left a noisy smooth curve at "at least 12" on a knee at 7,
-    its plateau still rising from 6), next to a level not measured yet (refine again), or to a knee by few failures at a level
-    measured once (confirm it: a re-measure below it that drew fewer errors makes its failures stand out)."""
+    within the run's climb budget; one climb alone left a noisy smooth curve at "at least 12" on a knee at
+    7, its plateau still rising from 6), next to a level not measured yet (refine again), or to a knee by
+    few failures at a level measured once (confirm it: a re-measure below it that drew fewer errors makes
+    its failures stand out)."""
     max_window_s = REMEASURE_MAX_WINDOWS * cfg.step_s
     for _ in range(REMEASURE_BUDGET):
         again = remeasure_level(max_window_s)
