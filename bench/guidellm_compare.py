@@ -5,9 +5,10 @@ by hand once guidellm is installed in a venv of its own, outside the project:
 
     python3.11 -m venv /opt/guidellm-venv && /opt/guidellm-venv/bin/pip install 'guidellm[vision]'
     python bench/guidellm_compare.py --guidellm /opt/guidellm-venv/bin/guidellm [--profile pytorch-24g]
+        [--simulator-args '--error-rate 0.02 --reset-rate 0.01']
 
 Each round runs, one after the other on the same machine:
-- guidellm: a fresh simulator of PROFILE on 127.0.0.1, then `guidellm run --profile kind=knee` over
+- guidellm: a fresh simulator of PROFILE (and SIMULATOR_ARGS, as ours gets them) on 127.0.0.1, then `guidellm run --profile kind=knee` over
   `--streams` (each level `--step-s` long, our demo's STEP_S), sending the demo's own page (the same image,
   prompt and max_tokens) to /v1/chat/completions. Offline: the data is a local JSONL and the tokenizer a
   tiny word-level one written here (guidellm only counts prompt tokens with it; the simulator's work follows
@@ -15,7 +16,7 @@ Each round runs, one after the other on the same machine:
   prints the knee after that level's statistics), its exit beside it. Its answer: its own knee (the first
   level at or above the knee it fits) and, over its levels, the smallest one reaching 95% of the best
   throughput (the rule of `simulator.truth`).
-- ours: `python -m loadtest demo --profile PROFILE` with defaults (verify on, or `--verify false`). Its time
+- ours: `python -m loadtest demo --profile PROFILE --simulator-args SIMULATOR_ARGS` with defaults (verify on, or `--verify false`). Its time
   to the recommendation is from its launch (its own simulator's start included) to the end of the
   cooldown after the last measured level (where verify or the report begins), its exit beside it.
 The simulator's truth for the page is printed for both. Every process started here is stopped by its PID.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -123,7 +125,7 @@ def _run_group(cmd: list[str], timeout_s: float, log: Path, env: dict[str, str])
 
 def run_guidellm(ns: argparse.Namespace, exe: Path, folder: Path, data: Path, tokenizer: Path,
                  size: tuple[int, int, int]) -> tuple[Outcome, int]:  # fmt: skip
-    sim, url, _ = start_simulator(ns.profile)
+    sim, url, _ = start_simulator(ns.profile, shlex.split(ns.simulator_args))
     try:
         truth = truth_knee(url, size)
         result, log = folder / "guidellm.json", folder / "guidellm.log"
@@ -174,7 +176,7 @@ def model_of(profile: str) -> str:
 def run_ours(ns: argparse.Namespace, verify: bool, folder: Path) -> Outcome:
     out = folder / f"ours-verify-{str(verify).lower()}"
     cmd = [sys.executable, "-m", "loadtest", "demo", "--profile", ns.profile, "--out", str(out),
-           "--verify", str(verify).lower()]  # fmt: skip
+           "--verify", str(verify).lower(), "--simulator-args", ns.simulator_args]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     launched_unix_s, t0 = time.time(), time.monotonic()
     code, stdout, stderr = run_bounded(cmd, ns.timeout_s, env=env)
@@ -200,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--guidellm", default=os.environ.get("GUIDELLM") or shutil.which("guidellm") or "",
                    help="the guidellm executable (default: $GUIDELLM, or guidellm on PATH)")  # fmt: skip
     p.add_argument("--profile", default="pytorch-24g", help="the simulator's profile, for both")
+    p.add_argument("--simulator-args", default="",
+                   help="more flags of `python -m simulator`, for both (flaky: '--error-rate 0.02 --reset-rate 0.01')")  # fmt: skip
     p.add_argument("--streams", default="1,2,4,8,16", help="guidellm's knee levels (at least 5)")
     p.add_argument("--step-s", type=float, default=8.0, help="guidellm's seconds per level (the demo's STEP_S)")
     p.add_argument("--adaptive", action="store_true", help="guidellm refines once around its knee")
