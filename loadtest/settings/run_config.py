@@ -183,7 +183,7 @@ class RunConfig:
         if self.workers < 0:
             raise ConfigError(f"bad WORKERS={self.workers}: use 0 (run in the master) or more")
         for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s", "reject_pause_s",
-                     "refine_budget", "climb_budget", "max_num_seqs"):  # fmt: skip
+                     "refine_budget", "climb_budget", "max_num_seqs", "min_step_requests"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ConfigError(f"bad {name.upper()}={getattr(self, name)}: must be >= 0")
         if self.cer_fail_above is not None and not self.cer_fail_above >= 0:

@@ -33,6 +33,7 @@ def _closed_port() -> int:
         (["--reject-pause-s", "-1"], "REJECT_PAUSE_S"),
         (["--climb-budget", "-1"], "CLIMB_BUDGET"),
         (["--refine-budget", "-2"], "REFINE_BUDGET"),
+        (["--min-step-requests", "-3"], "MIN_STEP_REQUESTS"),  # ran a whole demo as if 0 before
         (["--step-s", "ten"], "--step-s"),  # argparse's own errors: one line too, not the whole usage
     ],
 )
