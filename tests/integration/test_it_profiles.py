@@ -15,7 +15,8 @@ worker; short steps, the simulator at --time-scale 0.5) so the module takes one 
                     match must be measured, with one warning, not called "saturated at one user"
 Tolerance: a sharp curve within one level of the truth; a smooth one at a level whose true throughput
 is at least 90% of the plateau; never above the truth + 1; never a level above the first planned one
-when that one was already past the knee.
+when that one was already past the knee (the next planned one at most where the run said its driver was near
+saturation at the first level and at the probe below it: those readings may be the driver's).
 """
 
 from __future__ import annotations
@@ -99,8 +100,16 @@ def test_the_answer_holds_on_a_server_unlike_ours(runs: dict[str, dict[str, Any]
     else:
         thr = {p.concurrency: p.throughput_rps for p in true.curve}
         assert thr.get(rec, max(thr.values())) >= 0.9 * max(thr.values()), why
-    first = int(summary["manifest"]["levels"][0])
-    assert max(_levels(summary)) <= max(first, 2 * true.knee_concurrency + 4), why
+    planned, levels = sorted(int(v) for v in summary["manifest"]["levels"]), _levels(summary)
+    bound = max(planned[0], 2 * true.knee_concurrency + 4)
+    busy = set(summary["knee"].get("driver_saturated_levels") or [])
+    if planned[0] in busy and any(level < planned[0] and level in busy for level in levels):
+        # the run said its driver's CPU was near saturation at the first level and at the probe below it: their
+        # throughputs may be the driver's (analysis/driver.py), and a probe read short of 95% of the first level
+        # climbs on to the next planned one (vllm-far beside three shards on 2 cores, 2 clean clones in 7: 23 at
+        # 93% of 47's throughput, then 94). That one level more, no further
+        bound = max(bound, planned[1] if len(planned) > 1 else planned[0])
+    assert max(levels) <= bound, why
 
 
 def test_a_far_estimate_without_a_cap_is_no_level_and_is_probed_downward(runs: dict[str, dict[str, Any]]) -> None:
