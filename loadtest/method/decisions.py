@@ -234,8 +234,8 @@ class PlanDecisions:
     def _verify_plan(self) -> tuple[float, float] | None:
         """(rate_rps, drain_max_s) of the verify phase: VERIFY_FACTOR x the plateau throughput (the highest
         a step measured), the drain capped at the recommended queue wait timeout + request timeout at the P95 of
-        the recommended level (open_loop.drain_max_s); None, said as an event,
-        when there is nothing to verify against."""
+        the recommended level (open_loop.drain_max_s); None, said as an event, when there is nothing to verify
+        against."""
         if self.cfg.verify_rate_rps > 0:
             return self._verify_given()
         found = self._knee()

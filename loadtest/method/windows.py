@@ -194,7 +194,8 @@ def verify_done(
     """Each verify check has what it needs (see the module's docstring), or the cap is reached. `admitted`:
     answers so far; `rejected`: requests turned away with 503/429; `failed`: every request not admitted (the
     rejected ones among them); `not_fast`: those of them not turned away fast (analysis.verify.REJECT_FAST_MS);
-    `latency_s`: the recommended level's P95 (None: unknown, the window runs to its cap)."""
+    `latency_s`: the recommended level's P95 (None: unknown, the window runs to its cap unless the share is
+    decided first)."""
     if elapsed_s >= cap_s:
         return True
     if elapsed_s < verify_floor_s(cap_s):
