@@ -92,8 +92,11 @@ def test_vllm_far_saturates_long_before_its_kv_cache() -> None:
             gpu = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
     for r in got.values():
         follows(t, r)
-    # Twice the users: no more throughput, twice the latency, and the KV cache still nearly empty.
-    assert got[2 * knee].throughput_rps < 1.1 * got[knee].throughput_rps
+    # Twice the users: no more throughput than the plateau, twice the latency, the KV cache still nearly empty.
+    # The plateau is the truth's, not the knee's reading: at the knee every slot waits on this test's own client
+    # (a starved 2-core machine read 30.1 of 32.2 rps there), past it the server's queue hides that wait.
+    assert got[2 * knee].throughput_rps < 1.1 * t.plateau_rps
+    assert got[knee].throughput_rps == pytest.approx(t.curve[knee - 1].throughput_rps, rel=0.15)
     assert got[2 * knee].p95_ms > 1.5 * got[knee].p95_ms
     info = server["vllm:cache_config_info"].samples[0].labels
     assert "max_num_seqs" not in info and t.estimate >= 30 * knee  # vLLM does not export its limit
