@@ -20,7 +20,7 @@ from analysis.goodput import goodput_peak, runaway_summary, with_goodput
 from analysis.knee import Knee, find_knee
 from analysis.loader import RunData, RunFolderError, load_run
 from analysis.memory_slope import MemorySlope, memory_slope, restate_estimate
-from analysis.next_level import Remeasure, next_refine_level, probe_level, remeasure_level
+from analysis.next_level import PROBE_Z, Remeasure, next_refine_level, probe_level, remeasure_level
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
 from analysis.server_card import CardChoice, choose_server_card, gpu_of, manifest_card, run_card
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
@@ -72,6 +72,7 @@ __all__ = [
     "plan_levels",
     "predicted_memory",
     "probe_level",
+    "PROBE_Z",
     "recommend_config",
     "restate_estimate",
     "run_card",

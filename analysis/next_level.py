@@ -71,6 +71,8 @@ def _reach_guess(table: pd.DataFrame, knee: Knee, low: int, high: int, share: fl
 
 
 PROBE_MIN_LEVEL = 4  # a step below this is never probed below: half of it says little
+PROBE_Z = 2.0  # a probe short of 95% of the highest by less than this many standard errors, under a busy driver,
+# is measured again (`_probe_again`)
 
 
 def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
@@ -81,7 +83,10 @@ def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
     under `saturated_frac` (0.5) of the baseline's throughput per user: users mostly wait) and no level
     is measured between half of it and it, measuring half of it tells which: reaching 95% of the
     highest's throughput puts the knee below (refinement then searches downward), else climbing goes on.
-    vLLM's KV-cache estimate can sit 30x above the compute knee: the first step is then far past it."""
+    vLLM's KV-cache estimate can sit 30x above the compute knee: the first step is then far past it.
+    A probe measured once, where the driver's CPU was near saturation at it or at the highest, that falls short
+    of that 95% by less than PROBE_Z standard errors is the probe again (`_probe_again`): those readings may be
+    the driver's (or its machine's), not the server's, and the climb on from them loads it twice as much."""
     p = {"saturated_frac": 0.5, **params}
     if knee.found or knee.recommended_level is None or table.empty:
         return None
@@ -93,9 +98,30 @@ def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
     per_user, base_per_user = num(top, "throughput_rps") / level, num(baseline, "throughput_rps")
     if not per_user < p["saturated_frac"] * base_per_user:
         return None
-    if any(level / 2 <= int(r["level"]) < level for r in points):
-        return None
-    return level // 2
+    between = [r for r in points if level // 2 <= int(r["level"]) < level]
+    if not between:
+        return level // 2
+    busy = {level, level // 2} & set(knee.driver_saturated_levels)
+    if len(between) == 1 and int(between[0]["level"]) == level // 2 and busy and _probe_again(between[0], top):
+        return level // 2
+    return None
+
+
+def _probe_again(probe: dict[str, Any], top: dict[str, Any], share: float = 0.95) -> bool:
+    """Whether `probe`, measured once after the highest (a probe, not a planned level below it), falls short of
+    `share` of the highest level's throughput by less than PROBE_Z standard errors of the two (its own and the
+    bar's). vLLM's far first step 47 (knee 11), beside three test shards on 2 cores, the driver's CPU at 95%
+    and 96%, read its probe 23 at 93% of 47 (31.2 against 33.5 rps), climbed to 94, and once answered 24.
+    Only under a busy driver: on the bench's far curves (bench/curves.py, seeds 20-59: no driver there) a
+    probe again within 1 standard error changed 2 runs of 440, both to a miss, one of them a hit before."""
+    steps = probe.get("pooled_steps", [probe.get("step_index")])
+    if len(steps) > 1 or not int(probe["step_index"]) > min(top.get("pooled_steps", [top["step_index"]])):
+        return False
+    bar, thr = share * num(top, "throughput_rps"), num(probe, "throughput_rps")
+    se = math.hypot(num(probe, "throughput_se_rps"), share * num(top, "throughput_se_rps"))
+    if not (se > 0 and thr < bar):
+        return False
+    return (bar - thr) / se < PROBE_Z
 
 
 class Remeasure(NamedTuple):

@@ -201,7 +201,14 @@ class PlanDecisions:
     def _probe_level(self) -> int | None:
         found = self._knee()
         level = None if found is None else analysis.probe_level(*found)
-        if level is not None:
+        if found is None or level is None:
+            return None
+        table = found[0]
+        if ((table["phase"] == "step") & (table["level"] == level)).any():
+            self.event("probe", f"the probe {level} falls short of 95% of the highest level's throughput by less"
+                       f" than {analysis.PROBE_Z:g} standard errors, the driver's CPU near saturation there: its"
+                       " reading may be the driver's; measuring it once more before climbing")  # fmt: skip
+        else:
             self.event("probe", f"the highest level looks saturated: measuring {level} below it first")
         return level
 

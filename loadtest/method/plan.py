@@ -216,6 +216,9 @@ def _capacity_phases(
         probe = probe_level()
         if probe is not None and probe not in done:
             queue.insert(0, (probe, f"probe below {level}: past the knee or still scaling?"))
+        elif probe is not None and probe not in confirmed:  # short of the bar within its noise: once more, once
+            confirmed.append(probe)
+            queue.insert(0, (probe, f"probe {probe} again: short of 95% of {max(done)} within its noise"))
         elif not queue:
             more = climb_further(knee, choice, done, climbs, cfg)
             if more is not None:

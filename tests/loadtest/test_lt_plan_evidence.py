@@ -225,3 +225,25 @@ def test_a_kv_estimate_bound_by_the_memory_above_the_pool_is_a_level() -> None:
     assert choice.levels == [5, 10, 14, 19, 23] and "no level" not in choice.why
     kv_bound = dataclasses.replace(KV_1076, binding="kv_cache")  # the pool's own bound: still no level
     assert "no level" in choose_levels(RunConfig(), kv_bound, baseline_latency_s=1.0).why
+
+
+def test_a_probe_asked_again_is_measured_once_more_then_the_climb_goes_on() -> None:
+    """analysis.probe_level names the probe again (short of 95% of the first level within its noise, under a
+    busy driver): the plan measures it once more, once, before the next planned level; a knee then ends it."""
+
+    def levels(knee_after: int | None) -> list[tuple[int, str]]:
+        cfg = RunConfig(refine=False, warmup_s=0)
+        measured: list[tuple[int, str]] = []
+        found = lambda: knee_after is not None and len(measured) >= knee_after  # noqa: E731
+        probe = lambda: None if found() else 23  # noqa: E731 (probe_level says 23 while no knee shows)
+        phases = plan_phases(cfg, lambda: LevelChoice([47, 94], "estimate", extend=False),
+                             lambda: _knee(found=found(), at_least=not found()), lambda: None, probe)  # fmt: skip
+        for spec in phases:
+            if spec.phase == "step":
+                measured.append((spec.level, spec.note))
+        return measured
+
+    still_short = levels(None)
+    assert [lv for lv, _ in still_short] == [47, 23, 23, 94], still_short  # once more, once: then the climb
+    assert still_short[2][1] == "probe 23 again: short of 95% of 47 within its noise"
+    assert [lv for lv, _ in levels(3)] == [47, 23, 23]  # the pooled probe reached it: no climb to 94

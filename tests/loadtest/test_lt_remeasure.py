@@ -142,3 +142,31 @@ def test_the_knee_is_computed_once_per_change_of_the_live_table_and_shared_by_th
         assert len(calls) == 2
     finally:
         ctl.close()
+
+
+def test_the_controller_says_a_probe_from_a_probe_measured_again(tmp_path):
+    """The event names a first probe below a saturated step apart from the same probe measured once more (its
+    reading short of 95% of the step within its noise, under a busy driver: analysis.probe_level)."""
+    import pandas as pd
+
+    import analysis
+    from loadtest.method.controller import Controller
+
+    def row(level, thr, index, phase="step"):
+        return {"step_index": index, "phase": phase, "level": level, "duration_s": 4.0, "requests": 120,
+                "ok_requests": 120, "failed_requests": 0, "cut_requests": 0, "throughput_rps": thr,
+                "throughput_se_rps": 0.5, "p95_ms": 30.0 * level, "mean_ms": 25.0 * level, "errors": {},
+                "bad_answer_share": 0.0, "driver_cpu_mean_pct": 95.0}  # fmt: skip
+
+    base, top = row(1, 6.0, 2, "baseline"), row(47, 33.5, 10)
+    ctl = Controller(RunConfig(), tmp_path, None, broadcast=lambda _tag: None)
+    try:
+        for rows in ([base, top], [base, top, row(23, 31.2, 13)]):
+            table = pd.DataFrame(rows)
+            ctl._knee = lambda table=table: (table, analysis.find_knee(table))
+            assert ctl._probe_level() == 23
+    finally:
+        ctl.close()
+    events = (tmp_path / EVENTS_FILE).read_text()
+    assert "the highest level looks saturated: measuring 23 below it first" in events
+    assert "the probe 23 falls short of 95% of the highest level's throughput by less than 2 standard errors" in events
