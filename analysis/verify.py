@@ -139,6 +139,12 @@ def turned_away_fast(kind: Any, latency_ms: Any) -> Any:
     return (kind == REJECTED) & (latency_ms <= REJECT_FAST_MS)
 
 
+def may_be_own(kind: Any) -> Any:
+    """A failure that is neither turned away nor the load's own (OVERLOAD_KINDS): a 500, a reset, the server's
+    own. Of one failure kind (the controller's live count) or elementwise of a window's column."""
+    return ~np.isin(kind, OVERLOAD_KINDS)
+
+
 def own_failure_share(table: pd.DataFrame, top_level: float) -> float | None:
     """The share of requests the server failed on its own under the stepped load (the baseline and the steps at
     levels up to `top_level`, the recommended concurrency): failures that are neither turned away nor the load's
@@ -150,7 +156,7 @@ def own_failure_share(table: pd.DataFrame, top_level: float) -> float | None:
     if outcomes <= 0:
         return None
     own = sum(int(n) for errors in rows["errors"] if isinstance(errors, Mapping)
-              for kind, n in errors.items() if kind not in OVERLOAD_KINDS)  # fmt: skip
+              for kind, n in errors.items() if may_be_own(kind))  # fmt: skip
     return own / outcomes
 
 
@@ -167,7 +173,7 @@ def check_excess_rejected(w: Window, own_share: float | None = None) -> dict[str
     turned = ~w.ok
     rejected = turned & (w.kind == REJECTED)
     fast = turned & turned_away_fast(w.kind, w.latency_ms)
-    own = turned & ~np.isin(w.kind, OVERLOAD_KINDS)
+    own = turned & may_be_own(w.kind)
     aside = own_set_aside(int(own.sum()), int(len(w.rows) - rejected.sum()), own_share)
     name = "excess_rejected_fast"
     if int(turned.sum()) <= aside:

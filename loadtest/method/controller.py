@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis
-from analysis.verify import OVERLOAD_KINDS, turned_away_fast
+from analysis.verify import may_be_own, turned_away_fast
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
@@ -152,7 +152,7 @@ class Controller(PlanDecisions):
         if row.final_attempt:
             self.live_failed += 1
             self.live_not_fast += not turned_away_fast(row.failure_kind, row.latency_ms)
-            self.live_own += row.failure_kind not in OVERLOAD_KINDS  # may be the server's own (a 500, a reset)
+            self.live_own += bool(may_be_own(row.failure_kind))  # a 500, a reset: the verify's set-aside
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
