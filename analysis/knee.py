@@ -58,7 +58,7 @@ independent windows, counts added), not its latest: the first window is data too
    recommendation (it can still fail: errors are errors); when trusting such a point measured once would
    change the answer, it is to be measured once more (`Knee.confirm_level`), pooled as in rule 1. When only the baseline and a step far above
    it are measured, throughput cannot tell slow scaling from a plateau: next_level.probe_level asks for half
-   the step first (the plan's downward search).
+   the step first (the plan's downward search), and once more where it fell just short under a busy driver.
 3. Confidence. Each throughput has a batch-means standard error (steps.py). Rule 2 is rerun on `draws`
    (400) throughputs drawn within those errors (a fixed seed keeps this pure); the 2.5% and 97.5%
    quantiles of the recommended level are its 95% interval. When it is wider than +-1 level, the plan
