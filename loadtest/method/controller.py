@@ -152,7 +152,7 @@ class Controller(PlanDecisions):
         if row.final_attempt:
             self.live_failed += 1
             self.live_not_fast += not turned_away_fast(row.failure_kind, row.latency_ms)
-            self.live_own += bool(may_be_own(row.failure_kind))  # a 500, a reset: the verify's set-aside
+            self.live_own += may_be_own(row.failure_kind)  # a 500, a reset: the verify's set-aside
 
     def on_gpu(self, samples: list[GpuSample]) -> None:
         self.gpu.append(samples)
