@@ -114,9 +114,9 @@ def _probe_again(probe: dict[str, Any], top: dict[str, Any], share: float = 0.95
     and 96%, read its probe 23 at 93% of 47 (31.2 against 33.5 rps), climbed to 94, and once answered 24.
     Only under a busy driver: on the bench's far curves (bench/curves.py, seeds 20-59: no driver there) a
     probe again within 1 standard error changed 2 runs of 440, both to a miss, one of them a hit before."""
-    steps = probe.get("pooled_steps", [probe.get("step_index")])
-    if len(steps) > 1 or not int(probe["step_index"]) > min(top.get("pooled_steps", [top["step_index"]])):
-        return False
+    first_top = min(top.get("pooled_steps", [top["step_index"]]))
+    if len(probe.get("pooled_steps", [0])) > 1 or not int(probe["step_index"]) > first_top:
+        return False  # measured twice already, or before the highest (a planned level, not a probe)
     bar, thr = share * num(top, "throughput_rps"), num(probe, "throughput_rps")
     se = math.hypot(num(probe, "throughput_se_rps"), share * num(top, "throughput_se_rps"))
     if not (se > 0 and thr < bar):
