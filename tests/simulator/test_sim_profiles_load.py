@@ -93,11 +93,13 @@ def test_vllm_far_saturates_long_before_its_kv_cache() -> None:
     for r in got.values():
         follows(t, r)
     # Twice the users: no more throughput than the plateau, twice the latency, the KV cache still nearly empty.
-    # The plateau is the truth's, not the knee's reading: at the knee every slot waits on this test's own client
-    # (a starved 2-core machine read 30.1 of 32.2 rps there), past it the server's queue hides that wait.
+    # Both are bounded by the truth at the knee, not by this test's reading there: at the knee every slot waits
+    # on the test's own client, past it the server's queue hides that wait. A starved 2-core machine read 30.1
+    # of 32.2 rps at the knee once, and once a P95 of 575 ms (its truth 342; the window's first answers
+    # ~570 ms, its last ~346) against 683 ms at twice the users (truth 657).
     assert got[2 * knee].throughput_rps < 1.1 * t.plateau_rps
     assert got[knee].throughput_rps == pytest.approx(t.curve[knee - 1].throughput_rps, rel=0.15)
-    assert got[2 * knee].p95_ms > 1.5 * got[knee].p95_ms
+    assert got[2 * knee].p95_ms > 1.5 * t.curve[knee - 1].p95_ms
     info = server["vllm:cache_config_info"].samples[0].labels
     assert "max_num_seqs" not in info and t.estimate >= 30 * knee  # vLLM does not export its limit
     assert server["vllm:num_preemptions"].samples[0].value == 0
