@@ -1,7 +1,7 @@
 """The whole method, as real processes, against our default server and servers unlike it, each with its truth.
 
 One `python -m loadtest demo` per server, all started together (each its own simulator, master and
-worker; short steps, the simulator at --time-scale 0.5) so the module takes one run's time:
+worker; short steps, the simulator at --time-scale 0.5, noisy-24g at 0.25) so the module takes one run's time:
     pytorch-24g     the demo's own server: a hockey stick at 8 slots; every run-folder file is checked,
                     and the framework's peak (ocr_framework_peak_bytes) is recorded beside the device's
     caching         pytorch-24g whose caching allocator keeps memory (--allocator caching): the estimate,
@@ -36,6 +36,9 @@ from simulator import truth
 # whichever test runs first waits for the module's seven demos (the fixture): each may be that one (-k)
 pytestmark = pytest.mark.timeout(600)
 SCALE = 0.5
+# noisy-24g at half of it: its windows run to ~400 answers (latency CV 0.4, 2% precision) and its re-measures
+# make it the module's longest run by far (147 s at 0.5 beside the six others, which end by ~55 s)
+SCALES = {"noisy-24g": 0.25}
 COOLDOWN_CAP_S = 8.0  # the caching case's cap: its cooldowns must end well before it
 CASES: dict[str, tuple[str, str, list[str]]] = {  # name: (profile, extra simulator flags, extra CLI flags)
     "pytorch-24g": ("pytorch-24g", "", []),
@@ -59,7 +62,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         out = tmp_path_factory.mktemp(name)
         args = ["demo", "--profile", profile, "--out", str(out), "--workers", "1", "--step-s", "4",
                 "--cooldown-s", "4", "--idle-s", "1", "--warmup-s", "1",
-                "--simulator-args", f"--time-scale {SCALE} {extra}".strip(), *cli,
+                "--simulator-args", f"--time-scale {SCALES.get(name, SCALE)} {extra}".strip(), *cli,
                 # the verify phase in the demo's own run only (its folder is checked whole); the others answer
                 # the capacity question, and seven overloads at once would only slow this machine
                 *(["--verify-window-s", "4"] if name == "pytorch-24g" else ["--verify", "false"])]  # fmt: skip
@@ -90,7 +93,7 @@ def test_the_answer_holds_on_a_server_unlike_ours(runs: dict[str, dict[str, Any]
     assert run["rc"] == 0, run["stdout"][-3000:] + run["stderr"][-2000:]
     summary = run["summary"]
     profile = CASES[name][0]
-    true = truth(profile, 1000, 700, time_scale=SCALE)
+    true = truth(profile, 1000, 700, time_scale=SCALES.get(name, SCALE))
     rec = summary["recommended_level"]
     why = (rec, true.knee_concurrency, _levels(summary), summary["knee"]["reason"])
     assert rec is not None and "saturated" not in summary["knee"]["reason"], why
