@@ -39,8 +39,8 @@ DEFAULT_S = 5.0
 # - test_it_profiles' seven demos, each judged against its truth within one level: beside three shards the
 #   machine's own load moves what a 4 s window reads by several percent, and vllm-far, flat from its knee (11)
 #   on, failed three CI runs in a row on that (a probe at 23 read 93% of 47, twice, and the answer was 24).
-#   Alone they use about 0.6 of one core (86 CPU-s over 150 s) and take ~150 s, about 100 s more in all
-#   than in a shard. The rest of the suite mostly waits (steps, windows, cooldowns).
+#   Alone they take 93-121 s (about 104 CPU-s over a 95 s run), about 80 s more in all than in a shard.
+#   The rest of the suite mostly waits (steps, windows, cooldowns).
 SOLO = tuple(
     f
     for f in os.environ.get(
