@@ -93,10 +93,10 @@ def test_vllm_far_saturates_long_before_its_kv_cache() -> None:
     for r in got.values():
         follows(t, r)
     # Twice the users: no more throughput than the plateau, twice the latency, the KV cache still nearly empty.
-    # Both are bounded by the truth at the knee, not by this test's reading there: at the knee every slot waits
-    # on the test's own client, past it the server's queue hides that wait. A starved 2-core machine read 30.1
-    # of 32.2 rps at the knee once, and once a P95 of 575 ms (its truth 342; the window's first answers
-    # ~570 ms, its last ~346) against 683 ms at twice the users (truth 657).
+    # Both against the truth (its plateau, its P95 at the knee), not this test's readings at the knee: there
+    # every slot waits on the test's own client, past it the server's queue hides that wait. A starved 2-core
+    # machine read 30.1 of 32.2 rps at the knee once, and once a P95 of 575 ms (its truth 342; the window's
+    # first answers ~570 ms, its last ~346) against 683 ms at twice the users (truth 657).
     assert got[2 * knee].throughput_rps < 1.1 * t.plateau_rps
     assert got[knee].throughput_rps == pytest.approx(t.curve[knee - 1].throughput_rps, rel=0.15)
     assert got[2 * knee].p95_ms > 1.5 * t.curve[knee - 1].p95_ms
