@@ -52,10 +52,13 @@ def test_throughput_plateaus_at_truth_and_p95_jumps_past_the_knee(pytorch_sim: R
     # The check: the plateau is within 10% of the truth (past the knee, where the queue is never empty).
     assert past.throughput_rps == pytest.approx(t.plateau_rps, rel=0.10)  # type: ignore[attr-defined]
     assert at.throughput_rps > 0.85 * t.plateau_rps  # type: ignore[attr-defined]  # client overhead costs a little
-    # The knee: throughput grows up to it and stops past it, while P95 rises clearly past it.
+    # The knee: throughput grows up to it and stops past it, while P95 rises clearly past it. Past it, against
+    # the truth at the knee, not this test's reading there: at the knee every slot waits on the test's own
+    # client, past it the server's queue hides that wait (a clean clone beside three shards read a P95 of 490 ms
+    # at 8 users, truth 290, its answers mostly 289-298 ms, against 557 ms at 12, truth 565).
     assert at.throughput_rps > 1.3 * below.throughput_rps  # type: ignore[attr-defined]
-    assert past.throughput_rps < 1.12 * at.throughput_rps  # type: ignore[attr-defined]
-    assert past.p95_ms > 1.3 * at.p95_ms  # type: ignore[attr-defined]
+    assert past.throughput_rps < 1.12 * t.curve[knee - 1].throughput_rps  # type: ignore[attr-defined]
+    assert past.p95_ms > 1.3 * t.curve[knee - 1].p95_ms  # type: ignore[attr-defined]
 
 
 def test_pytorch_fails_like_an_oom_at_the_predicted_concurrency(pytorch_sim: RunningSim) -> None:
