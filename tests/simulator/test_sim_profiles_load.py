@@ -59,8 +59,10 @@ def test_smooth_latency_follows_its_truth_and_throughput_bends_slowly() -> None:
         got = levels(sim, [(1, 0.3, 1.5), (4, 0.5, 2.0), (knee, 1.2, 2.5)])
     for r in got.values():
         follows(t, r)
-    # Four users already give most of the knee's throughput, and the knee still gains a little more.
-    share = got[4].throughput_rps / got[knee].throughput_rps
+    # Four users already give most of the knee's throughput, and the knee still gains a little more. The knee's
+    # throughput is the truth's (0.85 of it at 4 users), not this test's reading there, where every slot waits
+    # on the test's own client (as vllm-far's below); that reading is checked against its truth within 15%.
+    share = got[4].throughput_rps / t.curve[knee - 1].throughput_rps
     assert 0.7 <= share <= 0.95, share
     assert got[knee].throughput_rps == pytest.approx(t.curve[knee - 1].throughput_rps, rel=0.15)
 
