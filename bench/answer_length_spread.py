@@ -31,10 +31,14 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analysis.stats import latency_cv  # noqa: E402
+from analysis.steps import WindowShares, window_throughput  # noqa: E402
+from loadtest.launch.preflight import PreflightError  # noqa: E402
 from loadtest.launch.run import start_simulator  # noqa: E402
 from loadtest.method.child import stop_process  # noqa: E402
 from scenarios.pages import make_document_image  # noqa: E402
@@ -66,26 +70,27 @@ async def closed_loop(url: str, body: bytes, users: int, seconds: float) -> np.n
 
 
 def spread(answers: np.ndarray, seconds: float, window_s: float) -> dict[str, float]:
-    """Measured and predicted CVs of the two throughputs over windows of `window_s` after the warm-up."""
+    """Measured and predicted CVs of the two throughputs over windows of `window_s` after the warm-up, each
+    answer counted by its share of the window as the step table counts it (analysis.steps.WindowShares)."""
     sent, done, tokens = answers.T
-    latency = done - sent
+    latency_s = done - sent
+    shares = WindowShares(pd.DataFrame({"ok": True, "t_start_unix_s": sent, "latency_ms": latency_s * 1000.0}))
     inside = (done > WARMUP_S) & (sent < WARMUP_S + seconds)
     mean_tokens = float(tokens[inside].mean())
     plain, weighted, counts = [], [], []
     for start in np.arange(WARMUP_S, WARMUP_S + seconds - window_s + 1e-9, window_s):
-        end = start + window_s
-        share = np.clip((np.minimum(done, end) - np.maximum(sent, start)) / latency, 0.0, 1.0)
-        plain.append(share.sum() / window_s)
-        weighted.append((share * tokens).sum() / window_s / mean_tokens)
-        counts.append(share.sum())
-    lat, tok = latency[inside], tokens[inside]
+        rows, share = shares.shares(start, start + window_s)
+        plain.append(window_throughput(share, start, start + window_s))
+        weighted.append(float((share * tokens[rows]).sum()) / window_s / mean_tokens)
+        counts.append(float(share.sum()))
+    lat, tok = latency_s[inside], tokens[inside]
     per_window = math.sqrt(float(np.mean(counts)))
     return {
         "windows": len(plain),
         "rps": float(np.mean(plain)),
         "cv_requests": float(np.std(plain, ddof=1) / np.mean(plain)),
         "cv_weighted": float(np.std(weighted, ddof=1) / np.mean(weighted)),
-        "renewal": float(lat.std(ddof=1) / lat.mean()) / per_window,
+        "renewal": latency_cv(lat) / per_window,
         "renewal_reward": float(np.std(tok / tok.mean() - lat / lat.mean(), ddof=1)) / per_window,
     }
 
@@ -112,7 +117,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
     body = make_document_image(1000, 700, seed=0).data
-    sim, url, _ = start_simulator(ns.profile, ["--time-scale", str(ns.time_scale), "--seed", str(ns.seed)])
+    try:
+        sim, url, _ = start_simulator(ns.profile, ["--time-scale", str(ns.time_scale), "--seed", str(ns.seed)])
+    except PreflightError as err:
+        raise SystemExit(f"error: {err}") from None
     try:
         for users in ns.users:
             answers = asyncio.run(closed_loop(url, body, users, ns.seconds))
