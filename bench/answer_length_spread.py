@@ -13,10 +13,10 @@ the loop's mean tokens an answer. Printed per level: the latency-tokens correlat
 windows' CV of both throughputs (measured), the ratio of their variances, and what a renewal formula predicts
 for each: latency CV / sqrt(answers a window) for requests (the step table's `renewal_se`), and the
 renewal-reward spread std(k / k_mean - L / L_mean) / sqrt(answers) for the weighted one. With the defaults
-(2026-12-05, 2.6 min): the weighted throughput's variance was 16-20x smaller at 4 users, 6-7x at 8 (the knee)
-and 8-9x at 12; the renewal prediction of the requests' CV was 1.2-1.6x above the measured one (a safe side),
-the renewal-reward one of the weighted CV 1.2-1.3x below it at 4 users, 2.2-2.4x below at 8, 2.2-3x above at 12:
-a step's error for the weighted throughput needs more than that formula. Everything runs on 127.0.0.1; the
+(2026-12-05, two runs of 2.6 min): the weighted throughput's variance was 13-20x smaller at 4 users, 6-7x at
+8 (the knee) and 6-10x at 12; the renewal prediction of the requests' CV was 1.1-1.7x above the measured one
+(a safe side), the renewal-reward one of the weighted CV 1.2-1.5x below it at 4 users, 2.1-2.4x below at 8,
+2.2-3x above at 12: a step's error for the weighted throughput needs more than that formula. Everything runs on 127.0.0.1; the
 simulator is stopped by its PID.
 """
 
