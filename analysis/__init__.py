@@ -3,6 +3,7 @@
 Pure functions on DataFrames; only `load_run` reads files and only `write_outputs` writes them.
 """
 
+from analysis.answer_length import length_weighted, weighs_by_length
 from analysis.config import build_config, config_yaml, recommend_config
 from analysis.diagnosis import Diagnosis, comparison_rows, diagnose, predicted_memory
 from analysis.estimate import (
@@ -63,6 +64,7 @@ __all__ = [
     "gpu_of",
     "goodput_peak",
     "gpus_named",
+    "length_weighted",
     "load_run",
     "manifest_card",
     "memory_slope",
@@ -84,6 +86,7 @@ __all__ = [
     "step_row",
     "step_table",
     "verify_summary",
+    "weighs_by_length",
     "with_goodput",
     "write_outputs",
 ]

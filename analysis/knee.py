@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.answer_length import basis_words
 from analysis.driver import driver_load
 from analysis.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.failure_rule import outcomes_of, steady_errors
@@ -187,7 +188,8 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
         what = "knee" if knee.found else "answer"
         tail = f"; the {what} itself may be the driver's: add driver machines and measure again" if mine else ""
         knee = replace(knee, driver_saturated_levels=driver.levels, reason=f"{knee.reason}; {driver.words()}{tail}")
-    return knee
+    basis = basis_words(table)
+    return replace(knee, reason=f"{knee.reason}; {basis}") if basis else knee
 
 
 def _clean_arrays(clean: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

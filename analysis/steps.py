@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.answer_length import BY_ANSWERS, latency_tokens_r, length_cv, length_weighted
 from analysis.goodput import GOODPUT_COLUMNS, RUNAWAY_COLUMNS
 from analysis.heat import heat_columns
 from analysis.loader import RunData, empty_frame
@@ -35,6 +36,9 @@ STEP_COLUMNS = [
     "step_index", "phase", "level", "status", "via", "t_start_unix_s", "t_end_unix_s", "duration_s",
     "requests", "ok_requests", "failed_requests", "cut_requests", "error_rate",
     "throughput_rps", "throughput_se_rps", "throughput_ci_low_rps", "throughput_ci_high_rps",
+    # answers counted, and read by answer length (analysis/answer_length.py: throughput_basis says which)
+    "throughput_counted_rps", "throughput_basis", "answer_tokens_mean", "run_answer_tokens_mean",
+    "throughput_tokens_rel_se", "latency_tokens_r",
     "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "latency_cv", "p95_all_ms", "p95_ci_low_ms",
     "p95_ci_high_ms", "errors", "status_codes", "cer_mean", "cer_median", "bad_answers", "bad_answer_share",
     "ttft_p50_ms", "ttft_p95_ms",
@@ -64,10 +68,11 @@ class WindowShares:
         order = np.argsort(start, kind="stable")
         self.positions = np.flatnonzero(ok)[order]  # row positions in `req`, for a per-bucket split
         self.start, self.latency_s = start[order], latency_s[order]
+        self.tokens = answer_tokens(req)[ok][order] if ok.size else np.empty(0)
         self.longest_s = float(latency_s.max()) if latency_s.size else 0.0
 
-    def shares(self, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
-        """(row positions, share of each request's time inside [t0, t1]) of the requests overlapping it."""
+    def _overlap(self, t0: float, t1: float) -> tuple[slice, np.ndarray, np.ndarray]:
+        """(the sorted requests that may overlap [t0, t1], which of them do, the share of each one's time inside)."""
         lo = int(np.searchsorted(self.start, t0 - self.longest_s, side="left"))
         hi = int(np.searchsorted(self.start, t1, side="left"))
         start, latency = self.start[lo:hi], self.latency_s[lo:hi]
@@ -75,12 +80,29 @@ class WindowShares:
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(latency > 0, inside / latency, (start >= t0) & (start < t1))
         keep = share > 0
-        return self.positions[lo:hi][keep], np.clip(share[keep], 0.0, 1.0)
+        return slice(lo, hi), keep, np.clip(share[keep], 0.0, 1.0)
+
+    def shares(self, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
+        """(row positions, share of each request's time inside [t0, t1]) of the requests overlapping it."""
+        part, keep, share = self._overlap(t0, t1)
+        return self.positions[part][keep], share
+
+    def token_shares(self, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
+        """(share of each request's time inside [t0, t1], its completion tokens: NaN unknown), as `shares`."""
+        part, keep, share = self._overlap(t0, t1)
+        return share, self.tokens[part][keep]
 
     def throughput_rps(self, t0: float, t1: float) -> float:
         """The throughput of [t0, t1] (`window_throughput`): the one definition, used by the step table and,
         live, by the master's console lines and panel (loadtest/method/live.py)."""
         return window_throughput(self.shares(t0, t1)[1], t0, t1)
+
+
+def answer_tokens(req: pd.DataFrame) -> np.ndarray:
+    """Each request's completion tokens as floats, NaN where the server did not say (or no such column)."""
+    if "completion_tokens" not in req.columns:
+        return np.full(len(req), math.nan)
+    return pd.to_numeric(req["completion_tokens"], errors="coerce").to_numpy(dtype=np.float64)
 
 
 def window_throughput(shares: np.ndarray, t0: float, t1: float) -> float:
@@ -117,6 +139,35 @@ def throughput_with_error(
             "throughput_ci_low_rps": max(0.0, total - half), "throughput_ci_high_rps": total + half}  # fmt: skip
 
 
+def length_columns(
+    intervals: WindowShares, t0: float, t1: float, own: pd.DataFrame, latency_cv: float, answers: int
+) -> dict[str, Any]:
+    """The step's answers' mean length in its window (each by its share, as throughput counts it), the
+    relative error of its tokens' throughput (batch means as `throughput_with_error`, at least
+    analysis.answer_length.length_cv / sqrt(answers)) and how its own answers' latency follows their length
+    (`latency_tokens_r`). Read by analysis.answer_length.length_weighted; NaN where an answer lacks tokens."""
+    good = own[own["ok"].to_numpy(dtype=bool)] if not own.empty else own
+    latency_ms = good["latency_ms"].to_numpy(dtype=np.float64) if not good.empty else np.empty(0)
+    tokens = answer_tokens(good) if not good.empty else np.empty(0)
+    out: dict[str, Any] = {"throughput_basis": BY_ANSWERS, "answer_tokens_mean": math.nan,
+                           "run_answer_tokens_mean": math.nan, "throughput_tokens_rel_se": math.nan,
+                           "latency_tokens_r": latency_tokens_r(latency_ms, tokens)}  # fmt: skip
+    share, length = intervals.token_shares(t0, t1)
+    total = float((share * length).sum()) if share.size else math.nan
+    if answers < 2 or math.isnan(latency_cv) or not total > 0 or t1 <= t0:  # NaN tokens: total NaN
+        return out
+    edges = np.linspace(t0, t1, THROUGHPUT_BATCHES + 1)
+    parts = np.array([_token_rate(*intervals.token_shares(a, b), a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+    batch_rel_se = float(parts.std(ddof=1)) / math.sqrt(parts.size) / (total / (t1 - t0))
+    floor_rel_se = length_cv(latency_ms, tokens, latency_cv) / math.sqrt(answers)
+    out.update(answer_tokens_mean=total / float(share.sum()), throughput_tokens_rel_se=max(batch_rel_se, floor_rel_se))
+    return out
+
+
+def _token_rate(share: np.ndarray, length: np.ndarray, t0: float, t1: float) -> float:
+    return float((share * length).sum()) / (t1 - t0)
+
+
 def _indices(frame: pd.DataFrame) -> dict[int, np.ndarray]:
     if frame.empty:
         return {}
@@ -130,7 +181,14 @@ def measured_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_table(run: RunData) -> pd.DataFrame:
-    """One row per measured step (phases "baseline" and "step"), columns STEP_COLUMNS."""
+    """One row per measured step (phases "baseline" and "step", "verify" and "drain"), columns STEP_COLUMNS,
+    the knee's points read by answer length where the run's latency follows it (analysis/answer_length.py)."""
+    return length_weighted(counted_step_table(run))
+
+
+def counted_step_table(run: RunData) -> pd.DataFrame:
+    """`step_table` with every throughput counted by answers (`step_row`: one step alone has no run's mean
+    answer length; the master's table weighs its rows as a whole, loadtest/method/live.py)."""
     req = run.requests
     req_idx = _indices(req)
     card = run_card(run.gpu, run.steps, run.manifest).reset_index(drop=True)
@@ -161,6 +219,8 @@ def step_table(run: RunData) -> pd.DataFrame:
         rate = float(getattr(step, "rate_rps", math.nan) or math.nan)
         row.update(open_loop_columns(req.iloc[own], in_flight, t0, t1, rate, cap))
         row.update(throughput_with_error(intervals, t0, t1, row["latency_cv"], row["ok_requests"]))
+        row["throughput_counted_rps"] = row["throughput_rps"]
+        row.update(length_columns(intervals, t0, t1, req.iloc[own], row["latency_cv"], row["ok_requests"]))
         after = gpu_idx.get(index + 1) if cooldowns.get(index + 1) else None  # the cooldown after the step
         row.update(memory_columns(card, gpu_idx.get(index), after, idle))
         row.update(heat_columns(card, gpu_idx.get(index)))
@@ -186,7 +246,7 @@ def step_row(
         gpu=empty_frame(GpuSample), server=empty_frame(ServerSample) if server is None else server,
         host=empty_frame(HostSample) if host is None else host, events=empty_frame(Event),
     )  # fmt: skip
-    return {str(k): v for k, v in step_table(run).iloc[0].to_dict().items()}
+    return {str(k): v for k, v in counted_step_table(run).iloc[0].to_dict().items()}
 
 
 def bucket_table(run: RunData) -> pd.DataFrame:
