@@ -9,6 +9,7 @@ and the sampler the new step, and returns the user count for Locust.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -85,6 +86,7 @@ class Controller(PlanDecisions):
         self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
         self.server_limit_said = False
         self.live_latency_ms: list[float] = []
+        self.live_tokens: list[float] = []  # their completion tokens (NaN: not said), for a step read by length
         self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = self.live_own = 0
         self.step_index = -1
         self.spec: PhaseSpec | None = None
@@ -137,6 +139,7 @@ class Controller(PlanDecisions):
             if row.step_index == self.step_index:
                 if row.ok:
                     self.live_latency_ms.append(row.latency_ms)
+                    self.live_tokens.append(math.nan if row.completion_tokens is None else float(row.completion_tokens))
                 else:
                     self.live_errors += 1
                     self.live_rejected += row.failure_kind == "rejected"  # the verify window's checks count them
@@ -280,7 +283,7 @@ class Controller(PlanDecisions):
         self.phase_past_knee = ""
         self.settle.reset()
         self.timing.reset()
-        self.live_latency_ms = []
+        self.live_latency_ms, self.live_tokens = [], []
         self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = self.live_own = 0
         if spec.phase == Phase.VERIFY and not spec.via:
             self._raw_verify_step = self.step_index

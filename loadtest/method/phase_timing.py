@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from analysis.answer_length import weighs_by_length
 from analysis.verify import own_set_aside
 from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
@@ -42,6 +43,7 @@ class TimedRun(Protocol):
     limits: TimingLimits
     live: LiveSteps
     live_latency_ms: list[float]  # the answers of the current phase so far
+    live_tokens: list[float]  # their completion tokens (NaN: not said)
     live_rejected: int  # the current phase's requests turned away (503/429)
     live_failed: int  # the current phase's requests that got no answer at their last attempt (rejected ones too)
     live_not_fast: int  # those of them not turned away fast (out of memory, resets, slow 503/429)
@@ -84,7 +86,7 @@ class PhaseTiming:
         if spec.phase == Phase.STEP and spec.target_max_s:  # its target error follows its neighbours' throughputs
             below, above = neighbours(spec.level, self._measured("throughput_rps"))
             self.step_window = StepWindow(spec.min_requests, self.ctl.cfg.step_s, spec.target_max_s, spec.level,
-                                          below, above)  # fmt: skip
+                                          below, above, self._by_length())  # fmt: skip
         if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl
@@ -109,6 +111,13 @@ class PhaseTiming:
             return []
         values = pd.to_numeric(table[column], errors="coerce")  # a row without it: NaN, skipped where read
         return [(int(level), float(value)) for level, value in zip(table["level"], values, strict=True)]
+
+    def _by_length(self) -> bool:
+        """The run reads throughput by answer length (analysis.weighs_by_length on the steps so far)."""
+        try:
+            return weighs_by_length(self.ctl.live.table())
+        except Exception:  # read as `_measured` reads it: counted answers then, as without tokens
+            return False
 
     def baseline_warmed(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
         """The baseline's warm-up may end: WARMUP_S passed and latency settled (or the server stays noisy)."""
@@ -147,7 +156,7 @@ class PhaseTiming:
         done = elapsed_s >= spec.min_s and rows >= spec.min_requests
         window = self.step_window  # a step of the search (a re-measure is a fixed window): set by `timed`
         if spec.phase == Phase.STEP and spec.target_max_s and window is not None:
-            return elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window)
+            return elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens)
         if spec.phase == Phase.WARMUP and not ctl.measured_levels:
             return self.baseline_warmed(spec, rows, elapsed_s)  # slow first requests are over
         if spec.phase == Phase.BASELINE and not done and elapsed_s >= spec.min_s:  # settled before its last round
@@ -193,8 +202,11 @@ class PhaseTiming:
         ctl = self.ctl
         if self.drained_at is None or self.drain_cut or ctl.aborted:
             return
-        for index in ctl.live.finalize(ctl.step_index):
-            step, row = ctl.live.closed(index), ctl.live.row(index)
+        final = ctl.live.finalize(ctl.step_index)
+        table = ctl.live.table() if final else None  # as the report reads them: by answer length where it does
+        rows = {int(r["step_index"]): r for r in table.to_dict("records")} if table is not None else {}
+        for index in final:
+            step, row = ctl.live.closed(index), rows.get(index)
             if step is None or row is None:
                 continue
             entry = panel_row(step, row, ctl.gpu_peak_per_step)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.answer_length import length_cv
 from analysis.stats import latency_cv
 from loadtest.settings.limits import WARMUP_LATENCIES, TimingLimits
 
@@ -73,6 +74,16 @@ def own_latency_cv(latencies_ms: Sequence[float]) -> float | None:
         return None
     cv = latency_cv(np.asarray(latencies_ms, dtype=np.float64))
     return None if math.isnan(cv) else cv
+
+
+def own_throughput_cv(latencies_ms: Sequence[float], tokens: Sequence[float] | None, by_length: bool) -> float | None:
+    """The spread that sets a step's throughput error so far: its own latency CV (`own_latency_cv`), or,
+    where the run reads throughput by answer length (analysis/answer_length.py) and every answer so far
+    carries its tokens, the smaller spread of its answers' lengths against their latencies (`length_cv`)."""
+    cv = own_latency_cv(latencies_ms)
+    if cv is None or not by_length or tokens is None or len(tokens) != len(latencies_ms):
+        return cv
+    return length_cv(np.asarray(latencies_ms, dtype=np.float64), np.asarray(tokens, dtype=np.float64), cv)
 
 
 def target_requests(latency_cv: float | None, rel_se: float | None = None) -> int:

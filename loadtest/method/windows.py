@@ -8,7 +8,9 @@
               - throughput: a closed loop's completions are a renewal process, so its relative error is the
                 step's own latency CV / sqrt(n) (`timing.target_requests`), to TARGET_REL_SE (2%) near the
                 knee and coarser where the level still gains much over the level below it (GAIN_SHARE of
-                its gain a level, at most MAX_STEP_REL_SE: `timing.step_rel_se`);
+                its gain a level, at most MAX_STEP_REL_SE: `timing.step_rel_se`); where the run reads
+                throughput by answer length (analysis/answer_length.py), the spread of each answer's length
+                against its latency in place of the latency CV, when smaller (`timing.own_throughput_cv`);
               - P95: a distribution-free confidence interval from two order statistics (the count of answers
                 below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself.
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
@@ -42,7 +44,7 @@ import numpy as np
 
 from analysis.knee_points import BASELINE_TRUSTED_REQUESTS
 from analysis.verify import EXCESS_FAST_MIN_SHARE
-from loadtest.method.timing import MIN_CV_REQUESTS, own_latency_cv, step_rel_se, target_requests
+from loadtest.method.timing import MIN_CV_REQUESTS, own_throughput_cv, step_rel_se, target_requests
 
 P95 = 0.95
 P95_Z = 1.645  # a 90% two-sided interval: a stopping rule, not the report's interval
@@ -110,7 +112,8 @@ class StepWindow:
     """A step's bounds: `min_requests` (MIN_STEP_REQUESTS), `window_s` (STEP_S: how long the P95's precision is
     sought) and `cap_s` (how long the throughput's is: TARGET_WINDOWS x STEP_S); its `level` and the nearest
     levels measured below and above it with their throughputs (`below`, `above`: (level, rps)), which set its
-    throughput's target error (timing.step_rel_se; none known: TARGET_REL_SE)."""
+    throughput's target error (timing.step_rel_se; none known: TARGET_REL_SE); `by_length`: the run reads
+    throughput by answer length, whose error follows the answers' lengths against their latencies."""
 
     min_requests: int
     window_s: float
@@ -118,6 +121,7 @@ class StepWindow:
     level: int = 0
     below: tuple[int, float] | None = None
     above: tuple[int, float] | None = None
+    by_length: bool = False  # the run reads throughput by answer length (analysis/answer_length.py)
 
     def rel_se(self, answers: int, elapsed_s: float) -> float:
         """The throughput error this step needs, at its throughput so far (`answers` in `elapsed_s`)."""
@@ -136,17 +140,21 @@ def neighbours(level: int, measured: Sequence[tuple[int, float]]) -> tuple[tuple
     return below, above
 
 
-def step_done(latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow) -> bool:
+def step_done(
+    latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow, tokens: Sequence[float] | None = None
+) -> bool:
     """The step may end: MIN_STEP_REQUESTS in (the controller waits for them up to the step's max_s), past its
-    floor, its throughput to TARGET_REL_SE (its own CV's request target, up to `cap_s`), and its P95 known to
-    P95_REL_WIDTH (sought up to STEP_S: a step whose throughput is precise never runs longer than STEP_S)."""
+    floor, its throughput to TARGET_REL_SE (its own CV's request target, up to `cap_s`; by answer length,
+    the spread of `tokens`, each answer's, against the latencies: timing.own_throughput_cv), and its P95 known
+    to P95_REL_WIDTH (sought up to STEP_S: a step whose throughput is precise never runs longer than STEP_S)."""
     if rows < window.min_requests:
         return False
     if elapsed_s >= window.cap_s:
         return True
     if elapsed_s < step_floor_s(latencies_ms, window.window_s):
         return False
-    if rows < target_requests(own_latency_cv(latencies_ms), window.rel_se(len(latencies_ms), elapsed_s)):
+    cv = own_throughput_cv(latencies_ms, tokens, window.by_length)
+    if rows < target_requests(cv, window.rel_se(len(latencies_ms), elapsed_s)):
         return False
     return elapsed_s >= window.window_s or p95_known(latencies_ms)
 
