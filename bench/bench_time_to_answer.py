@@ -22,7 +22,10 @@ the requests in flight back, then a fresh reading at the next tick; the simulato
 Both ours and doubling+refine run the product's whole plan, with its re-measures of the level that
 decides a wide answer (analysis.remeasure_level).
 The habits of real servers (curves.habits(): load-independent 502s, slow service times, slow first
-requests in the baseline) are judged apart from the family.
+requests in the baseline) are judged apart from the family. The answer lengths' curves (habit:lengths: latency
+following each answer's length, lognormal sigma 0.4, as noisy-24g's) are judged apart again, since TODAY_MIN's
+habits had none: ours reads their throughput by answer length (analysis/answer_length.py), and is run again on
+each with its tokens withheld (plan ours-counted), side by side: it must hit >= 95% within +-1 in less time.
 The progress line's promise is checked against the same runs: each of ours' runs is given the "at most" that
 loadtest/method/budget.py says from the config and baseline that run had, when its levels were chosen, and a run
 whose virtual time from then on exceeds it is a broken promise (goal: none). Like with like: virtual time runs
@@ -59,6 +62,8 @@ SWEEP = [1, 2, 4, 8, 16, 32, 64, 128]
 # `bench_time_to_answer.py --seeds 10` on b617ebe printed 5.2 (all family) and 6.7 (all habits)
 TODAY_MIN = {"family": 5.2, "habits": 6.7}
 TIME_GOAL_SHARE = 0.6
+COUNTED = "ours-counted"  # ours on the lengths' curves with their tokens withheld: the side-by-side base
+LENGTHS = "habit:lengths"  # judged apart (`_lengths`): TODAY_MIN's habits had no answer lengths
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,7 @@ class Outcome:
 
     @property
     def hit(self) -> bool:
-        tolerance = 0 if self.curve.bend == 0 and self.curve.noise_sigma < 0.3 else 1
+        tolerance = 0 if self.curve.bend == 0 and self.curve.latency_sigma < 0.3 else 1
         return self.recommended is not None and abs(self.recommended - self.truth) <= tolerance
 
     @property
@@ -116,16 +121,19 @@ def run_all(seeds: int, first_seed: int = 0, curves: list[Curve] | None = None) 
             dbl = run_plan(replace(curve, estimate=None), seed, doubling)
             out.append(Outcome(curve, "doubling+refine", dbl.recommended, len(dbl.levels), dbl.seconds))
             out.append(_sweep(curve, seed, cfg))
+            if curve.length_sigma > 0:  # the same server, its tokens not said: counted answer by answer
+                counted = run_plan(replace(curve, says_tokens=False), seed, cfg)
+                out.append(Outcome(curve, COUNTED, counted.recommended, len(counted.levels), counted.seconds))
     return out
 
 
 def _kind(curve: Curve) -> str:
     habit = "errors" if curve.error_rate else "slow-first" if curve.slow_first_requests else ""
-    habit = habit or ("slow" if curve.single_s >= 2.0 else "")
+    habit = habit or ("slow" if curve.single_s >= 2.0 else "lengths" if curve.length_sigma > 0 else "")
     if habit:
         return f"habit:{habit}"
     shape = "smooth" if curve.bend else "oom" if curve.oom_at else "hockey"
-    return f"{shape}{'-noisy' if curve.noise_sigma >= 0.3 else ''}"
+    return f"{shape}{'-noisy' if curve.latency_sigma >= 0.3 else ''}"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -146,7 +154,7 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     t0 = time.perf_counter()
     outcomes = run_all(args.seeds, args.first_seed)
-    plans = ["ours", "doubling+refine", "sweep-8"]
+    plans = ["ours", "doubling+refine", "sweep-8", COUNTED]
     last = args.first_seed + args.seeds - 1
     print(f"{len(family())} curves and {len(habits())} habits x {args.seeds} seeds ({args.first_seed}-{last}),"
           f" virtual time, windows until precise ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
@@ -159,11 +167,14 @@ def main() -> int:
             part = [o for o in mine if _kind(o.curve) == kind
                     or kind == "all family" and not _kind(o.curve).startswith("habit:")
                     or kind == "all habits" and _kind(o.curve).startswith("habit:")]  # fmt: skip
+            if not part:  # COUNTED runs the lengths' curves alone
+                continue
             print(f"{plan:16s} {kind:17s} {len(part):5d} {sum(o.hit for o in part) / len(part):6.1%}"
                   f" {sum(o.above for o in part):9d} {sum(o.levels for o in part) / len(part):7.1f}"
                   f" {sum(o.seconds for o in part) / len(part) / 60:8.1f}")  # fmt: skip
     verdicts = [_verdict(outcomes, "family", lambda k: not k.startswith("habit:")),
-                _verdict(outcomes, "habits", lambda k: k.startswith("habit:")), _promises(outcomes)]  # fmt: skip
+                _verdict(outcomes, "habits", lambda k: k.startswith("habit:") and k != LENGTHS),
+                _lengths(outcomes), _promises(outcomes)]  # fmt: skip
     return 0 if all(verdicts) else 1
 
 
@@ -182,6 +193,21 @@ def _promises(outcomes: list[Outcome]) -> bool:
     return not broken
 
 
+def _lengths(outcomes: list[Outcome]) -> bool:
+    """The lengths' curves: ours, reading throughput by answer length, hits >= 95% within +-1 of each curve's
+    truth, and in less time than the same runs counted answer by answer (COUNTED, side by side). One line."""
+    ours = [o for o in outcomes if o.plan == "ours" and _kind(o.curve) == LENGTHS]
+    counted = [o for o in outcomes if o.plan == COUNTED]
+    if not ours or not counted:
+        return True
+    hit, counted_hit = (sum(o.hit for o in runs) / len(runs) for runs in (ours, counted))
+    ratio = sum(o.seconds for o in ours) / sum(o.seconds for o in counted)
+    ok = hit >= 0.95 and ratio < 1.0
+    print(f"ours on the answer lengths' curves: hit {hit:.1%} (goal >= 95%; counted {counted_hit:.1%}), time"
+          f" {ratio:.2f} of the same runs counted (goal < 1): {'met' if ok else 'MISSED'}")  # fmt: skip
+    return ok
+
+
 def _verdict(outcomes: list[Outcome], name: str, kinds: Callable[[str], bool]) -> bool:
     """The goal on one part: ours hits >= 95% of runs (and every kind >= 95%), never above truth+1 on a
     steady curve, in no more time than doubling+refine. Prints one line; True when met."""
@@ -191,7 +217,7 @@ def _verdict(outcomes: list[Outcome], name: str, kinds: Callable[[str], bool]) -
     hit = sum(o.hit for o in ours) / len(ours)
     by_kind = {k: [o.hit for o in ours if _kind(o.curve) == k] for k in sorted({_kind(o.curve) for o in ours})}
     worst_kind, worst = min(((k, sum(v) / len(v)) for k, v in by_kind.items()), key=lambda kv: kv[1])
-    steady_above = sum(o.above for o in ours if o.curve.noise_sigma < 0.3)
+    steady_above = sum(o.above for o in ours if o.curve.latency_sigma < 0.3)
     ratio = sum(o.seconds for o in ours) / sum(o.seconds for o in dbl)
     mean_min = sum(o.seconds for o in ours) / len(ours) / 60
     share = mean_min / TODAY_MIN[name]

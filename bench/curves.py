@@ -39,6 +39,7 @@ from loadtest.settings.run_config import RunConfig
 
 KNEE_SHARE = 0.95
 OOM_FAIL_MS = 5.0  # an allocator failure answers in milliseconds
+TOKENS_PER_ANSWER = 300  # a curve with answer lengths: the mean answer's completion tokens
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,14 @@ class Curve:
     error_rate: float = 0.0  # load-independent errors (a balancer's 502s), at every level, the baseline too
     slow_first_requests: int = 0  # the baseline's first requests take slow_first_s more (lazy init, compile)
     slow_first_s: float = 0.0
+    length_sigma: float = 0.0  # > 0: each answer's length drawn lognormal (mean 1) and its latency follows it,
+    #                           noise_sigma then the noise left on top (an OCR server: a dense page, a long answer)
+    says_tokens: bool = True  # the answers carry their completion tokens (False: the same server, counted)
+
+    @property
+    def latency_sigma(self) -> float:
+        """The lognormal sigma of a request's latency, the answers' lengths' spread included."""
+        return math.hypot(self.noise_sigma, self.length_sigma)
 
     def throughput_rps(self, users: int) -> float:
         c = min(users, self.slots, (self.oom_at - 1) if self.oom_at else users)
@@ -95,19 +104,22 @@ def _requests(
     served = min(users, curve.oom_at - 1) if curve.oom_at else users
     mean_s = served / curve.throughput_rps(users) if served else 0.0
     mu = math.log(max(mean_s, 1e-6)) - curve.noise_sigma**2 / 2  # lognormal with that mean
-    starts, lats, oks = [], [], []
+    length_mu = -curve.length_sigma**2 / 2  # each answer's length over the mean: lognormal with mean 1
+    starts, lats, oks, lengths = [], [], [], []
     for user in range(users):
         failing = user >= served  # the users beyond what memory holds get OOM answers, then pause 0.5 s
         # start well before the window (the step's warm-up), so the window sees a steady state: a fresh
         # draw straddling its start would be shorter than the length-biased one a steady loop has there
         t = -rng.uniform(0, mean_s if not failing else 0.5) - 10 * max(mean_s, 0.5)
         while t < window_s:
-            lat = OOM_FAIL_MS / 1000 if failing else float(rng.lognormal(mu, curve.noise_sigma))
+            length = float(rng.lognormal(length_mu, curve.length_sigma)) if curve.length_sigma > 0 else 1.0
+            lat = OOM_FAIL_MS / 1000 if failing else float(rng.lognormal(mu, curve.noise_sigma)) * length
             if user == 0 and t >= 0 and slow_first > 0:
                 lat, slow_first = lat + curve.slow_first_s, slow_first - 1
             starts.append(t)
             lats.append(lat)
             oks.append(not failing)
+            lengths.append(round(TOKENS_PER_ANSWER * length) if curve.length_sigma > 0 and curve.says_tokens else math.nan)
             t += lat + (0.5 if failing else 0.0)
     ok = np.array(oks, dtype=bool)
     n = ok.size
@@ -115,6 +127,7 @@ def _requests(
         "t_start_unix_s": np.array(starts), "step_index": 1, "latency_ms": np.array(lats) * 1000.0,
         "ok": ok, "failure_kind": np.where(ok, "", "oom"), "status_code": np.where(ok, 200, 500),
         "ttft_ms": np.full(n, np.nan), "cer": np.full(n, np.nan), "answer_kind": "", "bucket": "b",
+        "completion_tokens": np.where(ok, np.array(lengths, dtype=np.float64), np.nan),
     })  # fmt: skip
 
 
@@ -139,17 +152,21 @@ def _window_requests(curve: Curve, users: int, window_s: float, phase: str, inde
     return req.assign(step_index=np.where(tagged, index, index - 1))
 
 
-def window_end_s(req: pd.DataFrame, index: int, max_s: float, done: Callable[[list[float], int, float], bool]) -> float:
-    """The tick at which the product's rule `done(answers' latencies so far, rows so far, elapsed_s)` ends a
-    window whose requests are `req` (drawn up to `max_s`): the rows reach the controller as requests end."""
+def window_end_s(
+    req: pd.DataFrame, index: int, max_s: float, done: Callable[[list[float], int, float, list[float]], bool]
+) -> float:
+    """The tick at which the product's rule `done(answers' latencies so far, rows so far, elapsed_s, their
+    completion tokens)` ends a window whose requests are `req` (drawn up to `max_s`): the rows reach the
+    controller as requests end."""
     own = req[req["step_index"] == index]
     ends = (own["t_start_unix_s"] + own["latency_ms"] / 1000.0).to_numpy()
     order = np.argsort(ends, kind="stable")
     ends, ok, lat = ends[order], own["ok"].to_numpy()[order], own["latency_ms"].to_numpy()[order]
+    tokens = own["completion_tokens"].to_numpy(dtype=np.float64)[order]
     t = TICK_S
     while t < max_s:
         back = int(np.searchsorted(ends, t, side="right"))
-        if done(lat[:back][ok[:back]].tolist(), back, t):
+        if done(lat[:back][ok[:back]].tolist(), back, t, tokens[:back][ok[:back]].tolist()):
             return t
         t += TICK_S
     return max_s
@@ -171,8 +188,8 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     def judged() -> tuple[pd.DataFrame, Any]:
         """The table and its knee, once per step measured, shared by the plan's callbacks (as the controller
         does: loadtest/method/decisions.py)."""
-        if len(rows) not in known:
-            frame = pd.DataFrame(rows, columns=analysis.STEP_COLUMNS)
+        if len(rows) not in known:  # read by answer length where the run's latency follows it, as the master's
+            frame = analysis.length_weighted(pd.DataFrame(rows, columns=analysis.STEP_COLUMNS))
             known[len(rows)] = (frame, analysis.find_knee(frame))
         return known[len(rows)]
 
@@ -205,8 +222,10 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
     for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
-            near = neighbours(spec.level, [(int(r["level"]), float(r["throughput_rps"])) for r in rows])
-            window = _window_s(curve, spec, cfg, 2 * index, seed, near)
+            table = judged()[0]
+            measured = zip(table["level"].astype(int), table["throughput_rps"].astype(float), strict=True)
+            near = neighbours(spec.level, list(measured))
+            window = _window_s(curve, spec, cfg, 2 * index, seed, near, analysis.weighs_by_length(table))
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
             result.seconds += window
@@ -225,8 +244,9 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
 
 
 def _window_s(
-    curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int, near: tuple[Any, Any] = (None, None)
-) -> float:
+    curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int, near: tuple[Any, Any] = (None, None),
+    by_length: bool = False,
+) -> float:  # fmt: skip
     """How long the product's own rule lets a measured window run on `curve` (loadtest/method/windows.py):
     a step of the search until precise (`step_done`), the baseline until settled after its floor
     (`baseline_done`; no GPU here, so memory counts as settled) or its rounds, a re-measure its fixed window;
@@ -240,10 +260,11 @@ def _window_s(
         max_s = min(spec.max_s, max(spec.min_s, 2 * spec.min_requests / rps + slow_s + 2 * TICK_S))
     req = _window_requests(curve, spec.level, max_s, str(spec.phase), index, seed)
     if spec.phase == "step":
-        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near)
-        return window_end_s(req, index, max_s, lambda lat, rows, t: t >= spec.min_s and step_done(lat, rows, t, bounds))
+        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near, by_length)
+        return window_end_s(req, index, max_s,
+                            lambda lat, rows, t, tokens: t >= spec.min_s and step_done(lat, rows, t, bounds, tokens))
 
-    def settled(lat: list[float], rows: int, t: float) -> bool:
+    def settled(lat: list[float], rows: int, t: float, _tokens: list[float]) -> bool:
         return t >= spec.min_s and (rows >= spec.min_requests or baseline_done(lat, rows, cfg.baseline_round_requests, True))
 
     return window_end_s(req, index, max_s, settled)
@@ -268,7 +289,9 @@ def habits() -> list[Curve]:
     1% of requests failing with 502 at every level, the baseline too (the answer must not move: the error
     rate does not grow with load); slow service times (8 s a request alone, a VLM writing a page: windows
     and warm-ups shorter than one request must still measure); two slow first requests in the baseline
-    (+20 s each: lazy initialisation, a first compile), which must not set every step's request target."""
+    (+20 s each: lazy initialisation, a first compile), which must not set every step's request target;
+    answers of lengths as varied as noisy-24g's (lognormal sigma 0.4, latency following each answer's length,
+    0.1 of noise on top), whose completion tokens the run reads throughput by (analysis/answer_length.py)."""
     curves = [
         Curve("errors-hockey-5-estNone", 5, error_rate=0.01),
         Curve("errors-hockey-8-est8", 8, error_rate=0.01, estimate=8),
@@ -282,5 +305,12 @@ def habits() -> list[Curve]:
         Curve("slowfirst-hockey-5-estNone", 5, **slow_first),  # type: ignore[arg-type]
         Curve("slowfirst-hockey-8-est8", 8, estimate=8, **slow_first),  # type: ignore[arg-type]
         Curve("slowfirst-smooth-8-estNone", 12, bend=0.15, **slow_first),  # type: ignore[arg-type]
+    ]
+    lengths = {"noise_sigma": 0.1, "length_sigma": 0.4}  # noisy-24g's answers: sigma 0.4, latency following them
+    curves += [
+        Curve("lengths-hockey-5-estNone", 5, **lengths),  # type: ignore[arg-type]
+        Curve("lengths-hockey-8-est8", 8, estimate=8, **lengths),  # type: ignore[arg-type]
+        Curve("lengths-smooth-8-estNone", 12, bend=0.15, **lengths),  # type: ignore[arg-type]
+        Curve("lengths-hockey-13-est39", 13, estimate=39, **lengths),  # type: ignore[arg-type]
     ]
     return curves
