@@ -43,15 +43,13 @@ BY_ANSWERS = "answers"
 
 def length_cv(latency_ms: FloatArray, tokens: FloatArray, latency_cv: float) -> float:
     """The spread that sets the error of throughput read by answer length (see the module's docstring):
-    RESIDUAL_INFLATION x std(tokens / mean - latency / mean), at most `latency_cv`; `latency_cv` where
-    under MIN_LENGTH_ANSWERS answers carry their tokens."""
-    known = ~np.isnan(tokens) & ~np.isnan(latency_ms)
-    if int(known.sum()) < MIN_LENGTH_ANSWERS or known.size != tokens.size:
+    RESIDUAL_INFLATION x std(tokens / mean - latency / mean), at most `latency_cv`; `latency_cv` under
+    MIN_LENGTH_ANSWERS answers or where one lacks its tokens (its throughput is then counted)."""
+    if tokens.size < MIN_LENGTH_ANSWERS or tokens.size != latency_ms.size or np.isnan(tokens).any():
         return latency_cv
-    k, lat = tokens[known], latency_ms[known]
-    if not (k.mean() > 0 and lat.mean() > 0):
+    if not (tokens.mean() > 0 and latency_ms.mean() > 0):
         return latency_cv
-    residual = float(np.std(k / k.mean() - lat / lat.mean(), ddof=1))
+    residual = float(np.std(tokens / tokens.mean() - latency_ms / latency_ms.mean(), ddof=1))
     return min(latency_cv, RESIDUAL_INFLATION * residual) if latency_cv == latency_cv else latency_cv
 
 

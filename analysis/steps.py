@@ -6,7 +6,9 @@ frames: the step's own requests (analysis.request_columns), the samples taken du
 (analysis.heat), open-loop pacing (analysis.open_loop) and the throughput of its window, defined here.
 Throughput is the successful requests completed per second of the step's window (t_start..t_end of its
 row), each request counted by the share of its own time that lies inside the window, whichever step it
-started in (see `window_throughput`), with a standard error (see `throughput_with_error`).
+started in (see `window_throughput`), with a standard error (see `throughput_with_error`); where one
+user's latency follows its answer's length, the baseline's and the steps' throughput is read by answer
+length instead (`step_table`: analysis/answer_length.py), the counted one kept beside it.
 """
 
 from __future__ import annotations

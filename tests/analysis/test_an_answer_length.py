@@ -102,3 +102,4 @@ def test_a_step_read_by_length_is_precise_with_far_fewer_answers() -> None:
     assert not step_done(latencies, 200, 12.0, counted, tokens)
     assert step_done(latencies, 200, 12.0, by_length, tokens)
     assert not step_done(latencies, 200, 12.0, by_length, [float("nan")] * 200)  # no tokens said: counted
+    assert not step_done(latencies, 200, 12.0, by_length, [*tokens[:-1], float("nan")])  # one answer without

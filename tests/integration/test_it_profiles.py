@@ -36,8 +36,9 @@ from simulator import truth
 # whichever test runs first waits for the module's seven demos (the fixture): each may be that one (-k)
 pytestmark = pytest.mark.timeout(600)
 SCALE = 0.5
-# noisy-24g at half of it: its windows run to ~400 answers (latency CV 0.4, 2% precision) and its re-measures
-# make it the module's longest run by far (147 s at 0.5 beside the six others, which end by ~55 s)
+# noisy-24g at half of it: counted answer by answer its windows ran to ~400 answers (latency CV 0.4, 2%
+# precision), the module's longest run by far (147 s at 0.5 beside the six others' ~55 s); read by answer length
+# since (analysis/answer_length.py) it took 70 s at 0.25, the module 81 s (2026-12-05)
 SCALES = {"noisy-24g": 0.25}
 COOLDOWN_CAP_S = 8.0  # the caching case's cap: its cooldowns must end well before it
 CASES: dict[str, tuple[str, str, list[str]]] = {  # name: (profile, extra simulator flags, extra CLI flags)
@@ -114,6 +115,19 @@ def test_the_answer_holds_on_a_server_unlike_ours(runs: dict[str, dict[str, Any]
         # standard errors); its pooled reading can still be the driver's. That one level more, no further
         bound = max(bound, planned[1] if len(planned) > 1 else planned[0])
     assert max(levels) <= bound, why
+
+
+def test_a_server_whose_latency_follows_its_answers_length_is_read_by_it(runs: dict[str, dict[str, Any]]) -> None:
+    """noisy-24g's answers vary in length (lognormal sigma 0.4) and its latency follows them: its baseline's
+    and steps' throughput is read at the run's mean answer length, as the master decided on it, and the knee
+    says so (analysis/answer_length.py); the sharp server's answers, all of one length, are counted."""
+    for name, basis in (("noisy-24g", "answer length"), ("pytorch-24g", "answers")):
+        summary = runs[name]["summary"]
+        rows = [s for s in summary["steps"] if s["phase"] in ("baseline", "step")]
+        assert rows and {s["throughput_basis"] for s in rows} == {basis}, (name, [s["throughput_basis"] for s in rows])
+        assert ("mean answer length" in summary["knee"]["reason"]) == (basis == "answer length"), summary["knee"]["reason"]
+        live = [line for line in runs[name]["stdout"].splitlines() if line.startswith("[knee] ")]  # the master's
+        assert live and all(("mean answer length" in line) == (basis == "answer length") for line in live), live
 
 
 def test_a_far_estimate_without_a_cap_is_no_level_and_is_probed_downward(runs: dict[str, dict[str, Any]]) -> None:
