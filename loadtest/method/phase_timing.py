@@ -202,11 +202,10 @@ class PhaseTiming:
         ctl = self.ctl
         if self.drained_at is None or self.drain_cut or ctl.aborted:
             return
-        final = ctl.live.finalize(ctl.step_index)
-        table = ctl.live.table() if final else None  # as the report reads them: by answer length where it does
-        rows = {int(r["step_index"]): r for r in table.to_dict("records")} if table is not None else {}
-        for index in final:
-            step, row = ctl.live.closed(index), rows.get(index)
+        for index in ctl.live.finalize(ctl.step_index):
+            # counted answer by answer: a figure read by answer length moves with the run's mean answer length
+            # as later steps come in, so only the counted one is final here (the knee's lines say the other)
+            step, row = ctl.live.closed(index), ctl.live.row(index)
             if step is None or row is None:
                 continue
             entry = panel_row(step, row, ctl.gpu_peak_per_step)
