@@ -27,11 +27,13 @@ past it (the queue's wait there comes from the other answers' lengths).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analysis.stats import FloatArray
+from analysis.stats import FloatArray, num
 
 LENGTH_MIN_R = 0.8  # the baseline's latency follows its answers' lengths this closely (Pearson r)
 RESIDUAL_INFLATION = 2.5  # the renewal-reward error understated by up to 2.4x at the knee (module docstring)
@@ -61,6 +63,17 @@ def latency_tokens_r(latency_ms: FloatArray, tokens: FloatArray) -> float:
     if float(np.std(tokens)) == 0.0 or float(np.std(latency_ms)) == 0.0:
         return math.nan
     return float(np.corrcoef(latency_ms, tokens)[0, 1])
+
+
+def throughput_cv(row: Mapping[str, Any]) -> float:
+    """A row's throughput error per sqrt(answer) (how many answers a precise step needs: the progress line's
+    "about" reads the baseline's): its tokens' relative error x sqrt(answers) where its latency follows its
+    answers' length (r >= LENGTH_MIN_R), at most its latency CV; else its latency CV (NaN: unknown)."""
+    cv, r = num(row, "latency_cv"), num(row, "latency_tokens_r")
+    rel_se, answers = num(row, "throughput_tokens_rel_se"), num(row, "ok_requests")
+    if r >= LENGTH_MIN_R and rel_se == rel_se and answers > 0:
+        return min(cv, rel_se * math.sqrt(answers)) if cv == cv else rel_se * math.sqrt(answers)
+    return cv
 
 
 def weighs_by_length(table: pd.DataFrame) -> bool:

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 import analysis
+from analysis.answer_length import throughput_cv
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
@@ -206,7 +207,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     def levels() -> Any:
         latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
         choice = choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
-        cv = float(rows[0]["latency_cv"]) if rows else math.nan
+        cv = throughput_cv(rows[0]) if rows else math.nan  # as the controller's (method/decisions.py)
         climbs = cfg.climb_budget if choice.extend else 0  # as the controller says it (method/decisions.py)
         result.said_s = result.seconds
         result.budget = time_budget(cfg, list(choice.levels), latency_s, limits, climbs=climbs,

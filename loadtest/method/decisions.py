@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import analysis
+from analysis.answer_length import throughput_cv
 from analysis.gateway import GatewayError as ConfigCannotBeSaid
 from analysis.gateway import haproxy_config, parse_server
 from analysis.stats import num, records
@@ -332,6 +333,7 @@ def _latency_s_of(base: dict[str, Any] | None) -> float | None:
 
 
 def _latency_cv_of(base: dict[str, Any] | None) -> float | None:
-    """The baseline's latency CV: how many answers a step's precision usually needs (the promise's "about")."""
-    cv = num(base or {}, "latency_cv")
+    """The baseline's spread: how many answers a step's precision usually needs (the promise's "about"): its
+    latency CV, or its throughput's by answer length where it reads so (analysis.answer_length.throughput_cv)."""
+    cv = throughput_cv(base or {})
     return cv if cv == cv else None  # NaN: unknown

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import analysis
-from analysis.answer_length import BY_ANSWERS, BY_LENGTH, length_weighted, weighs_by_length
+from analysis.answer_length import BY_ANSWERS, BY_LENGTH, length_weighted, throughput_cv, weighs_by_length
 from analysis.steps import step_row
 from loadtest.method.live import requests_frame
 from loadtest.method.windows import StepWindow, step_done
@@ -78,6 +78,17 @@ def test_the_run_weighs_by_length_only_where_one_users_latency_follows_it() -> N
         assert (same["throughput_basis"] == BY_ANSWERS).all()
         assert same["throughput_rps"].tolist() == same["throughput_counted_rps"].tolist()
         assert "answer length" not in analysis.find_knee(same).reason
+
+
+def test_the_promises_about_reads_the_baselines_spread_by_length_where_the_run_does() -> None:
+    for tokens, by_length in (("drawn", True), ("fixed", False), ("none", False)):
+        base = _step(1, 5, 0, "baseline", tokens)
+        cv = throughput_cv(base)
+        if by_length:  # one user's tokens a second move less than its answers do: a smaller spread
+            assert cv == pytest.approx(base["throughput_tokens_rel_se"] * np.sqrt(base["ok_requests"]))
+            assert cv < 0.75 * base["latency_cv"]  # here 0.25 against 0.39
+        else:
+            assert cv == base["latency_cv"]
 
 
 def test_weighing_twice_is_weighing_once_and_only_the_knees_points_are_weighed() -> None:
