@@ -80,21 +80,25 @@ def weighs_by_length(table: pd.DataFrame) -> bool:
     """The run reads throughput by answer length: its (latest) baseline's latency follows answer length."""
     if table.empty or "latency_tokens_r" not in table.columns:
         return False
-    r = pd.to_numeric(table.loc[table["phase"] == "baseline", "latency_tokens_r"], errors="coerce").dropna()
-    return bool(r.size) and float(r.iloc[-1]) >= LENGTH_MIN_R
+    baseline = table["phase"].to_numpy() == "baseline"  # numpy, not pandas: the plan asks before every step
+    r = np.asarray(pd.to_numeric(table["latency_tokens_r"].to_numpy()[baseline], errors="coerce"), dtype=np.float64)
+    r = r[~np.isnan(r)]
+    return bool(r.size) and float(r[-1]) >= LENGTH_MIN_R
 
 
 def length_weighted(table: pd.DataFrame) -> pd.DataFrame:
     """The step table with the baseline's and the steps' throughput read at the run's mean answer length
     (the module's docstring), where the run weighs by length and every such row knows its answers' mean
     length; unchanged otherwise, and when already read so (`throughput_basis`)."""
-    if table.empty or "answer_tokens_mean" not in table.columns or (table["throughput_basis"] == BY_LENGTH).any():
+    if not weighs_by_length(table) or "answer_tokens_mean" not in table.columns:
+        return table
+    if (table["throughput_basis"] == BY_LENGTH).any():
         return table
     rows = table["phase"].isin(LENGTH_PHASES).to_numpy()
     mean_tokens = pd.to_numeric(table["answer_tokens_mean"], errors="coerce").to_numpy(dtype=np.float64)
     counted = pd.to_numeric(table["throughput_counted_rps"], errors="coerce").to_numpy(dtype=np.float64)
     duration_s = pd.to_numeric(table["duration_s"], errors="coerce").to_numpy(dtype=np.float64)
-    if not weighs_by_length(table) or np.isnan(mean_tokens[rows]).any():
+    if np.isnan(mean_tokens[rows]).any():
         return table
     answers = np.nan_to_num(counted[rows] * duration_s[rows])  # each row's answers, by their shares
     if not answers.sum() > 0:

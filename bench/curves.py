@@ -162,12 +162,15 @@ def window_end_s(
     own = req[req["step_index"] == index]
     ends = (own["t_start_unix_s"] + own["latency_ms"] / 1000.0).to_numpy()
     order = np.argsort(ends, kind="stable")
-    ends, ok, lat = ends[order], own["ok"].to_numpy()[order], own["latency_ms"].to_numpy()[order]
-    tokens = own["completion_tokens"].to_numpy(dtype=np.float64)[order]
+    ends, ok = ends[order], own["ok"].to_numpy(dtype=bool)[order]
+    lat = own["latency_ms"].to_numpy()[order][ok]  # the answers, in the order they come back
+    tokens = own["completion_tokens"].to_numpy(dtype=np.float64)[order][ok]
+    answered = np.concatenate(([0], np.cumsum(ok)))  # answers among the first n rows back
     t = TICK_S
     while t < max_s:
         back = int(np.searchsorted(ends, t, side="right"))
-        if done(lat[:back][ok[:back]].tolist(), back, t, tokens[:back][ok[:back]].tolist()):
+        n = int(answered[back])
+        if done(lat[:n].tolist(), back, t, tokens[:n].tolist()):
             return t
         t += TICK_S
     return max_s
