@@ -84,16 +84,18 @@ class PhaseTiming:
     def timed(self, spec: PhaseSpec) -> PhaseSpec:
         """The plan's phase with the times that follow the server: a warm-up's bounds from the latencies."""
         if spec.phase == Phase.STEP and spec.target_max_s:  # its target error follows its neighbours' throughputs
-            below, above = neighbours(spec.level, self._measured("throughput_rps"))
+            table = self._table()  # read once: its throughputs and whether they are read by answer length
+            below, above = neighbours(spec.level, _measured(table, "throughput_rps"))
+            by_length = table is not None and weighs_by_length(table)
             self.step_window = StepWindow(spec.min_requests, self.ctl.cfg.step_s, spec.target_max_s, spec.level,
-                                          below, above, self._by_length())  # fmt: skip
+                                          below, above, by_length)  # fmt: skip
         if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl
         if not ctl.measured_levels:  # the baseline's warm-up: until latency settles, up to the cap
             cap_s = max(spec.max_s, ctl.limits.warmup_cap_s)
             return replace(spec, max_s=cap_s, note=f"{spec.note}: until latency settles, at most {cap_s:.0f} s")
-        bounds = warmup_bounds(spec.level, self._measured(), ctl.limits, ctl.cfg.request_timeout_s)
+        bounds = warmup_bounds(spec.level, _measured(self._table()), ctl.limits, ctl.cfg.request_timeout_s)
         if bounds.min_s > ctl.cfg.warmup_s and not self.said_slow:  # once a run: the habit, named
             self.said_slow = True
             ctl.event("slow_requests", f"slow requests: the warm-up for level {spec.level} follows them ({bounds.why})")
@@ -102,22 +104,14 @@ class PhaseTiming:
             note=f"{spec.note}: {bounds.why}",
         )  # fmt: skip
 
-    def _measured(self, column: str = "p50_ms") -> list[tuple[int, float]]:
-        """(level, `column`: P50 ms unless named) of every measured step so far, in order."""
+    def _table(self) -> pd.DataFrame | None:
+        """The master's step table so far; None, said as a warning, when it cannot be read (the warm-up then
+        falls back to WARMUP_S .. its cap, a step's target to TARGET_REL_SE on counted answers)."""
         try:
-            table = self.ctl.live.table()
-        except Exception as exc:  # the warm-up falls back to WARMUP_S .. its cap
+            return self.ctl.live.table()
+        except Exception as exc:
             self.ctl.event("warning", f"could not read the latencies measured so far: {exc}")
-            return []
-        values = pd.to_numeric(table[column], errors="coerce")  # a row without it: NaN, skipped where read
-        return [(int(level), float(value)) for level, value in zip(table["level"], values, strict=True)]
-
-    def _by_length(self) -> bool:
-        """The run reads throughput by answer length (analysis.weighs_by_length on the steps so far)."""
-        try:
-            return weighs_by_length(self.ctl.live.table())
-        except Exception:  # read as `_measured` reads it: counted answers then, as without tokens
-            return False
+            return None
 
     def baseline_warmed(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
         """The baseline's warm-up may end: WARMUP_S passed and latency settled (or the server stays noisy)."""
@@ -216,6 +210,14 @@ class PhaseTiming:
                 f" p95={_fmt(entry['p95_ms'], ' ms')} errors={entry['errors']} cut={int(row['cut_requests'])}"
                 " (every request back or cut)"
             )
+
+
+def _measured(table: pd.DataFrame | None, column: str = "p50_ms") -> list[tuple[int, float]]:
+    """(level, `column`: P50 ms unless named) of every measured step in `table` (None: none), in order."""
+    if table is None:
+        return []
+    values = pd.to_numeric(table[column], errors="coerce")  # a row without it: NaN, skipped where read
+    return [(int(level), float(value)) for level, value in zip(table["level"], values, strict=True)]
 
 
 def _fmt(value: float | None, unit: str) -> str:
