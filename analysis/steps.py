@@ -89,10 +89,11 @@ class WindowShares:
         part, keep, share = self._overlap(t0, t1)
         return self.positions[part][keep], share
 
-    def token_shares(self, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray]:
-        """(share of each request's time inside [t0, t1], its completion tokens: NaN unknown), as `shares`."""
+    def tokens_rps(self, t0: float, t1: float) -> float:
+        """Completion tokens a second of [t0, t1], each request's by its share as `throughput_rps` counts it
+        (NaN where one of them lacks its tokens)."""
         part, keep, share = self._overlap(t0, t1)
-        return share, self.tokens[part][keep]
+        return window_throughput(share * self.tokens[part][keep], t0, t1)
 
     def throughput_rps(self, t0: float, t1: float) -> float:
         """The throughput of [t0, t1] (`window_throughput`): the one definition, used by the step table and,
@@ -127,8 +128,7 @@ def throughput_with_error(
     request lasts longer than a batch, since a request's share spreads over the batches it spans. Without
     an error, a 3% dip at one level (the size of a counting error once fixed here) moved the knee by 4."""
     total = intervals.throughput_rps(t0, t1)
-    edges = np.linspace(t0, t1, THROUGHPUT_BATCHES + 1)
-    parts = np.array([intervals.throughput_rps(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+    parts = np.array([intervals.throughput_rps(a, b) for a, b in _batches(t0, t1)])
     parts = parts[~np.isnan(parts)]
     if parts.size < 2 or math.isnan(total) or answers < 2 or math.isnan(latency_cv):
         return {"throughput_rps": total, "throughput_se_rps": math.nan,
@@ -154,20 +154,21 @@ def length_columns(
     out: dict[str, Any] = {"throughput_basis": BY_ANSWERS, "answer_tokens_mean": math.nan,
                            "run_answer_tokens_mean": math.nan, "throughput_tokens_rel_se": math.nan,
                            "latency_tokens_r": latency_tokens_r(latency_ms, tokens)}  # fmt: skip
-    share, length = intervals.token_shares(t0, t1)
-    total = float((share * length).sum()) if share.size else math.nan
-    if answers < 2 or math.isnan(latency_cv) or not total > 0 or t1 <= t0:  # NaN tokens: total NaN
+    rate = intervals.tokens_rps(t0, t1)
+    if answers < 2 or math.isnan(latency_cv) or not rate > 0:  # a token not said, or no window: NaN
         return out
-    edges = np.linspace(t0, t1, THROUGHPUT_BATCHES + 1)
-    parts = np.array([_token_rate(*intervals.token_shares(a, b), a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)])
-    batch_rel_se = float(parts.std(ddof=1)) / math.sqrt(parts.size) / (total / (t1 - t0))
+    parts = np.array([intervals.tokens_rps(a, b) for a, b in _batches(t0, t1)])
+    batch_rel_se = float(parts.std(ddof=1)) / math.sqrt(parts.size) / rate
     floor_rel_se = length_cv(latency_ms, tokens, latency_cv) / math.sqrt(answers)
-    out.update(answer_tokens_mean=total / float(share.sum()), throughput_tokens_rel_se=max(batch_rel_se, floor_rel_se))
+    out.update(answer_tokens_mean=rate / intervals.throughput_rps(t0, t1),  # each answer by its share
+               throughput_tokens_rel_se=max(batch_rel_se, floor_rel_se))  # fmt: skip
     return out
 
 
-def _token_rate(share: np.ndarray, length: np.ndarray, t0: float, t1: float) -> float:
-    return float((share * length).sum()) / (t1 - t0)
+def _batches(t0: float, t1: float) -> list[tuple[float, float]]:
+    """[t0, t1] cut into THROUGHPUT_BATCHES equal windows, for the batch-means errors."""
+    edges = np.linspace(t0, t1, THROUGHPUT_BATCHES + 1)
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
 
 
 def _indices(frame: pd.DataFrame) -> dict[int, np.ndarray]:
