@@ -49,10 +49,18 @@ def length_cv(latency_ms: FloatArray, tokens: FloatArray, latency_cv: float) -> 
     MIN_LENGTH_ANSWERS answers or where one lacks its tokens (its throughput is then counted)."""
     if tokens.size < MIN_LENGTH_ANSWERS or tokens.size != latency_ms.size or np.isnan(tokens).any():
         return latency_cv
-    if not (tokens.mean() > 0 and latency_ms.mean() > 0):
+    residual = length_residual(latency_ms, tokens)
+    if residual != residual:
         return latency_cv
-    residual = float(np.std(tokens / tokens.mean() - latency_ms / latency_ms.mean(), ddof=1))
     return min(latency_cv, RESIDUAL_INFLATION * residual) if latency_cv == latency_cv else latency_cv
+
+
+def length_residual(latency_ms: FloatArray, tokens: FloatArray) -> float:
+    """std(tokens / mean - latency / mean): the renewal-reward spread of throughput read by answer length
+    (NaN where a mean is not positive); bench/answer_length_spread.py measured it against the real one."""
+    if not (tokens.mean() > 0 and latency_ms.mean() > 0):
+        return math.nan
+    return float(np.std(tokens / tokens.mean() - latency_ms / latency_ms.mean(), ddof=1))
 
 
 def latency_tokens_r(latency_ms: FloatArray, tokens: FloatArray) -> float:
@@ -78,12 +86,17 @@ def throughput_cv(row: Mapping[str, Any]) -> float:
 
 def weighs_by_length(table: pd.DataFrame) -> bool:
     """The run reads throughput by answer length: its (latest) baseline's latency follows answer length."""
+    return baseline_r(table) >= LENGTH_MIN_R  # NaN: never
+
+
+def baseline_r(table: pd.DataFrame) -> float:
+    """The latest baseline's `latency_tokens_r` in `table` (NaN: none known)."""
     if table.empty or "latency_tokens_r" not in table.columns:
-        return False
+        return math.nan
     baseline = table["phase"].to_numpy() == "baseline"  # numpy, not pandas: the plan asks before every step
     r = np.asarray(pd.to_numeric(table["latency_tokens_r"].to_numpy()[baseline], errors="coerce"), dtype=np.float64)
     r = r[~np.isnan(r)]
-    return bool(r.size) and float(r[-1]) >= LENGTH_MIN_R
+    return float(r[-1]) if r.size else math.nan
 
 
 def length_weighted(table: pd.DataFrame) -> pd.DataFrame:
@@ -123,9 +136,8 @@ def basis_words(table: pd.DataFrame) -> str:
         return ""
     by_length = table[table["throughput_basis"] == BY_LENGTH]
     run_mean = float(by_length["run_answer_tokens_mean"].iloc[0])
-    r = pd.to_numeric(table.loc[table["phase"] == "baseline", "latency_tokens_r"], errors="coerce").dropna()
     return (
         f"throughput read at the run's mean answer length ({run_mean:.0f} tokens: one user's latency follows"
-        f" its answer's length, r {float(r.iloc[-1]):.2f}; counted answers in throughput_counted_rps)"
+        f" its answer's length, r {baseline_r(table):.2f}; counted answers in throughput_counted_rps)"
     )
 

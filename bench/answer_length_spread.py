@@ -36,6 +36,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analysis.answer_length import latency_tokens_r, length_residual  # noqa: E402
 from analysis.stats import latency_cv  # noqa: E402
 from analysis.steps import WindowShares, window_throughput  # noqa: E402
 from loadtest.launch.preflight import PreflightError  # noqa: E402
@@ -74,14 +75,15 @@ def spread(answers: np.ndarray, seconds: float, window_s: float) -> dict[str, fl
     answer counted by its share of the window as the step table counts it (analysis.steps.WindowShares)."""
     sent, done, tokens = answers.T
     latency_s = done - sent
-    shares = WindowShares(pd.DataFrame({"ok": True, "t_start_unix_s": sent, "latency_ms": latency_s * 1000.0}))
+    shares = WindowShares(pd.DataFrame({"ok": True, "t_start_unix_s": sent, "latency_ms": latency_s * 1000.0,
+                                        "completion_tokens": tokens}))  # fmt: skip
     inside = (done > WARMUP_S) & (sent < WARMUP_S + seconds)
     mean_tokens = float(tokens[inside].mean())
     plain, weighted, counts = [], [], []
     for start in np.arange(WARMUP_S, WARMUP_S + seconds - window_s + 1e-9, window_s):
-        rows, share = shares.shares(start, start + window_s)
+        _, share = shares.shares(start, start + window_s)
         plain.append(window_throughput(share, start, start + window_s))
-        weighted.append(float((share * tokens[rows]).sum()) / window_s / mean_tokens)
+        weighted.append(shares.tokens_rps(start, start + window_s) / mean_tokens)
         counts.append(float(share.sum()))
     lat, tok = latency_s[inside], tokens[inside]
     per_window = math.sqrt(float(np.mean(counts)))
@@ -91,7 +93,7 @@ def spread(answers: np.ndarray, seconds: float, window_s: float) -> dict[str, fl
         "cv_requests": float(np.std(plain, ddof=1) / np.mean(plain)),
         "cv_weighted": float(np.std(weighted, ddof=1) / np.mean(weighted)),
         "renewal": latency_cv(lat) / per_window,
-        "renewal_reward": float(np.std(tok / tok.mean() - lat / lat.mean(), ddof=1)) / per_window,
+        "renewal_reward": length_residual(lat * 1000.0, tok) / per_window,
     }
 
 
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             if len(answers) < 10:
                 print(f"{users} users: {len(answers)} answers carried completion_tokens: nothing to weigh")
                 continue
-            corr = float(np.corrcoef(answers[:, 1] - answers[:, 0], answers[:, 2])[0, 1])
+            corr = latency_tokens_r((answers[:, 1] - answers[:, 0]) * 1000.0, answers[:, 2])
             print(f"{users} users: {len(answers)} answers, latency-tokens correlation {corr:.3f}")
             for window_s in ns.windows_s:
                 s = spread(answers, ns.seconds, window_s)
