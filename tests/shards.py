@@ -40,7 +40,8 @@ DEFAULT_S = 5.0
 #   machine's own load moves what a 4 s window reads by several percent, and vllm-far, flat from its knee (11)
 #   on, failed the last CI run on that (a probe at 23 read short of 95% of 47 twice, and the answer was 24 of
 #   truth 11), and 2 of 8 clean clones here before it (a probe read 93% of 47, and the run climbed to 94).
-#   Alone they take 93-121 s (about 104 CPU-s over a 95 s run), about 80 s more in all than in a shard.
+#   Alone they took 93-121 s (about 104 CPU-s over a 95 s run); 68-84 s since noisy-24g reads its throughput
+#   by answer length (2026-12-05).
 #   The rest of the suite mostly waits (steps, windows, cooldowns).
 SOLO = tuple(
     f
