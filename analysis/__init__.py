@@ -3,7 +3,7 @@
 Pure functions on DataFrames; only `load_run` reads files and only `write_outputs` writes them.
 """
 
-from analysis.answer_length import length_weighted, weighs_by_length
+from analysis.answer_length import weighs_by_length
 from analysis.config import build_config, config_yaml, recommend_config
 from analysis.diagnosis import Diagnosis, comparison_rows, diagnose, predicted_memory
 from analysis.estimate import (
@@ -25,7 +25,15 @@ from analysis.next_level import PROBE_Z, Remeasure, next_refine_level, probe_lev
 from analysis.outputs import capacity_markdown, flat_steps, write_outputs
 from analysis.server_card import CardChoice, choose_server_card, gpu_of, manifest_card, run_card
 from analysis.soak import fit_memory_slope, slo_level, soak_trend
-from analysis.steps import BUCKET_COLUMNS, STEP_COLUMNS, baseline_summary, bucket_table, step_row, step_table
+from analysis.steps import (
+    BUCKET_COLUMNS,
+    STEP_COLUMNS,
+    baseline_summary,
+    bucket_table,
+    knee_table,
+    step_row,
+    step_table,
+)
 from analysis.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
 from analysis.verify import verify_summary
 
@@ -64,7 +72,7 @@ __all__ = [
     "gpu_of",
     "goodput_peak",
     "gpus_named",
-    "length_weighted",
+    "knee_table",
     "load_run",
     "manifest_card",
     "memory_slope",

@@ -26,6 +26,7 @@ from analysis.goodput import GOODPUT_COLUMNS, RUNAWAY_COLUMNS
 from analysis.heat import heat_columns
 from analysis.loader import RunData, empty_frame
 from analysis.open_loop import OPEN_LOOP_COLUMNS, InFlight, cap_of, open_loop_columns
+from analysis.queue_floor import queue_floored, with_error
 from analysis.request_columns import AnswerTimes, request_columns
 from analysis.sample_columns import idle_mib, memory_columns, sample_values, server_columns, util_columns
 from analysis.server_card import run_card
@@ -41,6 +42,9 @@ STEP_COLUMNS = [
     # answers counted, and read by answer length (analysis/answer_length.py: throughput_basis says which)
     "throughput_counted_rps", "throughput_basis", "answer_tokens_mean", "run_answer_tokens_mean",
     "throughput_tokens_rel_se", "latency_tokens_r",
+    # the error's parts: batch means, the renewal floor's spread and the lower level it read past the knee
+    # (analysis/queue_floor.py; NaN: its own)
+    "throughput_batch_se_rps", "tokens_batch_rel_se", "length_cv", "floor_level", "length_floor_level",
     "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "latency_cv", "p95_all_ms", "p95_ci_low_ms",
     "p95_ci_high_ms", "errors", "status_codes", "cer_mean", "cer_median", "bad_answers", "bad_answer_share",
     "ttft_p50_ms", "ttft_p95_ms",
@@ -56,7 +60,6 @@ STEP_COLUMNS = [
     *OPEN_LOOP_COLUMNS,  # analysis/open_loop.py
 ]  # fmt: skip
 THROUGHPUT_BATCHES = 5  # sub-windows of a step for the batch-means standard error of its throughput
-_T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}  # Student t quantiles by number of batches (df + 1)
 BUCKET_COLUMNS = ["step_index", "level", "bucket", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps"]
 
 
@@ -131,14 +134,11 @@ def throughput_with_error(
     parts = np.array([intervals.throughput_rps(a, b) for a, b in _batches(t0, t1)])
     parts = parts[~np.isnan(parts)]
     if parts.size < 2 or math.isnan(total) or answers < 2 or math.isnan(latency_cv):
-        return {"throughput_rps": total, "throughput_se_rps": math.nan,
-                "throughput_ci_low_rps": math.nan, "throughput_ci_high_rps": math.nan}  # fmt: skip
+        return {"throughput_rps": total, "throughput_se_rps": math.nan, "throughput_ci_low_rps": math.nan,
+                "throughput_ci_high_rps": math.nan, "throughput_batch_se_rps": math.nan}  # fmt: skip
     batch_se = float(parts.std(ddof=1)) / math.sqrt(parts.size)
     renewal_se = total * latency_cv / math.sqrt(answers)
-    se = max(batch_se, renewal_se)
-    half = 1.96 * se if renewal_se >= batch_se else _T_975[parts.size] * se
-    return {"throughput_rps": total, "throughput_se_rps": se,
-            "throughput_ci_low_rps": max(0.0, total - half), "throughput_ci_high_rps": total + half}  # fmt: skip
+    return {**with_error(total, batch_se, renewal_se, parts.size), "throughput_batch_se_rps": batch_se}
 
 
 def length_columns(
@@ -153,15 +153,17 @@ def length_columns(
     tokens = answer_tokens(good) if not good.empty else np.empty(0)
     out: dict[str, Any] = {"throughput_basis": BY_ANSWERS, "answer_tokens_mean": math.nan,
                            "run_answer_tokens_mean": math.nan, "throughput_tokens_rel_se": math.nan,
-                           "latency_tokens_r": latency_tokens_r(latency_ms, tokens)}  # fmt: skip
+                           "latency_tokens_r": latency_tokens_r(latency_ms, tokens), "tokens_batch_rel_se": math.nan,
+                           "length_cv": math.nan}  # fmt: skip
     rate = intervals.tokens_rps(t0, t1)
     if answers < 2 or math.isnan(latency_cv) or not rate > 0:  # a token not said, or no window: NaN
         return out
     parts = np.array([intervals.tokens_rps(a, b) for a, b in _batches(t0, t1)])
     batch_rel_se = float(parts.std(ddof=1)) / math.sqrt(parts.size) / rate
-    floor_rel_se = length_cv(latency_ms, tokens, latency_cv) / math.sqrt(answers)
+    spread = length_cv(latency_ms, tokens, latency_cv)
     out.update(answer_tokens_mean=rate / intervals.throughput_rps(t0, t1),  # each answer by its share
-               throughput_tokens_rel_se=max(batch_rel_se, floor_rel_se))  # fmt: skip
+               throughput_tokens_rel_se=max(batch_rel_se, spread / math.sqrt(answers)),
+               tokens_batch_rel_se=batch_rel_se, length_cv=spread)  # fmt: skip
     return out
 
 
@@ -185,8 +187,15 @@ def measured_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 def step_table(run: RunData) -> pd.DataFrame:
     """One row per measured step (phases "baseline" and "step", "verify" and "drain"), columns STEP_COLUMNS,
-    the knee's points read by answer length where the run's latency follows it (analysis/answer_length.py)."""
-    return length_weighted(counted_step_table(run))
+    as the knee reads them (`knee_table`)."""
+    return knee_table(counted_step_table(run))
+
+
+def knee_table(counted: pd.DataFrame) -> pd.DataFrame:
+    """A counted step table as the knee reads it: the errors of levels past the knee floored at the spread
+    of one below it (analysis/queue_floor.py), then the throughputs read by answer length where the run's
+    latency follows it (analysis/answer_length.py). The report's, the master's and the bench's tables."""
+    return length_weighted(queue_floored(counted, THROUGHPUT_BATCHES))
 
 
 def counted_step_table(run: RunData) -> pd.DataFrame:

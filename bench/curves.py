@@ -31,6 +31,7 @@ import pandas as pd
 
 import analysis
 from analysis.answer_length import throughput_cv
+from analysis.queue_floor import Spread, spreads
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
@@ -193,7 +194,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
         """The table and its knee, once per step measured, shared by the plan's callbacks (as the controller
         does: loadtest/method/decisions.py)."""
         if len(rows) not in known:  # read by answer length where the run's latency follows it, as the master's
-            frame = analysis.length_weighted(pd.DataFrame(rows, columns=analysis.STEP_COLUMNS))
+            frame = analysis.knee_table(pd.DataFrame(rows, columns=analysis.STEP_COLUMNS))
             known[len(rows)] = (frame, analysis.find_knee(frame))
         return known[len(rows)]
 
@@ -229,7 +230,8 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
             table = judged()[0]
             measured = zip(table["level"].astype(int), table["throughput_rps"].astype(float), strict=True)
             near = neighbours(spec.level, list(measured))
-            window = _window_s(curve, spec, cfg, 2 * index, seed, near, analysis.weighs_by_length(table))
+            by_length = analysis.weighs_by_length(table)
+            window = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length))
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
             result.seconds += window
@@ -249,7 +251,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
 
 def _window_s(
     curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int, near: tuple[Any, Any] = (None, None),
-    by_length: bool = False,
+    by_length: bool = False, lower: tuple[Spread, ...] = (),
 ) -> float:  # fmt: skip
     """How long the product's own rule lets a measured window run on `curve` (loadtest/method/windows.py):
     a step of the search until precise (`step_done`), the baseline until settled after its floor
@@ -264,7 +266,7 @@ def _window_s(
         max_s = min(spec.max_s, max(spec.min_s, 2 * spec.min_requests / rps + slow_s + 2 * TICK_S))
     req = _window_requests(curve, spec.level, max_s, str(spec.phase), index, seed)
     if spec.phase == "step":
-        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near, by_length)
+        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near, by_length, lower)
         return window_end_s(req, index, max_s,
                             lambda lat, rows, t, tokens: t >= spec.min_s and step_done(lat, rows, t, bounds, tokens))
 

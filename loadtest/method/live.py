@@ -119,13 +119,12 @@ class LiveSteps:
     def table(self, now: float | None = None) -> pd.DataFrame:
         """The step table (analysis.STEP_COLUMNS) of every measured step closed so far: final rows as kept,
         the others computed afresh from the rows in so far (`now` is not used: rows are final by `finalize`);
-        the throughputs read by answer length as a whole where the run's latency follows it, as the report's
-        (analysis.length_weighted: each row alone is counted)."""
+        read as a whole as the report's (analysis.knee_table: each row alone is counted, its error its own)."""
         rows = [self.row(index) for index in sorted(self._closed)]
         kept = [row for row in rows if row is not None]
         if not kept:
             return pd.DataFrame({c: pd.Series(dtype="object") for c in analysis.STEP_COLUMNS})
-        return analysis.length_weighted(pd.DataFrame(kept, columns=analysis.STEP_COLUMNS))
+        return analysis.knee_table(pd.DataFrame(kept, columns=analysis.STEP_COLUMNS))
 
     def throughput_rps(self, step_index: int, t0: float, t1: float) -> float:
         """The step's throughput over [t0, t1] from the rows in so far, by the step table's own definition

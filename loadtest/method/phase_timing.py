@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from analysis.answer_length import weighs_by_length
+from analysis.queue_floor import spreads
 from analysis.verify import own_set_aside
 from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
@@ -88,7 +89,7 @@ class PhaseTiming:
             below, above = neighbours(spec.level, _measured(table, "throughput_rps"))
             by_length = table is not None and weighs_by_length(table)
             self.step_window = StepWindow(spec.min_requests, self.ctl.cfg.step_s, spec.target_max_s, spec.level,
-                                          below, above, by_length)  # fmt: skip
+                                          below, above, by_length, spreads(table, by_length))  # fmt: skip
         if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl

@@ -12,7 +12,9 @@
                 throughput by answer length (analysis/answer_length.py), the spread of each answer's length
                 against its latency in place of the latency CV, when smaller (`timing.own_throughput_cv`);
               - P95: a distribution-free confidence interval from two order statistics (the count of answers
-                below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself.
+                below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself;
+              - past the knee the throughput's spread is a lower level's (analysis/queue_floor.py): the
+                queue's wait spreads the latency, the slots' pace sets the throughput;
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
               needs ~700 near its knee: it runs longer, up to the cap; ~100 at a level still gaining 40%.
     baseline  one user; ends once its mean latency is known to BASELINE_REL_SE and GPU memory has settled,
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.knee_points import BASELINE_TRUSTED_REQUESTS
+from analysis.queue_floor import Spread, floor_spread
 from analysis.verify import EXCESS_FAST_MIN_SHARE
 from loadtest.method.timing import MIN_CV_REQUESTS, own_throughput_cv, step_rel_se, target_requests
 
@@ -113,7 +116,8 @@ class StepWindow:
     sought) and `cap_s` (how long the throughput's is: TARGET_WINDOWS x STEP_S); its `level` and the nearest
     levels measured below and above it with their throughputs (`below`, `above`: (level, rps)), which set its
     throughput's target error (timing.step_rel_se; none known: TARGET_REL_SE); `by_length`: the run reads
-    throughput by answer length, whose error follows the answers' lengths against their latencies."""
+    throughput by answer length, whose error follows the answers' lengths against their latencies; `lower`:
+    the spreads of the levels measured so far (analysis.queue_floor.spreads), read past the knee."""
 
     min_requests: int
     window_s: float
@@ -122,6 +126,7 @@ class StepWindow:
     below: tuple[int, float] | None = None
     above: tuple[int, float] | None = None
     by_length: bool = False  # the run reads throughput by answer length (analysis/answer_length.py)
+    lower: tuple[Spread, ...] = ()  # the levels measured so far, whose spread a queued level's floor reads
 
     def rel_se(self, answers: int, elapsed_s: float) -> float:
         """The throughput error this step needs, at its throughput so far (`answers` in `elapsed_s`)."""
@@ -145,7 +150,8 @@ def step_done(
 ) -> bool:
     """The step may end: MIN_STEP_REQUESTS in (the controller waits for them up to the step's max_s), past its
     floor, its throughput to TARGET_REL_SE (its own CV's request target, up to `cap_s`; by answer length,
-    the spread of `tokens`, each answer's, against the latencies: timing.own_throughput_cv), and its P95 known
+    the spread of `tokens`, each answer's, against the latencies: timing.own_throughput_cv; past the knee a
+    lower level's spread: analysis/queue_floor.py), and its P95 known
     to P95_REL_WIDTH (sought up to STEP_S: a step whose throughput is precise never runs longer than STEP_S)."""
     if rows < window.min_requests:
         return False
@@ -154,6 +160,8 @@ def step_done(
     if elapsed_s < step_floor_s(latencies_ms, window.window_s):
         return False
     cv = own_throughput_cv(latencies_ms, tokens, window.by_length)
+    if cv is not None and window.lower:  # past the knee: the pace of the slots, not the queue's spread
+        cv = floor_spread(window.level, cv, float(np.mean(latencies_ms)), window.lower)[0]
     if rows < target_requests(cv, window.rel_se(len(latencies_ms), elapsed_s)):
         return False
     return elapsed_s >= window.window_s or p95_known(latencies_ms)
