@@ -215,7 +215,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
         climbs = cfg.climb_budget if choice.extend else 0  # as the controller says it (method/decisions.py)
         result.said_s = result.seconds
         result.budget = time_budget(cfg, list(choice.levels), latency_s, limits, climbs=climbs,
-                                    latency_cv=cv if cv == cv else None, at_rest=True)  # fmt: skip
+                                    latency_cv=cv if cv == cv else None, at_rest=True, p95_from=choice.p95_from)  # fmt: skip
         return choice
 
     remeasures = Remeasures()  # the controller's own: one climb above the highest level a run
@@ -266,7 +266,8 @@ def _window_s(
         max_s = min(spec.max_s, max(spec.min_s, 2 * spec.min_requests / rps + slow_s + 2 * TICK_S))
     req = _window_requests(curve, spec.level, max_s, str(spec.phase), index, seed)
     if spec.phase == "step":
-        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near, by_length, lower)
+        bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near, by_length, lower,
+                            spec.seek_p95)  # fmt: skip
         return window_end_s(req, index, max_s,
                             lambda lat, rows, t, tokens: t >= spec.min_s and step_done(lat, rows, t, bounds, tokens))
 

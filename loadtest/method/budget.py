@@ -185,11 +185,12 @@ def seen_s(cfg: RunConfig) -> float:
 
 
 def level_typical_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s: float | None,
-                    latency_cv: float | None, at_rest: bool) -> float:  # fmt: skip
+                    latency_cv: float | None, at_rest: bool, seek_p95: bool = True) -> float:  # fmt: skip
     """A level as it usually goes: the warm-up at its lower bound (ended at the tick after it); the step's
     first answers back a latency after its start (its rows are the requests it started), then the answers its
-    precision usually needs at the baseline's spread `latency_cv` (`windows.step_expected_s`; a soak: its
-    window), seen once shipped; the cooldown as the baseline's went (`at_rest`: see `cooldown_typical_s`)."""
+    precision usually needs at the baseline's spread `latency_cv` (`windows.step_expected_s`, its P95 sought
+    where `seek_p95`; a soak: its window), seen once shipped; the cooldown as the baseline's went (`at_rest`:
+    see `cooldown_typical_s`)."""
     warmup_s = 0.0
     if cfg.warmup_s > 0:
         measured = [(1, latency_s * 1000.0)] if latency_s else []
@@ -197,7 +198,7 @@ def level_typical_s(cfg: RunConfig, limits: TimingLimits, level: int, latency_s:
     if cfg.scenario == "soak":
         step_s = cfg.soak_s + TICK_S
     else:
-        window = StepWindow(cfg.min_step_requests, cfg.step_s, limits.step_target_max_s)
+        window = StepWindow(cfg.min_step_requests, cfg.step_s, limits.step_target_max_s, seek_p95=seek_p95)
         expected_s = step_expected_s(level, latency_s, latency_cv, window, limits.step_max_s)
         step_s = (latency_s or 0.0) + expected_s + seen_s(cfg)
     return warmup_s + step_s + cooldown_typical_s(limits, latency_s or 0.0, at_rest)
@@ -290,13 +291,15 @@ def recheck_s(cfg: RunConfig, limits: TimingLimits) -> float:
 
 def time_budget(cfg: RunConfig, levels: list[int], latency_s: float | None, limits: TimingLimits | None = None,
                 gateway: bool | None = None, climbs: int = 0, latency_cv: float | None = None,
-                at_rest: bool = False) -> TimeBudget:  # fmt: skip
+                at_rest: bool = False, p95_from: int = 0) -> TimeBudget:  # fmt: skip
     """The rest of the run at most once `levels` are chosen, the baseline's mean latency `latency_s` known
     (None: unknown; the latency-led parts then take their caps), and, as planned, its spread `latency_cv` (how
     many answers a step's precision usually needs) and `at_rest` (the baseline's cooldown found memory back
     at idle: the later ones usually do too). `climbs`: levels the plan may double past them when no knee shows
     (CLIMB_BUDGET where the levels may be extended). `gateway`: whether the verify window may run a second
-    time through a gateway (None: as GATEWAY and this machine say)."""
+    time through a gateway (None: as GATEWAY and this machine say). `p95_from`: the levels below it are
+    measured for their throughput alone, as usually planned (levels.p95_from; at most, each may take its P95's
+    window: the re-measures' budget holds the answer's once more)."""
     limits = limits or limits_of(cfg)
     soak = cfg.scenario == "soak"
     searching = cfg.refine and not soak  # a soak measures its one level once: no probe, climb or confirmation
@@ -325,7 +328,7 @@ def time_budget(cfg: RunConfig, levels: list[int], latency_s: float | None, limi
         refine_levels=refine, verify_windows=windows, climbs=len(climbed), probes=len(probes),
         confirmations=len(confirmed), planned_levels_s=planned_s, probes_s=probes_s, climbs_s=climbs_s,
         confirm_s=confirm_s, flushes_s=steps * level_phases(cfg) * flush_s(cfg, limits),
-        typical_levels_s=sum(level_typical_s(cfg, limits, n, latency_s, latency_cv, at_rest) for n in levels),
+        typical_levels_s=sum(level_typical_s(cfg, limits, n, latency_s, latency_cv, at_rest, n >= p95_from) for n in levels),
         typical_refinement_s=drawn_refine * level_typical_s(cfg, limits, planned_top, latency_s, latency_cv, at_rest),
         typical_refine_levels=drawn_refine,
         typical_verify_s=windows * verify_typical_s(cfg, limits, planned_top, latency_s, at_rest),

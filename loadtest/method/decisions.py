@@ -102,7 +102,8 @@ class PlanDecisions:
         self._update_manifest(levels=choice.levels, levels_why=choice.why)
         climbs = cfg.climb_budget if choice.extend else 0
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
-                             latency_cv=_latency_cv_of(base), at_rest=self._memory_falls_back(base))  # fmt: skip
+                             latency_cv=_latency_cv_of(base), at_rest=self._memory_falls_back(base),
+                             p95_from=choice.p95_from)  # fmt: skip
         self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/phase_time.py)
             "time_budget",
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"

@@ -45,12 +45,15 @@ SERVER_LIMIT_MARGIN = 1.2  # no level above this x the engine's limit: past it r
 
 DEFAULT_FIRST_FRACTION = 0.25  # plan_levels' lowest: the estimate whose first level is the bound is 4x it
 
+P95_FROM_SHARE = 0.6  # the estimate's levels below this share of it seek no P95 (`p95_from`)
+
 
 @dataclass(frozen=True)
 class LevelChoice:
     levels: list[int]
     why: str
     extend: bool = True  # keep climbing (doubling) when no knee shows within the levels
+    p95_from: int = 0  # its levels below this are measured for their throughput alone (`p95_from`)
 
 
 def window_bound(window_s: float, latency_s: float | None) -> int | None:
@@ -122,12 +125,24 @@ def choose_levels(cfg: RunConfig, estimate: Any, *, baseline_latency_s: float | 
         levels = plan_levels(value)
         why = distrust if untrusted else f"x0.25..x1.2 of the estimate {value}"
         if bound is not None and levels[0] > bound:  # start at the bound: x1, x2, x3, x4, x4.8 of it
-            levels = plan_levels(math.floor(bound / DEFAULT_FIRST_FRACTION))
+            value = math.floor(bound / DEFAULT_FIRST_FRACTION)
+            levels = plan_levels(value)
             why += f"; levels x1..x4.8 of {bound}: {_bound_words(cfg, bound, baseline_latency_s)}"
-        return _capped(_measurable(LevelChoice(levels, why), cfg, baseline_latency_s), cfg.max_num_seqs)
+        choice = LevelChoice(levels, why, p95_from=p95_from(cfg, value))
+        return _capped(_measurable(choice, cfg, baseline_latency_s), cfg.max_num_seqs)
     why = f"{distrust}, and the baseline gave no latency" if untrusted else "no estimate"
     doubling = LevelChoice(DOUBLING_LEVELS, f"{why}: doubling until the knee")
     return _capped(_measurable(doubling, cfg, baseline_latency_s, start_at_floor=True), cfg.max_num_seqs)
+
+
+def p95_from(cfg: RunConfig, estimate: int) -> int:
+    """The lowest of the estimate's levels whose P95 its step seeks (up to STEP_S: method/windows.py): the
+    recommended timeouts are read off the answer's P95, and the answer lies near the estimate; a level
+    below P95_FROM_SHARE of it shows how the throughput rises and ends once that is precise. Should the
+    answer be one of them after all, the plan measures it once more for its P95 (plan.py `_narrow`), which
+    needs the refinement on (else 0: every level seeks it). On noisy-24g (latency CV 0.4) levels 3 and 5
+    of the estimate 10 each ran the whole 8 s for a P95 no timeout read; their throughput was precise in 3."""
+    return math.ceil(P95_FROM_SHARE * estimate) if cfg.refine else 0
 
 
 def _bound_words(cfg: RunConfig, bound: int, latency_s: float | None) -> str:

@@ -89,7 +89,7 @@ class PhaseTiming:
             below, above = neighbours(spec.level, _measured(table, "throughput_rps"))
             by_length = table is not None and weighs_by_length(table)
             self.step_window = StepWindow(spec.min_requests, self.ctl.cfg.step_s, spec.target_max_s, spec.level,
-                                          below, above, by_length, spreads(table, by_length))  # fmt: skip
+                                          below, above, by_length, spreads(table, by_length), spec.seek_p95)  # fmt: skip
         if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl

@@ -61,13 +61,14 @@ class PhaseSpec:
     target_max_s: float = 0.0
     rate_rps: float = 0.0  # open loop: the whole run's rate (level is then the users held in reserve)
     via: str = ""  # the gateway's base URL the phase's requests go through instead of the server ("": none)
+    seek_p95: bool = True  # a step seeks its P95 (False: measured for its throughput alone, levels.p95_from)
 
 
 REMEASURE_BUDGET = 4  # re-measures of a level that decides a wide answer, at most
 REMEASURE_MAX_WINDOWS = 6  # each at most this many STEP_S windows
 
 
-def _step(cfg: RunConfig, level: int, note: str) -> Iterator[PhaseSpec]:
+def _step(cfg: RunConfig, level: int, note: str, seek_p95: bool = True) -> Iterator[PhaseSpec]:
     if cfg.warmup_s > 0:
         yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {level}", cfg.warmup_s, cfg.warmup_s)
     if cfg.scenario == "soak":
@@ -76,7 +77,7 @@ def _step(cfg: RunConfig, level: int, note: str) -> Iterator[PhaseSpec]:
         limits = limits_of(cfg)  # ends once precise (method/windows.py), its request target up to step_target_max_s
         yield PhaseSpec(
             Phase.STEP, level, note, min(STEP_FLOOR_S, cfg.step_s), limits.step_max_s,
-            cfg.min_step_requests, target_max_s=limits.step_target_max_s,
+            cfg.min_step_requests, target_max_s=limits.step_target_max_s, seek_p95=seek_p95,
         )  # fmt: skip
     yield _cooldown(cfg)
 
@@ -196,10 +197,13 @@ def _capacity_phases(
     choice = choose_levels()
     done: list[int] = []
     confirmed: list[int] = []  # levels measured once more to confirm a knee (Knee.confirm_level)
+    unsought: list[int] = []  # the estimate's levels measured for their throughput alone (levels.p95_from)
     queue, climbs = [(level, choice.why) for level in choice.levels], 0
     while queue:
         level, why = queue.pop(0)
-        yield from _step(cfg, level, why)
+        seek = level >= choice.p95_from or level not in choice.levels or level in done
+        yield from _step(cfg, level, why if seek else f"{why}; its throughput alone", seek)
+        unsought[:] = [lv for lv in unsought if lv != level] + ([] if seek else [level])
         done.append(level)
         if cfg.scenario == "soak":
             return
@@ -227,7 +231,31 @@ def _capacity_phases(
         return
     refined: list[int] = []  # the refinement's steps, every round's: --refine-budget is the whole run's
     yield from _refine(cfg, done, confirmed, refined, refine_level)
-    yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level, remeasure_level)
+    yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level,
+                       _with_p95(cfg, remeasure_level, knee_now, unsought))  # fmt: skip
+
+
+def _with_p95(
+    cfg: RunConfig, remeasure_level: Callable[[float], tuple[int, float, str] | None], knee_now: Callable[[], Any],
+    unsought: list[int],
+) -> Callable[[float], tuple[int, float, str] | None]:  # fmt: skip
+    """`remeasure_level`, and once it has nothing left: the answer measured once more for STEP_S, within the
+    re-measures' budget, where it is one of the levels measured for their throughput alone (`unsought`)
+    and never since (the recommended timeouts read its P95; pooled, its longest window gives it)."""
+
+    def again(max_window_s: float) -> tuple[int, float, str] | None:
+        found = remeasure_level(max_window_s)
+        if found is not None:
+            if found[1] >= cfg.step_s and found[0] in unsought:  # a window as long as a sought P95's
+                unsought.remove(found[0])
+            return found
+        rec = getattr(knee_now(), "recommended_level", None)
+        if rec is None or rec not in unsought:
+            return None
+        unsought.clear()  # once a run
+        return rec, cfg.step_s, f"the answer {rec} was measured for its throughput alone; its P95 for {cfg.step_s:g} s"
+
+    return again
 
 
 def _refine(

@@ -13,6 +13,8 @@
                 against its latency in place of the latency CV, when smaller (`timing.own_throughput_cv`);
               - P95: a distribution-free confidence interval from two order statistics (the count of answers
                 below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself;
+                not sought at the estimate's levels far below it (levels.p95_from: the timeouts read the
+                answer's P95, and the plan measures the answer once more should it be one of those);
               - past the knee the throughput's spread is a lower level's (analysis/queue_floor.py): the
                 queue's wait spreads the latency, the slots' pace sets the throughput;
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
@@ -117,7 +119,8 @@ class StepWindow:
     levels measured below and above it with their throughputs (`below`, `above`: (level, rps)), which set its
     throughput's target error (timing.step_rel_se; none known: TARGET_REL_SE); `by_length`: the run reads
     throughput by answer length, whose error follows the answers' lengths against their latencies; `lower`:
-    the spreads of the levels measured so far (analysis.queue_floor.spreads), read past the knee."""
+    the spreads of the levels measured so far (analysis.queue_floor.spreads), read past the knee;
+    `seek_p95`: False where the plan measures the level for its throughput alone (levels.p95_from)."""
 
     min_requests: int
     window_s: float
@@ -127,6 +130,7 @@ class StepWindow:
     above: tuple[int, float] | None = None
     by_length: bool = False  # the run reads throughput by answer length (analysis/answer_length.py)
     lower: tuple[Spread, ...] = ()  # the levels measured so far, whose spread a queued level's floor reads
+    seek_p95: bool = True  # its P95 is sought up to window_s (False: a level far below the estimate's)
 
     def rel_se(self, answers: int, elapsed_s: float) -> float:
         """The throughput error this step needs, at its throughput so far (`answers` in `elapsed_s`)."""
@@ -151,8 +155,8 @@ def step_done(
     """The step may end: MIN_STEP_REQUESTS in (the controller waits for them up to the step's max_s), past its
     floor, its throughput to TARGET_REL_SE (its own CV's request target, up to `cap_s`; by answer length,
     the spread of `tokens`, each answer's, against the latencies: timing.own_throughput_cv; past the knee a
-    lower level's spread: analysis/queue_floor.py), and its P95 known
-    to P95_REL_WIDTH (sought up to STEP_S: a step whose throughput is precise never runs longer than STEP_S)."""
+    lower level's spread: analysis/queue_floor.py), and its P95 known to P95_REL_WIDTH (sought up to STEP_S,
+    where `window.seek_p95`: a step whose throughput is precise never runs longer than STEP_S)."""
     if rows < window.min_requests:
         return False
     if elapsed_s >= window.cap_s:
@@ -164,7 +168,7 @@ def step_done(
         cv = floor_spread(window.level, cv, float(np.mean(latencies_ms)), window.lower)[0]
     if rows < target_requests(cv, window.rel_se(len(latencies_ms), elapsed_s)):
         return False
-    return elapsed_s >= window.window_s or p95_known(latencies_ms)
+    return not window.seek_p95 or elapsed_s >= window.window_s or p95_known(latencies_ms)
 
 
 def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow,
@@ -178,7 +182,7 @@ def step_expected_s(level: int, latency_s: float | None, latency_cv: float | Non
         return window.window_s
     per_answer_s = latency_s / max(level, 1)
     floor_s = min(max(STEP_FLOOR_S, STEP_FLOOR_LATENCIES * latency_s), window.window_s)
-    for_p95_s = min(max(P95_MIN_ANSWERS, window.min_requests) * per_answer_s, window.window_s)
+    for_p95_s = min(max(P95_MIN_ANSWERS if window.seek_p95 else 0, window.min_requests) * per_answer_s, window.window_s)
     for_rps_s = min(target_requests(latency_cv) * per_answer_s, window.cap_s)
     for_min_s = min(window.min_requests * per_answer_s, max_s if max_s is not None else window.cap_s)
     return max(floor_s, for_p95_s, for_rps_s, for_min_s)

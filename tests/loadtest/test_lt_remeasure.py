@@ -52,6 +52,32 @@ def test_re_measures_stop_at_the_budget_and_windows_at_their_cap():
     assert {p.min_s for p in again} == {REMEASURE_MAX_WINDOWS * 10.0}
 
 
+def _answered(rec: int, remeasure=()) -> list:
+    """The plan of levels 3, 5, 8, 10 (8 and 10 its P95 sought: p95_from 6) whose knee says `rec`."""
+    cfg = RunConfig(step_s=8.0, warmup_s=0.0)
+    answers, asked = iter(remeasure), {"n": 0}
+    choice = LevelChoice([3, 5, 8, 10], "test", p95_from=6)
+
+    def knee_now() -> Knee:  # found once the four levels are in
+        asked["n"] += 1
+        return Knee(asked["n"] >= 4, None, 10, rec, "test", criterion="latency")
+
+    return list(plan_phases(cfg, lambda: choice, knee_now, lambda: None, lambda: None,
+                            lambda max_window_s: next(answers, None)))  # fmt: skip
+
+
+def test_the_estimates_low_levels_seek_no_p95_and_the_answer_among_them_is_measured_once_more_for_it():
+    steps = [p for p in _answered(8) if p.phase == "step"]
+    assert [(p.level, p.seek_p95) for p in steps] == [(3, False), (5, False), (8, True), (10, True)]
+    assert "its throughput alone" in steps[0].note and "its throughput alone" not in steps[2].note
+    low = [p for p in _answered(5) if p.phase == "step"]  # the answer is 5, measured for its throughput alone
+    assert [p.level for p in low] == [3, 5, 8, 10, 5]
+    again = low[-1]
+    assert again.min_s == 8.0 and again.target_max_s == 0 and "its P95" in again.note  # a STEP_S window
+    wide = [p for p in _answered(5, [(5, 20.0, "wide")]) if p.phase == "step"]  # re-measured long enough
+    assert [p.level for p in wide] == [3, 5, 8, 10, 5]  # already: no second look
+
+
 def test_no_re_measure_without_refinement_nor_in_a_soak():
     for cfg in (RunConfig(refine=False), RunConfig(scenario="soak", soak_s=5.0)):
         phases, asked = _plan(cfg, remeasure=[(7, 25.0, "wide")])

@@ -252,6 +252,9 @@ def test_levels_come_from_levels_then_the_estimate_then_doubling():
     assert choose_levels(RunConfig(levels="1,3"), est).levels == [1, 3]
     led = choose_levels(RunConfig(), est)
     assert led.levels == [3, 5, 8, 10, 12] and led.extend
+    assert led.p95_from == 6  # 3 and 5 are measured for their throughput alone (x0.6 of the estimate)
+    assert choose_levels(RunConfig(refine=False), est).p95_from == 0  # no re-measure of the answer: all seek
+    assert choose_levels(RunConfig(), None).p95_from == 0  # doubling: no estimate says where the answer lies
     assert choose_levels(RunConfig(scenario="soak"), est).levels == [10]
     fallback = choose_levels(RunConfig(), None)
     assert fallback.levels == DOUBLING_LEVELS and fallback.extend

@@ -4,6 +4,8 @@ judged; each between its floor and its cap."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -97,6 +99,9 @@ def test_a_step_waits_for_min_step_requests_and_seeks_the_p95_up_to_step_s_only(
     few = _lognormal(0.08, 30, seed=2)  # throughput precise, too few answers for a P95 interval
     assert not p95_known(few) and not step_done(few, 30, 9.0, WINDOW)
     assert step_done(few, 30, WINDOW.window_s, WINDOW)  # at STEP_S: never longer than a fixed window was
+    throughput_alone = replace(WINDOW, seek_p95=False)  # a level far below the estimate's (levels.p95_from)
+    assert step_done(few, 30, 3.0, throughput_alone) and not step_done(moderate, 60, 5.0, throughput_alone)
+    assert step_expected_s(3, 0.3, 0.08, throughput_alone) < step_expected_s(3, 0.3, 0.08, WINDOW)
 
 
 def test_the_baseline_ends_once_its_latency_and_memory_settled_after_its_floor():
