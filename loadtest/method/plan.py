@@ -23,6 +23,8 @@
        answer moved: the climbs within `climb_budget`, the refinement's levels (its confirmations among
        them) within `refine_budget` for the whole run, not per round (the progress line's "at most" counts
        on both: loadtest/method/budget.py)
+    -> the answer's P95: where the answer is one of the estimate's levels measured for their throughput
+       alone (below levels.p95_from), it is measured once more for STEP_S, within the re-measures' budget
 
 Decisions that need data (the estimate, the knee so far, where to refine) are callbacks the controller
 passes in, so this module has no Locust, no clock and no files.
