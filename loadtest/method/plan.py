@@ -205,7 +205,10 @@ def _capacity_phases(
         level, why = queue.pop(0)
         seek = level >= choice.p95_from or level not in choice.levels or level in done
         yield from _step(cfg, level, why if seek else f"{why}; its throughput alone", seek)
-        unsought[:] = [lv for lv in unsought if lv != level] + ([] if seek else [level])
+        if not seek:
+            unsought.append(level)
+        elif level in unsought:  # measured again (a knee's confirmation): its P95 sought now
+            unsought.remove(level)
         done.append(level)
         if cfg.scenario == "soak":
             return
