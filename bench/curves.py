@@ -35,7 +35,14 @@ from analysis.queue_floor import Spread, spreads
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
-from loadtest.method.windows import StepWindow, baseline_done, neighbours, step_done
+from loadtest.method.windows import (
+    StepWindow,
+    answer_bar_rps,
+    baseline_done,
+    neighbours,
+    p95_sought,
+    step_done,
+)
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
@@ -223,15 +230,25 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
         return remeasures.next(*judged(), max_window_s)
 
+    p95_of: dict[int, bool] = {}  # each level stepped: whether a window of it had a P95 as sought (the controller's)
+
+    def p95_short() -> set[int]:
+        return {level for level, sought in p95_of.items() if not sought}
+
     limits, in_flight_s = limits_of(cfg), 0.0
-    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure)
+    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure, p95_short=p95_short)
     for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
-            table = judged()[0]
+            table, knee = judged()
             measured = zip(table["level"].astype(int), table["throughput_rps"].astype(float), strict=True)
             near = neighbours(spec.level, list(measured))
             by_length = analysis.weighs_by_length(table)
-            window = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length))
+            bar = answer_bar_rps(table, knee, by_length) if cfg.refine else 0.0  # as the controller's (method/phase_timing.py)
+            sought: list[bool] = []
+            window = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length), bar,
+                               sought)  # fmt: skip
+            if spec.phase == "step":
+                p95_of[spec.level] = p95_of.get(spec.level, False) or all(sought)
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
             result.seconds += window
@@ -251,15 +268,19 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
 
 def _window_s(
     curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int, near: tuple[Any, Any] = (None, None),
-    by_length: bool = False, lower: tuple[Spread, ...] = (),
+    by_length: bool = False, lower: tuple[Spread, ...] = (), bar_rps: float = 0.0, sought: list[bool] | None = None,
 ) -> float:  # fmt: skip
     """How long the product's own rule lets a measured window run on `curve` (loadtest/method/windows.py):
     a step of the search until precise (`step_done`), the baseline until settled after its floor
     (`baseline_done`; no GPU here, so memory counts as settled) or its rounds, a re-measure its fixed window;
-    each at the tick that sees its end (the slow first requests of a baseline take longer)."""
+    each at the tick that sees its end (the slow first requests of a baseline take longer). A step's window
+    appends to `sought` whether its P95 was as good as a sought one at its end (`windows.p95_sought`)."""
     rps = curve.throughput_rps(spec.level)
+    sought = [] if sought is None else sought
     if spec.phase == "step" and not spec.target_max_s:  # a re-measure: its window, longer for min_requests
-        return max(spec.min_s, min(spec.min_requests / rps, spec.max_s)) if spec.min_requests else spec.min_s
+        window = max(spec.min_s, min(spec.min_requests / rps, spec.max_s)) if spec.min_requests else spec.min_s
+        sought.append(window >= cfg.step_s)  # as long as a sought P95's, or read as such (p95_sought)
+        return window
     slow_s = curve.slow_first_requests * curve.slow_first_s if spec.phase == "baseline" else 0.0
     max_s = spec.max_s  # a step: up to its longest; the baseline: its rounds are in well before
     if spec.phase == "baseline":
@@ -267,9 +288,18 @@ def _window_s(
     req = _window_requests(curve, spec.level, max_s, str(spec.phase), index, seed)
     if spec.phase == "step":
         bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near, by_length, lower,
-                            spec.seek_p95)  # fmt: skip
-        return window_end_s(req, index, max_s,
-                            lambda lat, rows, t, tokens: t >= spec.min_s and step_done(lat, rows, t, bounds, tokens))
+                            spec.seek_p95, bar_rps)  # fmt: skip
+
+        def ended(lat: list[float], rows: int, t: float, tokens: list[float]) -> bool:
+            over = t >= spec.min_s and step_done(lat, rows, t, bounds, tokens)
+            if over:
+                sought.append(p95_sought(lat, t, cfg.step_s))
+            return over
+
+        window = window_end_s(req, index, max_s, ended)
+        if not sought:  # ran to its longest, past STEP_S
+            sought.append(True)
+        return window
 
     def settled(lat: list[float], rows: int, t: float, _tokens: list[float]) -> bool:
         return t >= spec.min_s and (rows >= spec.min_requests or baseline_done(lat, rows, cfg.baseline_round_requests, True))

@@ -116,7 +116,7 @@ class Controller(PlanDecisions):
         self.live = LiveSteps()
         self._plan = plan_phases(
             cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
-            self._remeasure_level, self._verify_plan, self._gateway_plan,
+            self._remeasure_level, self._verify_plan, self._gateway_plan, self.timing.p95_short,
         )  # fmt: skip
         self._raw_verify_step = -2  # the verify window against the server as it is (no gateway)
         self._last_progress = 0.0
@@ -321,6 +321,7 @@ class Controller(PlanDecisions):
         if self.flush is not None:
             self.flush()
             now = max(now, self.clock())
+        self.timing.step_closed(spec, now - self.phase_start)
         ended = "past_knee" if self.phase_past_knee else "degraded" if self.phase_degraded else "complete"
         status = "aborted" if self.aborted else ended
         note = self.aborted or self.phase_past_knee or self.phase_degraded or spec.note  # why a step ended early

@@ -4,6 +4,9 @@
 - the baseline's warm-up: ends once latency has settled (`timing.latency_settled`), so a few slow first
   requests (lazy initialisation, a first compile) stay out of the baseline's latency and spread;
 - a step: ends once its throughput and P95 are precise, between a floor and a cap (`windows.step_done`);
+  its P95 is not sought once its throughput lies clearly under the answer's bar (`windows.may_be_answer`),
+  and the levels none of whose windows had a P95 as good as a sought one are kept (`p95_short`: the plan
+  measures the answer once more where it is one of them);
 - the baseline: ends once its latency and memory settled, after 10 answers (`windows.baseline_done`);
 - the verify window: ends once each check has enough requests to judge it (`windows.verify_done`);
 - a cooldown: first every user stopped (requests back or cut), then memory: it ends once memory is back at
@@ -27,7 +30,15 @@ from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
 from loadtest.method.progress import progress
 from loadtest.method.timing import SETTLED_REQUESTS, latency_settled, warmup_bounds
-from loadtest.method.windows import StepWindow, baseline_done, neighbours, step_done, verify_done
+from loadtest.method.windows import (
+    StepWindow,
+    answer_bar_rps,
+    baseline_done,
+    neighbours,
+    p95_sought,
+    step_done,
+    verify_done,
+)
 from loadtest.settings.limits import TimingLimits
 from loadtest.settings.run_config import RunConfig
 from runfolder import Phase
@@ -52,6 +63,7 @@ class TimedRun(Protocol):
     verify_p95_s: float | None  # the recommended level's P95, which the verify window's checks read against
     verify_own_share: float | None  # the server's own failure share up to that level: set aside in the window
     measured_levels: list[int]
+    knee_seen: Any  # the knee on the steps so far (loadtest/method/decisions.py), None before the first
     spec: PhaseSpec | None
     step_index: int
     aborted: str
@@ -77,6 +89,7 @@ class PhaseTiming:
         self.said_slow = False  # a warm-up lengthened by slow requests was named (once a run)
         self.last_at_rest = False  # the last cooldown ended with memory back at idle (the promise's "about")
         self.step_window: StepWindow | None = None  # the current step's bounds, its neighbours' throughputs in them
+        self.p95_of: dict[int, bool] = {}  # each level stepped: whether a window of it had a P95 as sought
 
     def reset(self) -> None:
         """A new phase starts."""
@@ -88,8 +101,11 @@ class PhaseTiming:
             table = self._table()  # read once: its throughputs and whether they are read by answer length
             below, above = neighbours(spec.level, _measured(table, "throughput_rps"))
             by_length = table is not None and weighs_by_length(table)
+            # without the refinement no re-measure gives the answer its P95: every step seeks it
+            bar = answer_bar_rps(table, self.ctl.knee_seen, by_length) if self.ctl.cfg.refine else 0.0
             self.step_window = StepWindow(spec.min_requests, self.ctl.cfg.step_s, spec.target_max_s, spec.level,
-                                          below, above, by_length, spreads(table, by_length), spec.seek_p95)  # fmt: skip
+                                          below, above, by_length, spreads(table, by_length), spec.seek_p95,
+                                          bar)  # fmt: skip
         if spec.phase != Phase.WARMUP or spec.rate_rps:  # an open loop's warm-up: WARMUP_S of its arrivals
             return spec
         ctl = self.ctl
@@ -162,6 +178,18 @@ class PhaseTiming:
             return verify_done(len(ctl.live_latency_ms), ctl.live_rejected, elapsed_s, ctl.verify_p95_s, spec.max_s,
                                failed=ctl.live_failed - aside, not_fast=ctl.live_not_fast - aside)  # fmt: skip
         return done
+
+    def step_closed(self, spec: PhaseSpec, elapsed_s: float) -> None:
+        """A closed loop's step (or re-measure) ended after `elapsed_s`: note whether its P95 is as good as a
+        sought one (`windows.p95_sought`, on the answers back so far, as its stop rule read them)."""
+        if spec.phase != Phase.STEP or spec.rate_rps:
+            return
+        sought = p95_sought(self.ctl.live_latency_ms, elapsed_s, self.ctl.cfg.step_s)
+        self.p95_of[spec.level] = self.p95_of.get(spec.level, False) or sought
+
+    def p95_short(self) -> set[int]:
+        """The levels stepped none of whose windows had a P95 as good as a sought one (plan.py `_with_p95`)."""
+        return {level for level, sought in self.p95_of.items() if not sought}
 
     def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:
         """Every user stopped (each request of the step back, or cut at the stop timeout), then GPU memory

@@ -23,8 +23,10 @@
        answer moved: the climbs within `climb_budget`, the refinement's levels (its confirmations among
        them) within `refine_budget` for the whole run, not per round (the progress line's "at most" counts
        on both: loadtest/method/budget.py)
-    -> the answer's P95: where the answer is one of the estimate's levels measured for their throughput
-       alone (below levels.p95_from), it is measured once more for STEP_S, within the re-measures' budget
+    -> the answer's P95: where no window of the answer had one as good as a sought one (the estimate's
+       levels below levels.p95_from are measured for their throughput alone; a step whose throughput lies
+       clearly under the answer's bar stops seeking it: method/windows.py), it is measured once more for
+       STEP_S, within the re-measures' budget
 
 Decisions that need data (the estimate, the knee so far, where to refine) are callbacks the controller
 passes in, so this module has no Locust, no clock and no files.
@@ -32,7 +34,7 @@ passes in, so this module has no Locust, no clock and no files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,12 +158,16 @@ def plan_phases(
     remeasure_level: Callable[[float], tuple[int, float, str] | None] = lambda max_window_s: None,
     verify_plan: Callable[[], tuple[float, float] | None] = lambda: None,
     gateway_plan: Callable[[], tuple[str, float, float] | None] = lambda: None,
+    p95_short: Callable[[], Collection[int]] = lambda: (),
 ) -> Iterator[PhaseSpec]:
     """Yield the phases of the run one at a time; callbacks are called between phases.
     `remeasure_level(max_window_s)` gives (level, window_s, why) while the answer's interval is wide;
     `verify_plan()` (rate_rps, drain_max_s) of the verify phase, or None when there is none;
-    `gateway_plan()` (via URL, rate_rps, drain_max_s) of the verify window through the gateway, or None."""
-    yield from _capacity_phases(cfg, choose_levels, knee_now, refine_level, probe_level, remeasure_level)
+    `gateway_plan()` (via URL, rate_rps, drain_max_s) of the verify window through the gateway, or None;
+    `p95_short()` the levels stepped none of whose windows had a P95 as good as a sought one
+    (method/phase_timing.py), among which the answer is measured once more for it."""
+    yield from _capacity_phases(cfg, choose_levels, knee_now, refine_level, probe_level,
+                                _with_p95(cfg, remeasure_level, knee_now, p95_short))  # fmt: skip
     if cfg.verify and cfg.scenario != "soak":
         yield from verify_phases(cfg, verify_plan)
         yield from gateway_phases(cfg, gateway_plan)
@@ -199,16 +205,11 @@ def _capacity_phases(
     choice = choose_levels()
     done: list[int] = []
     confirmed: list[int] = []  # levels measured once more to confirm a knee (Knee.confirm_level)
-    unsought: list[int] = []  # the estimate's levels measured for their throughput alone (levels.p95_from)
     queue, climbs = [(level, choice.why) for level in choice.levels], 0
     while queue:
         level, why = queue.pop(0)
         seek = level >= choice.p95_from or level not in choice.levels or level in done
         yield from _step(cfg, level, why if seek else f"{why}; its throughput alone", seek)
-        if not seek:
-            unsought.append(level)
-        elif level in unsought:  # measured again (a knee's confirmation): its P95 sought now
-            unsought.remove(level)
         done.append(level)
         if cfg.scenario == "soak":
             return
@@ -236,28 +237,26 @@ def _capacity_phases(
         return
     refined: list[int] = []  # the refinement's steps, every round's: --refine-budget is the whole run's
     yield from _refine(cfg, done, confirmed, refined, refine_level)
-    yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level,
-                       _with_p95(cfg, remeasure_level, knee_now, unsought))  # fmt: skip
+    yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level, remeasure_level)
 
 
 def _with_p95(
     cfg: RunConfig, remeasure_level: Callable[[float], tuple[int, float, str] | None], knee_now: Callable[[], Any],
-    unsought: list[int],
+    p95_short: Callable[[], Collection[int]],
 ) -> Callable[[float], tuple[int, float, str] | None]:  # fmt: skip
-    """`remeasure_level`, and once it has nothing left: the answer measured once more for STEP_S, within the
-    re-measures' budget, where it is one of the levels measured for their throughput alone (`unsought`)
-    and never since (the recommended timeouts read its P95; pooled, its longest window gives it)."""
+    """`remeasure_level`, and once it has nothing left: the answer measured once more for STEP_S, once a run
+    and within the re-measures' budget, where none of its windows had a P95 as good as a sought one
+    (`p95_short`): the recommended timeouts read its P95 (pooled, its longest window gives it)."""
+    asked: list[int] = []
 
     def again(max_window_s: float) -> tuple[int, float, str] | None:
         found = remeasure_level(max_window_s)
         if found is not None:
-            if found[1] >= cfg.step_s and found[0] in unsought:  # a window as long as a sought P95's
-                unsought.remove(found[0])
             return found
         rec = getattr(knee_now(), "recommended_level", None)
-        if rec is None or rec not in unsought:
+        if rec is None or asked or rec not in p95_short():
             return None
-        unsought.clear()  # once a run
+        asked.append(rec)
         return rec, cfg.step_s, f"the answer {rec} was measured for its throughput alone; its P95 for {cfg.step_s:g} s"
 
     return again

@@ -14,7 +14,9 @@
               - P95: a distribution-free confidence interval from two order statistics (the count of answers
                 below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself;
                 not sought at the estimate's levels far below it (levels.p95_from: the timeouts read the
-                answer's P95, and the plan measures the answer once more should it be one of those);
+                answer's P95, and the plan measures the answer once more should it be one of those), nor
+                once the step's throughput lies clearly under the answer's bar (`may_be_answer`: a probe
+                below a saturated level, a refinement level short of 95% of the plateau);
               - past the knee the throughput's spread is a lower level's (analysis/queue_floor.py): the
                 queue's wait spreads the latency, the slots' pace sets the throughput;
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
@@ -45,13 +47,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from analysis.knee_points import BASELINE_TRUSTED_REQUESTS
+from analysis.knee import DEFAULTS as KNEE_DEFAULTS
+from analysis.knee_points import BASELINE_TRUSTED_REQUESTS, points_of
+from analysis.plateau import NEAR_SE
 from analysis.queue_floor import Spread, floor_spread
+from analysis.stats import num
 from analysis.verify import EXCESS_FAST_MIN_SHARE
 from loadtest.method.timing import MIN_CV_REQUESTS, own_throughput_cv, step_rel_se, target_requests
 
 P95 = 0.95
+KNEE_SHARE = float(KNEE_DEFAULTS["knee_share"])  # the answer reaches this share of the plateau (analysis.knee)
+BAR_Z = 2.0  # a step whose throughput lies this many standard errors under the answer's bar seeks no P95
 P95_Z = 1.645  # a 90% two-sided interval: a stopping rule, not the report's interval
 P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x it, the knee reads throughput
 STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
@@ -120,7 +128,9 @@ class StepWindow:
     throughput's target error (timing.step_rel_se; none known: TARGET_REL_SE); `by_length`: the run reads
     throughput by answer length, whose error follows the answers' lengths against their latencies; `lower`:
     the spreads of the levels measured so far (analysis.queue_floor.spreads), read past the knee;
-    `seek_p95`: False where the plan measures the level for its throughput alone (levels.p95_from)."""
+    `seek_p95`: False where the plan measures the level for its throughput alone (levels.p95_from); `bar_rps`:
+    the throughput it must reach to be the answer (`answer_bar_rps`; 0: unknown), under which its P95 is not
+    sought (`may_be_answer`)."""
 
     min_requests: int
     window_s: float
@@ -131,6 +141,7 @@ class StepWindow:
     by_length: bool = False  # the run reads throughput by answer length (analysis/answer_length.py)
     lower: tuple[Spread, ...] = ()  # the levels measured so far, whose spread a queued level's floor reads
     seek_p95: bool = True  # its P95 is sought up to window_s (False: a level far below the estimate's)
+    bar_rps: float = 0.0  # the answer's bar so far (answer_bar_rps): a step clearly under it seeks no P95
 
     def rel_se(self, answers: int, elapsed_s: float) -> float:
         """The throughput error this step needs, at its throughput so far (`answers` in `elapsed_s`)."""
@@ -168,7 +179,48 @@ def step_done(
         cv = floor_spread(window.level, cv, float(np.mean(latencies_ms)), window.lower)[0]
     if rows < target_requests(cv, window.rel_se(len(latencies_ms), elapsed_s)):
         return False
-    return not window.seek_p95 or elapsed_s >= window.window_s or p95_known(latencies_ms)
+    if not (window.seek_p95 and may_be_answer(latencies_ms, window)):
+        return True
+    return p95_sought(latencies_ms, elapsed_s, window.window_s)
+
+
+def p95_sought(latencies_ms: Sequence[float], elapsed_s: float, window_s: float) -> bool:
+    """A window's P95 is as good as one sought: known to P95_REL_WIDTH, or sought for the whole `window_s`
+    (STEP_S). Where the answer's is not, the plan measures it once more (plan.py `_with_p95`)."""
+    return elapsed_s >= window_s or p95_known(latencies_ms)
+
+
+def answer_bar_rps(table: pd.DataFrame | None, knee: object, by_length: bool) -> float:
+    """The throughput a level must reach to be the answer, as far as the levels measured so far (`table`, and
+    the `knee` on it) tell: 95% of the lowest the plateau may be, since the answer is the first level reaching
+    95% of the plateau. That is the low end of the knee's 95% band of the plateau (analysis/plateau.py), or,
+    before it has one, the highest level's throughput less NEAR_SE of its standard errors (the plateau is the
+    mean of the levels within NEAR_SE errors of the highest, so never below that). 0 (no bar) where nothing is
+    known, and where the run reads throughput by answer length: `may_be_answer` reads answers counted."""
+    if by_length or table is None:
+        return 0.0
+    band = getattr(knee, "plateau_interval_rps", None)
+    if band and band[0] > 0:
+        return KNEE_SHARE * float(band[0])
+    lows = [num(r, "throughput_rps") - NEAR_SE * num(r, "throughput_se_rps") for r in points_of(table)[0]]
+    low = max((x for x in lows if x == x), default=0.0)  # NaN (no error yet) says nothing
+    return KNEE_SHARE * low if low > 0 else 0.0
+
+
+def may_be_answer(latencies_ms: Sequence[float], window: StepWindow) -> bool:
+    """Whether the step's throughput so far may still reach the answer's bar (`window.bar_rps`), read from its
+    latencies by Little's law (a closed loop without think time: level / mean latency, a little above what it
+    answers, and free of the waves a steady server's answers come back in), BAR_Z standard errors of the mean
+    above it. A probe below a saturated level or a refinement level short of the bar is not the answer: the
+    timeouts never read its P95 (smooth-24g's probe 3 and refinement level 9 each ran 8 s for theirs)."""
+    if window.bar_rps <= 0 or window.level <= 0 or len(latencies_ms) < MIN_CV_REQUESTS:
+        return True
+    values = np.asarray(latencies_ms, dtype=np.float64) / 1000.0
+    mean_s = float(values.mean())
+    if not mean_s > 0:
+        return True
+    rel_se = float(values.std(ddof=1)) / mean_s / math.sqrt(values.size)
+    return window.level / mean_s * (1 + BAR_Z * rel_se) >= window.bar_rps
 
 
 def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow,

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis import Knee
 from analysis.verify import own_failure_share
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec
@@ -23,10 +24,13 @@ from loadtest.method.windows import (
     VERIFY_MIN_REJECTED,
     VERIFY_SHARE_DECIDED,
     StepWindow,
+    answer_bar_rps,
     baseline_done,
+    may_be_answer,
     neighbours,
     p95_interval,
     p95_known,
+    p95_sought,
     step_done,
     step_expected_s,
     step_floor_s,
@@ -102,6 +106,37 @@ def test_a_step_waits_for_min_step_requests_and_seeks_the_p95_up_to_step_s_only(
     throughput_alone = replace(WINDOW, seek_p95=False)  # a level far below the estimate's (levels.p95_from)
     assert step_done(few, 30, 3.0, throughput_alone) and not step_done(moderate, 60, 5.0, throughput_alone)
     assert step_expected_s(3, 0.3, 0.08, throughput_alone) < step_expected_s(3, 0.3, 0.08, WINDOW)
+
+
+def test_a_step_clearly_under_the_answers_bar_seeks_no_p95():
+    # smooth-24g's refinement: plateau 5.51 rps (band 5.45-5.57), so the answer needs 0.95 x 5.45 = 5.18 rps
+    def point(level: int, thr: float, se: float, phase: str = "step") -> dict:
+        return {"step_index": level, "phase": phase, "level": level, "throughput_rps": thr, "throughput_se_rps": se}
+
+    table = pd.DataFrame([point(1, 2.68, 0.01, "baseline"), point(6, 4.92, 0.02), point(11, 5.32, 0.02),
+                          point(17, 5.51, 0.02)])  # fmt: skip
+    knee = Knee(True, 14, 17, 10, "test", plateau_rps=5.51, plateau_interval_rps=(5.45, 5.57))
+    bar = answer_bar_rps(table, knee, by_length=False)
+    assert bar == pytest.approx(0.95 * 5.45)
+    assert answer_bar_rps(table, knee, by_length=True) == 0.0  # counted answers only: none where read by length
+    # before the knee has a plateau: the highest level less two of its errors (the probe below a saturated 6)
+    not_yet = Knee(False, None, None, 6, "no knee yet")
+    assert answer_bar_rps(table.iloc[:2], not_yet, by_length=False) == pytest.approx(0.95 * (4.92 - 2 * 0.02))
+    assert answer_bar_rps(table.iloc[:0], not_yet, by_length=False) == 0.0  # nothing measured: no bar
+    level9 = _lognormal(0.01, 30, median_ms=1800.0)  # 9 users at 1.8 s: 5.0 rps by Little's law, 4% under the bar
+    level10 = _lognormal(0.01, 30, median_ms=1900.0)  # 10 users at 1.9 s: 5.26 rps, over it
+    window = StepWindow(min_requests=20, window_s=8.0, cap_s=32.0, level=9, bar_rps=bar)
+    assert not may_be_answer(level9, window) and may_be_answer(level10, replace(window, level=10))
+    assert not p95_known(level9)  # 30 answers: no P95 interval yet
+    assert step_done(level9, 30, 5.5, window)  # its throughput is precise: it ends, no 8 s for a P95 no one reads
+    assert not step_done(level10, 30, 5.5, replace(window, level=10))  # may be the answer: its P95 up to STEP_S
+    assert not step_done(level9, 30, 5.5, replace(window, bar_rps=0.0))  # no bar known: sought as before
+    # the bar's margin: a noisy level (CV 0.5) 10% under the bar keeps seeking it while its mean is known to
+    # about 10% (30 answers), and stops once it is known well enough (600)
+    noisy9 = _lognormal(0.5, 600, seed=4, median_ms=1730.0)
+    assert 9 / (np.mean(noisy9[:30]) / 1000) < bar and 9 / (np.mean(noisy9) / 1000) < 0.92 * bar
+    assert may_be_answer(noisy9[:30], window) and not may_be_answer(noisy9, window)
+    assert p95_sought(level9, 8.0, 8.0) and not p95_sought(level9, 5.5, 8.0)  # a whole STEP_S, or known
 
 
 def test_the_baseline_ends_once_its_latency_and_memory_settled_after_its_floor():
@@ -193,3 +228,19 @@ def test_the_verify_window_sets_the_servers_own_failures_aside_as_the_report_doe
         timing = PhaseTiming(_VerifyingRun(own_failure_share(table, 8)))  # type: ignore[arg-type]
         decided[name] = timing.done(timing.timed(spec), 67, 10.0)
     assert decided == {"steady": True, "flaky": False}  # flaky's window runs on until its checks can judge
+
+
+def test_the_controller_notes_the_levels_none_of_whose_windows_had_a_p95_as_sought():
+    run = _VerifyingRun(None)  # the same reading of a controller; STEP_S at its default
+    timing = PhaseTiming(run)  # type: ignore[arg-type]
+    step = PhaseSpec(Phase.STEP, 9, "refine the knee", STEP_FLOOR_S, 40.0, 20, target_max_s=32.0)
+    run.live_latency_ms = [1800.0] * 30  # no P95 interval from 30 answers
+    timing.step_closed(step, 5.5)  # it stopped under the answer's bar: no P95
+    timing.step_closed(replace(step, level=10), run.cfg.step_s)  # sought for the whole STEP_S
+    assert timing.p95_short() == {9}
+    timing.step_closed(replace(step, level=9), 4.0)  # a later short window takes nothing back
+    timing.step_closed(PhaseSpec(Phase.STEP, 64, "open loop", 8.0, 8.0, rate_rps=12.0), 2.0)  # no level of the search
+    timing.step_closed(PhaseSpec(Phase.WARMUP, 12, "warm-up", 1.0, 2.0), 1.0)
+    assert timing.p95_short() == {9}
+    timing.step_closed(PhaseSpec(Phase.STEP, 9, "re-measure", 8.0, 38.0, 20), run.cfg.step_s)  # the answer's P95
+    assert timing.p95_short() == set()
