@@ -32,17 +32,11 @@ import pandas as pd
 import analysis
 from analysis.answer_length import throughput_cv
 from analysis.queue_floor import Spread, spreads
+from loadtest.method import windows
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
-from loadtest.method.windows import (
-    StepWindow,
-    answer_bar_rps,
-    baseline_done,
-    neighbours,
-    p95_sought,
-    step_done,
-)
+from loadtest.method.windows import StepWindow, baseline_done, neighbours, step_done
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
@@ -243,7 +237,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
             measured = zip(table["level"].astype(int), table["throughput_rps"].astype(float), strict=True)
             near = neighbours(spec.level, list(measured))
             by_length = analysis.weighs_by_length(table)
-            bar = answer_bar_rps(table, knee, by_length) if cfg.refine else 0.0  # as the controller's (method/phase_timing.py)
+            bar = windows.answer_bar_rps(table, knee, by_length) if cfg.refine else 0.0  # as the controller's (method/phase_timing.py)
             sought: list[bool] = []
             window = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length), bar,
                                sought)  # fmt: skip
@@ -293,7 +287,7 @@ def _window_s(
         def ended(lat: list[float], rows: int, t: float, tokens: list[float]) -> bool:
             over = t >= spec.min_s and step_done(lat, rows, t, bounds, tokens)
             if over:
-                sought.append(p95_sought(lat, t, cfg.step_s))
+                sought.append(windows.p95_sought(lat, t, cfg.step_s))
             return over
 
         window = window_end_s(req, index, max_s, ended)
