@@ -224,13 +224,10 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
     def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
         return remeasures.next(*judged(), max_window_s)
 
-    p95_of: dict[int, bool] = {}  # each level stepped: whether a window of it had a P95 as sought (the controller's)
-
-    def p95_short() -> set[int]:
-        return {level for level, sought in p95_of.items() if not sought}
+    p95 = windows.P95Record()  # the controller's own: whether each level had a P95 as sought
 
     limits, in_flight_s = limits_of(cfg), 0.0
-    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure, p95_short=p95_short)
+    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure, p95_short=p95.short)
     for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
             table, knee = judged()
@@ -242,7 +239,7 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
             window = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length), bar,
                                sought)  # fmt: skip
             if spec.phase == "step":
-                p95_of[spec.level] = p95_of.get(spec.level, False) or all(sought)
+                p95.note(spec.level, all(sought))
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
             result.seconds += window

@@ -116,7 +116,7 @@ class Controller(PlanDecisions):
         self.live = LiveSteps()
         self._plan = plan_phases(
             cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
-            self._remeasure_level, self._verify_plan, self._gateway_plan, self.timing.p95_short,
+            self._remeasure_level, self._verify_plan, self._gateway_plan, self.timing.p95.short,
         )  # fmt: skip
         self._raw_verify_step = -2  # the verify window against the server as it is (no gateway)
         self._last_progress = 0.0

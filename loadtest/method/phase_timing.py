@@ -5,7 +5,7 @@
   requests (lazy initialisation, a first compile) stay out of the baseline's latency and spread;
 - a step: ends once its throughput and P95 are precise, between a floor and a cap (`windows.step_done`);
   its P95 is not sought once its throughput lies clearly under the answer's bar (`windows.may_be_answer`),
-  and the levels none of whose windows had a P95 as good as a sought one are kept (`p95_short`: the plan
+  and the levels none of whose windows had a P95 as good as a sought one are kept (`p95`: the plan
   measures the answer once more where it is one of them);
 - the baseline: ends once its latency and memory settled, after 10 answers (`windows.baseline_done`);
 - the verify window: ends once each check has enough requests to judge it (`windows.verify_done`);
@@ -31,6 +31,7 @@ from loadtest.method.plan import PhaseSpec
 from loadtest.method.progress import progress
 from loadtest.method.timing import SETTLED_REQUESTS, latency_settled, warmup_bounds
 from loadtest.method.windows import (
+    P95Record,
     StepWindow,
     answer_bar_rps,
     baseline_done,
@@ -89,7 +90,7 @@ class PhaseTiming:
         self.said_slow = False  # a warm-up lengthened by slow requests was named (once a run)
         self.last_at_rest = False  # the last cooldown ended with memory back at idle (the promise's "about")
         self.step_window: StepWindow | None = None  # the current step's bounds, its neighbours' throughputs in them
-        self.p95_of: dict[int, bool] = {}  # each level stepped: whether a window of it had a P95 as sought
+        self.p95 = P95Record()  # each level stepped: whether a window of it had a P95 as sought
 
     def reset(self) -> None:
         """A new phase starts."""
@@ -184,12 +185,7 @@ class PhaseTiming:
         sought one (`windows.p95_sought`, on the answers back so far, as its stop rule read them)."""
         if spec.phase != Phase.STEP or spec.rate_rps:
             return
-        sought = p95_sought(self.ctl.live_latency_ms, elapsed_s, self.ctl.cfg.step_s)
-        self.p95_of[spec.level] = self.p95_of.get(spec.level, False) or sought
-
-    def p95_short(self) -> set[int]:
-        """The levels stepped none of whose windows had a P95 as good as a sought one (plan.py `_with_p95`)."""
-        return {level for level, sought in self.p95_of.items() if not sought}
+        self.p95.note(spec.level, p95_sought(self.ctl.live_latency_ms, elapsed_s, self.ctl.cfg.step_s))
 
     def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:
         """Every user stopped (each request of the step back, or cut at the stop timeout), then GPU memory

@@ -190,6 +190,21 @@ def p95_sought(latencies_ms: Sequence[float], elapsed_s: float, window_s: float)
     return elapsed_s >= window_s or p95_known(latencies_ms)
 
 
+class P95Record:
+    """Each level stepped: whether a window of it had a P95 as good as a sought one (`p95_sought`). The
+    controller keeps one (method/phase_timing.py), the bench's virtual runs another (bench/curves.py)."""
+
+    def __init__(self) -> None:
+        self._sought: dict[int, bool] = {}
+
+    def note(self, level: int, sought: bool) -> None:
+        self._sought[level] = self._sought.get(level, False) or sought
+
+    def short(self) -> set[int]:
+        """The levels none of whose windows had one: among them the plan measures the answer once more."""
+        return {level for level, sought in self._sought.items() if not sought}
+
+
 def answer_bar_rps(table: pd.DataFrame | None, knee: object, by_length: bool) -> float:
     """The throughput a level must reach to be the answer, as far as the levels measured so far (`table`, and
     the `knee` on it) tell: 95% of the lowest the plateau may be, since the answer is the first level reaching

@@ -6,7 +6,7 @@ from __future__ import annotations
 from analysis import Knee
 from loadtest.method.levels import LevelChoice
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, plan_phases
-from loadtest.method.windows import STEP_FLOOR_S
+from loadtest.method.windows import STEP_FLOOR_S, P95Record
 from loadtest.settings.run_config import RunConfig
 from runfolder import EVENTS_FILE
 
@@ -60,7 +60,7 @@ def _answered(rec: int, remeasure=(), short_of_bar=()) -> list:
     cfg = RunConfig(step_s=8.0, warmup_s=0.0)
     answers, asked = iter(remeasure), {"n": 0}
     choice = LevelChoice([3, 5, 8, 10], "test", p95_from=6)
-    p95_of: dict[int, bool] = {}
+    p95 = P95Record()
 
     def knee_now() -> Knee:  # found once the four levels are in
         asked["n"] += 1
@@ -69,12 +69,12 @@ def _answered(rec: int, remeasure=(), short_of_bar=()) -> list:
     phases = []
     for spec in plan_phases(cfg, lambda: choice, knee_now, lambda: None, lambda: None,
                             lambda max_window_s: next(answers, None),
-                            p95_short=lambda: {lv for lv, ok in p95_of.items() if not ok}):  # fmt: skip
+                            p95_short=p95.short):  # fmt: skip
         phases.append(spec)
         if spec.phase == "step":
             search = spec.target_max_s > 0
             sought = spec.seek_p95 and spec.level not in short_of_bar if search else spec.min_s >= cfg.step_s
-            p95_of[spec.level] = p95_of.get(spec.level, False) or sought
+            p95.note(spec.level, sought)
     return phases
 
 

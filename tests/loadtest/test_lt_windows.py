@@ -237,10 +237,10 @@ def test_the_controller_notes_the_levels_none_of_whose_windows_had_a_p95_as_soug
     run.live_latency_ms = [1800.0] * 30  # no P95 interval from 30 answers
     timing.step_closed(step, 5.5)  # it stopped under the answer's bar: no P95
     timing.step_closed(replace(step, level=10), run.cfg.step_s)  # sought for the whole STEP_S
-    assert timing.p95_short() == {9}
+    assert timing.p95.short() == {9}
     timing.step_closed(replace(step, level=9), 4.0)  # a later short window takes nothing back
     timing.step_closed(PhaseSpec(Phase.STEP, 64, "open loop", 8.0, 8.0, rate_rps=12.0), 2.0)  # no level of the search
     timing.step_closed(PhaseSpec(Phase.WARMUP, 12, "warm-up", 1.0, 2.0), 1.0)
-    assert timing.p95_short() == {9}
+    assert timing.p95.short() == {9}
     timing.step_closed(PhaseSpec(Phase.STEP, 9, "re-measure", 8.0, 38.0, 20), run.cfg.step_s)  # the answer's P95
-    assert timing.p95_short() == set()
+    assert timing.p95.short() == set()
