@@ -235,11 +235,10 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
             near = neighbours(spec.level, list(measured))
             by_length = analysis.weighs_by_length(table)
             bar = windows.answer_bar_rps(table, knee, by_length) if cfg.refine else 0.0  # as the controller's (method/phase_timing.py)
-            sought: list[bool] = []
-            window = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length), bar,
-                               sought)  # fmt: skip
+            window, sought = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length),
+                                       bar)  # fmt: skip
             if spec.phase == "step":
-                p95.note(spec.level, all(sought))
+                p95.note(spec.level, sought)
             row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
             rows.append(row)
             result.seconds += window
@@ -259,19 +258,17 @@ def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> Virtu
 
 def _window_s(
     curve: Curve, spec: PhaseSpec, cfg: RunConfig, index: int, seed: int, near: tuple[Any, Any] = (None, None),
-    by_length: bool = False, lower: tuple[Spread, ...] = (), bar_rps: float = 0.0, sought: list[bool] | None = None,
-) -> float:  # fmt: skip
+    by_length: bool = False, lower: tuple[Spread, ...] = (), bar_rps: float = 0.0,
+) -> tuple[float, bool]:  # fmt: skip
     """How long the product's own rule lets a measured window run on `curve` (loadtest/method/windows.py):
     a step of the search until precise (`step_done`), the baseline until settled after its floor
     (`baseline_done`; no GPU here, so memory counts as settled) or its rounds, a re-measure its fixed window;
-    each at the tick that sees its end (the slow first requests of a baseline take longer). A step's window
-    appends to `sought` whether its P95 was as good as a sought one at its end (`windows.p95_sought`)."""
+    each at the tick that sees its end (the slow first requests of a baseline take longer). With it, whether a
+    step's P95 was as good as a sought one at its end (`windows.p95_sought`; the baseline's: True, never read)."""
     rps = curve.throughput_rps(spec.level)
-    sought = [] if sought is None else sought
     if spec.phase == "step" and not spec.target_max_s:  # a re-measure: its window, longer for min_requests
         window = max(spec.min_s, min(spec.min_requests / rps, spec.max_s)) if spec.min_requests else spec.min_s
-        sought.append(window >= cfg.step_s)  # as long as a sought P95's, or read as such (p95_sought)
-        return window
+        return window, window >= cfg.step_s  # as long as a sought P95's, or read as such (p95_sought)
     slow_s = curve.slow_first_requests * curve.slow_first_s if spec.phase == "baseline" else 0.0
     max_s = spec.max_s  # a step: up to its longest; the baseline: its rounds are in well before
     if spec.phase == "baseline":
@@ -281,6 +278,8 @@ def _window_s(
         bounds = StepWindow(spec.min_requests, cfg.step_s, spec.target_max_s, spec.level, *near, by_length, lower,
                             spec.seek_p95, bar_rps)  # fmt: skip
 
+        sought: list[bool] = []  # read at the tick that ends it
+
         def ended(lat: list[float], rows: int, t: float, tokens: list[float]) -> bool:
             over = t >= spec.min_s and step_done(lat, rows, t, bounds, tokens)
             if over:
@@ -288,14 +287,12 @@ def _window_s(
             return over
 
         window = window_end_s(req, index, max_s, ended)
-        if not sought:  # ran to its longest, past STEP_S
-            sought.append(True)
-        return window
+        return window, sought[0] if sought else True  # none: it ran to its longest, past STEP_S
 
     def settled(lat: list[float], rows: int, t: float, _tokens: list[float]) -> bool:
         return t >= spec.min_s and (rows >= spec.min_requests or baseline_done(lat, rows, cfg.baseline_round_requests, True))
 
-    return window_end_s(req, index, max_s, settled)
+    return window_end_s(req, index, max_s, settled), True
 
 
 def family(window_cfg: RunConfig | None = None) -> list[Curve]:
