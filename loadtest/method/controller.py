@@ -27,7 +27,7 @@ from loadtest.method.overload import OVERLOAD, OverloadWatch
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec, plan_phases
 from loadtest.method.progress import live_line, load_words, progress
-from loadtest.method.settle import MemorySettle, at_rest
+from loadtest.method.settle import MemorySettle, at_rest, preflight_reading
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.state import STATE, StepTag
@@ -100,6 +100,7 @@ class Controller(PlanDecisions):
         self.levels_planned: list[int] = []
         self.measured_levels: list[int] = []
         self.idle_mib: float | None = None
+        self.preflight_idle_mib = preflight_reading(self._manifest())  # before anything of ours reached it
         self.settle = MemorySettle()  # the current phase's memory samples, for the cooldown's end
         self.limits = limits_of(cfg)  # wiring puts Locust's own stop timeout in
         self.timing = PhaseTiming(self)  # warm-ups, step targets and cooldowns that follow the server
@@ -389,11 +390,14 @@ class Controller(PlanDecisions):
         progress(live_line(self._step_head(), self.spec, elapsed=elapsed, final=final, latencies_ms=self.live_latency_ms,
                            requests=self.rows_per_step[self.step_index], errors=self.live_errors, rps=rps))  # fmt: skip
 
-    def _update_manifest(self, **fields: Any) -> None:
+    def _manifest(self) -> dict[str, Any]:
         try:
-            manifest = read_manifest(self.run_dir)
+            return read_manifest(self.run_dir)
         except (OSError, ValueError):
-            manifest = {}
+            return {}
+
+    def _update_manifest(self, **fields: Any) -> None:
+        manifest = self._manifest()
         manifest.update(fields)
         write_manifest(self.run_dir, manifest)
 
@@ -408,5 +412,4 @@ class Controller(PlanDecisions):
         for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
             sink.close()
         self._update_manifest(**{CLOSED_KEY: self.clock()})  # the launcher renders from here (launch/run.py)
-
 

@@ -7,6 +7,7 @@
   its P95 is not sought once its throughput lies clearly under the answer's bar (`windows.may_be_answer`),
   and the levels none of whose windows had a P95 as good as a sought one are kept (`p95`: the plan
   measures the answer once more where it is one of them);
+- the idle phase: ends once memory is back at the pre-flight's idle reading (`settle.back_at`), at most IDLE_S;
 - the baseline: ends once its latency and memory settled, after 10 answers (`windows.baseline_done`);
 - the verify window: ends once each check has enough requests to judge it (`windows.verify_done`);
 - a cooldown: first every user stopped (requests back or cut), then memory: it ends once memory is back at
@@ -29,6 +30,7 @@ from analysis.verify import own_set_aside
 from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
 from loadtest.method.progress import progress
+from loadtest.method.settle import MemorySettle
 from loadtest.method.timing import SETTLED_REQUESTS, latency_settled, warmup_bounds
 from loadtest.method.windows import (
     P95Record,
@@ -64,6 +66,8 @@ class TimedRun(Protocol):
     verify_p95_s: float | None  # the recommended level's P95, which the verify window's checks read against
     verify_own_share: float | None  # the server's own failure share up to that level: set aside in the window
     measured_levels: list[int]
+    settle: MemorySettle  # the current phase's GPU memory samples
+    preflight_idle_mib: dict[int, float]  # gpu index -> MiB before the pre-flight's request (none: no reading)
     knee_seen: Any  # the knee on the steps so far (loadtest/method/decisions.py), None before the first
     spec: PhaseSpec | None
     step_index: int
@@ -169,6 +173,8 @@ class PhaseTiming:
         window = self.step_window  # a step of the search (a re-measure is a fixed window): set by `timed`
         if spec.phase == Phase.STEP and spec.target_max_s and window is not None:
             return elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens)
+        if spec.phase == Phase.IDLE:  # back at the pre-flight's idle memory (loadtest/method/settle.py)
+            return elapsed_s >= spec.min_s and ctl.settle.back_at(ctl.preflight_idle_mib)
         if spec.phase == Phase.WARMUP and not ctl.measured_levels:
             return self.baseline_warmed(spec, rows, elapsed_s)  # slow first requests are over
         if spec.phase == Phase.BASELINE and not done and elapsed_s >= spec.min_s:  # settled before its last round

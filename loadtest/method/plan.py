@@ -46,6 +46,7 @@ from loadtest.method.levels import (
     keep_climbing,
     within_server_limit,
 )
+from loadtest.method.settle import IDLE_FLOOR_S
 from loadtest.method.windows import STEP_FLOOR_S, verify_floor_s
 from loadtest.settings.limits import limits_of
 from loadtest.settings.open_loop import VERIFY_FACTOR, parse_rates
@@ -182,7 +183,8 @@ def _capacity_phases(
     remeasure_level: Callable[[float], tuple[int, float, str] | None],
 ) -> Iterator[PhaseSpec]:
     if cfg.idle_s > 0:
-        yield PhaseSpec(Phase.IDLE, 0, "idle GPU memory", cfg.idle_s, cfg.idle_s)
+        # ends once memory is back at the pre-flight's reading (loadtest/method/settle.py), at most IDLE_S
+        yield PhaseSpec(Phase.IDLE, 0, "idle GPU memory", min(IDLE_FLOOR_S, cfg.idle_s), cfg.idle_s)
     if cfg.warmup_s > 0:
         yield PhaseSpec(Phase.WARMUP, 1, "baseline warm-up", cfg.warmup_s, cfg.warmup_s)
     baseline_requests = cfg.baseline_rounds * cfg.baseline_round_requests

@@ -1,4 +1,4 @@
-"""When a cooldown may end: GPU memory back near idle, or stable at zero users.
+"""When a cooldown may end: GPU memory back near idle, or stable at zero users; and when the idle phase may.
 
 `at_rest`: memory back near idle on a reading taken after the drain, and the server (where its metrics are
 read) running and queueing nothing: the cooldown ends then, without its minimum (COOLDOWN_MIN_S), which
@@ -9,12 +9,21 @@ allocator keeps freed blocks, so the device shows a high-water mark that never f
 torch.cuda.empty_cache() returns it). Waiting for idle there always runs the cooldown to its cap, so
 memory that has not moved by more than max(STABLE_FLOOR_MIB, STABLE_FRACTION x idle) on any GPU for
 STABLE_S seconds counts as settled too. Times are the samples' own (the sampler's clock).
+
+`back_at`: the idle phase (after the pre-flight's one request) ends once every card the pre-flight read
+shows, in IDLE_READINGS of the phase's own samples, the memory it showed before that request: the server is
+back where it was, and IDLE_S would only read the same again (issue 33: 3 s of every run, 2 s of them
+spent confirming it). A server that kept what the request used (a caching allocator, memory loaded on a
+first request) is not back: its idle phase runs IDLE_S, as the estimate compares the two readings
+(analysis.estimate). Never before IDLE_FLOOR_S.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
+from typing import Any
 
 from runfolder import ServerSample
 
@@ -23,6 +32,8 @@ NEAR_IDLE_FRACTION = 0.02
 STABLE_S = 3.0
 STABLE_FLOOR_MIB = 64.0
 STABLE_FRACTION = 0.01
+IDLE_FLOOR_S = 1.0  # the idle phase at least: a sidecar or DCGM exporter is read twice a second
+IDLE_READINGS = 2  # samples of the idle phase, per card, that must show the pre-flight's idle
 
 
 class MemorySettle:
@@ -62,6 +73,18 @@ class MemorySettle:
                 return False
         return True
 
+    def back_at(self, reference_mib: Mapping[int, float]) -> bool:
+        """Every card of `reference_mib` (gpu index -> MiB: the pre-flight's idle reading) has IDLE_READINGS
+        samples of this phase, and each of them lies within the stable tolerance of its reference."""
+        if not reference_mib:
+            return False
+        for gpu, reference in reference_mib.items():
+            values = [m for _, m in self._samples.get(gpu, ())]
+            tolerance = max(STABLE_FLOOR_MIB, STABLE_FRACTION * reference)
+            if len(values) < IDLE_READINGS or any(abs(m - reference) > tolerance for m in values):
+                return False
+        return True
+
     def settled(self, used_mib: float | None, idle_mib: float | None) -> bool:
         """Back near idle, or stable: the cooldown may end (True without the data to judge)."""
         if idle_mib is None or used_mib is None:
@@ -69,6 +92,13 @@ class MemorySettle:
         if near_idle(used_mib, idle_mib):
             return True
         return self.stable(idle_mib)
+
+
+def preflight_reading(manifest: Mapping[str, Any]) -> dict[int, float]:
+    """The manifest's GPU memory read before the pre-flight's request (loadtest/launch/idle.py): gpu index ->
+    MiB; empty without one (no GPU source)."""
+    reading = manifest.get("idle_before_preflight") or {}
+    return {int(gpu): float(mib) for gpu, mib in (reading.get("mem_used_mib_by_gpu") or {}).items()}
 
 
 def near_idle(used_mib: float, idle_mib: float) -> bool:

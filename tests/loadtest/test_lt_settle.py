@@ -163,3 +163,56 @@ def test_the_promise_counts_short_cooldowns_only_where_the_baseline_showed_memor
     held.timing.last_at_rest = True
     assert not held._memory_falls_back(held._baseline_row())
     held.close()
+
+
+def _idle_controller(tmp_path: Path, before_mib: dict[str, float] | None) -> tuple[Controller, _FakeMonitor]:
+    """A controller in its idle phase (step 0), the manifest holding the pre-flight's reading `before_mib`."""
+    from runfolder import write_manifest
+
+    write_manifest(tmp_path, {"idle_before_preflight": None if before_mib is None else {
+        "t_unix_s": 99.0, "mem_used_mib_by_gpu": before_mib, "samples": 5}})  # fmt: skip
+    monitor = _FakeMonitor()
+    ctl = Controller(RunConfig(), tmp_path, monitor, broadcast=lambda _tag: None)  # type: ignore[arg-type]
+    ctl.step_index = 0
+    return ctl, monitor
+
+
+def _idle_spec(ctl: Controller) -> PhaseSpec:
+    spec = next(ctl._plan)  # the plan's first phase: the idle one, at most IDLE_S
+    assert spec.phase == "idle" and spec.max_s == RunConfig().idle_s
+    return spec
+
+
+def test_the_idle_phase_ends_once_two_readings_show_the_preflights_idle(tmp_path: Path) -> None:
+    ctl, _monitor = _idle_controller(tmp_path, {"0": IDLE_MIB, "1": 300.0})
+    spec = _idle_spec(ctl)
+    ctl.on_gpu([_sample(100.0, IDLE_MIB + 20, step=0), _sample(100.0, 310.0, step=0, gpu=1)])
+    assert not ctl.timing.done(spec, 0, 1.5)  # one reading of each card: not yet two
+    ctl.on_gpu([_sample(100.5, IDLE_MIB, step=0), _sample(100.5, 300.0, step=0, gpu=1)])
+    assert not ctl.timing.done(spec, 0, 0.9)  # never before IDLE_FLOOR_S
+    assert ctl.timing.done(spec, 0, 1.0)  # back where the pre-flight found it: IDLE_S would read the same again
+    ctl.close()
+
+
+def test_an_idle_phase_that_kept_the_preflights_memory_or_lacks_its_reading_runs_idle_s(tmp_path: Path) -> None:
+    ctl, _monitor = _idle_controller(tmp_path, {"0": IDLE_MIB})
+    spec = _idle_spec(ctl)
+    for t in (100.0, 100.5, 101.0, 101.5):  # a caching allocator kept the pre-flight's request: 512 MiB above
+        ctl.on_gpu([_sample(t, IDLE_MIB + 512, step=0)])
+    assert not ctl.timing.done(spec, 0, 2.0)
+    ctl.close()
+    other = tmp_path / "other"
+    other.mkdir()
+    ctl, _monitor = _idle_controller(other, None)  # no GPU source at the pre-flight: nothing to compare with
+    spec = _idle_spec(ctl)
+    for t in (100.0, 100.5, 101.0):
+        ctl.on_gpu([_sample(t, IDLE_MIB, step=0)])
+    assert not ctl.timing.done(spec, 0, 2.0)
+    ctl.close()
+
+
+def test_a_card_the_preflight_read_must_be_seen_again() -> None:
+    settle = MemorySettle()
+    for t in (10.0, 10.5):
+        settle.add(0, t, IDLE_MIB)
+    assert settle.back_at({0: IDLE_MIB}) and not settle.back_at({0: IDLE_MIB, 1: 300.0}) and not settle.back_at({})
