@@ -13,7 +13,7 @@ import numpy as np
 
 from analysis.answer_length import length_cv
 from analysis.stats import latency_cv
-from loadtest.settings.limits import WARMUP_LATENCIES, TimingLimits
+from loadtest.settings.limits import WARMUP_BELOW_LATENCIES, WARMUP_LATENCIES, TimingLimits
 
 SETTLED_REQUESTS = 4  # the baseline's warm-up ends once this many latencies in a row
 SETTLED_BAND = 0.5  # lie within +-50% of their median (lazy init, first compile: 10-1000x slower)
@@ -41,20 +41,30 @@ def warmup_bounds(
     lat(M) x max(1, L/M) (a closed loop: latency = users / throughput, and throughput does not fall below
     the knee), never more than the request timeout. The warm-up lasts WARMUP_LATENCIES of the lower bound at
     least, of the upper bound at most, and ends between them once its users completed WARMUP_LATENCIES
-    requests each (one: the first wave, started together, is over)."""
-    min_requests = math.ceil(WARMUP_LATENCIES * level)
+    requests each (one: the first wave, started together, is over).
+    Below a level already measured (a probe, the refinement) the server has served more at once: a first
+    time at this load (a batch size to compile, memory to grow) is behind it, so the warm-up only lets the
+    users' first requests run WARMUP_BELOW_LATENCIES of the lower bound (their shares count in the window's
+    throughput as any request's that spans its start; their latencies, sent before it, stay out of its P95)."""
     known = [(m, p50_ms) for m, p50_ms in measured if m > 0 and p50_ms == p50_ms and p50_ms > 0]
     if not known:
+        min_requests = math.ceil(WARMUP_LATENCIES * level)
         return WarmupBounds(limits.warmup_min_s, limits.warmup_cap_s, min_requests, "no latency measured yet")
     near, p50_ms = min(reversed(known), key=lambda m: (abs(math.log(level / m[0])), -m[0]))  # ties: the latest
     lat_s = p50_ms / 1000.0
     low_s = min(lat_s * min(1.0, level / near), request_timeout_s)
     high_s = min(lat_s * max(1.0, level / near), request_timeout_s)
+    top = max(m for m, _ in known)
+    if top > level:  # served more at once before
+        min_s = min(max(limits.warmup_min_s, WARMUP_BELOW_LATENCIES * low_s), limits.warmup_cap_s)
+        why = (f"{WARMUP_BELOW_LATENCIES:g} latency at {level} from P50 {p50_ms:.0f} ms at {near}, below {top}"
+               f" measured: {min_s:.1f} s")  # fmt: skip
+        return WarmupBounds(min_s, min_s, 0, why)
     min_s = min(max(limits.warmup_min_s, WARMUP_LATENCIES * low_s), limits.warmup_cap_s)
     max_s = min(max(min_s, WARMUP_LATENCIES * high_s), limits.warmup_cap_s)
     many = f"{WARMUP_LATENCIES:g} latenc{'y' if WARMUP_LATENCIES == 1 else 'ies'}"
     why = f"{many} at {level} from P50 {p50_ms:.0f} ms at {near}: {min_s:.0f}-{max_s:.0f} s"
-    return WarmupBounds(min_s, max_s, min_requests, why)
+    return WarmupBounds(min_s, max_s, math.ceil(WARMUP_LATENCIES * level), why)
 
 
 def latency_settled(latencies_ms: Sequence[float]) -> bool:

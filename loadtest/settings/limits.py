@@ -32,6 +32,8 @@ from loadtest.settings.checks import ConfigError
 WARMUP_LATENCIES = 1.0  # a level is steady once the first wave, started together, is over: one latency at the
 #                        level, each user's first answer back (a closed loop then holds its queue as it will;
 #                        issue 33: the second latency of today's two showed nothing the step does not measure)
+WARMUP_BELOW_LATENCIES = 0.5  # below a level measured: the users' first requests under way, no first wave to wait
+#                               out (loadtest/method/timing.py warmup_bounds)
 TARGET_WINDOWS = 4  # a step may run up to 4 measured windows to reach its request target
 STEP_MAX_WINDOWS = 3  # and up to 3 windows (or a window + 30 s) for MIN_STEP_REQUESTS
 STEP_MAX_EXTRA_S = 30.0

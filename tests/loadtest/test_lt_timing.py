@@ -20,7 +20,7 @@ from loadtest.method.controller import Controller
 from loadtest.method.phase_timing import BASELINE_WARMUP_MAX_REQUESTS
 from loadtest.method.timing import latency_settled, warmup_bounds
 from loadtest.settings.checks import ConfigError
-from loadtest.settings.limits import WARMUP_LATENCIES, limits_of
+from loadtest.settings.limits import WARMUP_BELOW_LATENCIES, WARMUP_LATENCIES, limits_of
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.state import StepTag
 from runfolder import RequestRow
@@ -126,8 +126,13 @@ def test_a_warmup_lasts_about_warmup_latencies_measured_nearest_its_level() -> N
     assert (fast.min_s, fast.min_requests) == (2.0, WARMUP_LATENCIES * 8)
     slow = warmup_bounds(4, [(1, 20_000.0)], limits, 120.0)  # only the baseline: scaled by the level
     assert slow.min_s == WARMUP_LATENCIES * 20.0 and slow.max_s == WARMUP_LATENCIES * 80.0
-    at_level = warmup_bounds(4, [(1, 20_000.0), (4, 30_000.0), (8, 55_000.0)], limits, 120.0)
+    at_level = warmup_bounds(4, [(1, 20_000.0), (4, 30_000.0)], limits, 120.0)
     assert at_level.min_s == at_level.max_s == WARMUP_LATENCIES * 30.0  # the level itself was measured
+    # below a level measured (a probe, the refinement): the first requests under way, no first wave to wait out
+    below = warmup_bounds(4, [(1, 20_000.0), (4, 30_000.0), (8, 55_000.0)], limits, 120.0)
+    assert (below.min_s, below.max_s, below.min_requests) == (WARMUP_BELOW_LATENCIES * 30.0,) * 2 + (0,)
+    floor = warmup_bounds(4, [(1, 200.0), (8, 900.0)], limits, 120.0)  # 0.5 x 450 ms: WARMUP_S still holds
+    assert (floor.min_s, floor.min_requests) == (2.0, 0) and "below 8 measured" in floor.why
     capped = warmup_bounds(64, [(1, 90_000.0)], limits, 120.0)
     assert capped.max_s == limits.warmup_cap_s == WARMUP_LATENCIES * 120.0  # no request outlasts its timeout
 
