@@ -39,7 +39,7 @@ miss). bench/verdict.py holds the rule. The req/s of each is printed for informa
 - ours: `loadtest.traffic.users.OcrUser` with the payloads from `build_payloads(RunConfig(...))`: one exact
   RequestRow per request, answer parsing, CER against the image's ground truth, failure
   classification, the report to Locust's `request` event; plus what a worker does with the rows: its
-  outbox (`link._outbox_for`, as a worker's run) packs them 64 at a time as they come, and every half second
+  outbox (`link._outbox_for`, as a worker's run) packs them 64 at a time as they come, and every SHIP_INTERVAL_S
   of its running time `link.next_batches` packs the rest, appends the batch to the worker's local copy,
   then Locust's msgpack `Message.serialize` of that batch.
 - The answer: `noisy` (default) is the page's text with one character in 100 changed, so the CER is
@@ -70,7 +70,6 @@ from verdict import CONFIDENCE, MIN_ROUNDS, exit_status, median_interval, next_s
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_RATIO = 0.95
 BUCKETS = "2048x1536:1"  # one page of ~290 KB as a PNG multipart upload
-REPORT_EVERY_S = 0.5  # a worker ships its rows twice a second (loadtest/traffic/rowlink.py SHIP_INTERVAL_S)
 
 
 # --- the client process ---------------------------------------------------------------------
@@ -109,15 +108,15 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
             counts[1] += 1
         COUNTER.pack_into(shared, 0, counts[0], counts[1])
 
-    def ship_rows() -> None:  # what a worker does with the rows every half second of its running time
+    def ship_rows() -> None:  # what a worker does with the rows every SHIP_INTERVAL_S of its running time
         active, last = 0.0, time.monotonic()
         while True:
             gevent.sleep(0.1)
             now = time.monotonic()
             active += min(now - last, 0.2)  # the time it spent frozen does not count
             last = now
-            if active >= REPORT_EVERY_S:
-                active -= REPORT_EVERY_S
+            if active >= rowlink.SHIP_INTERVAL_S:  # a worker's pace of shipping its rows
+                active -= rowlink.SHIP_INTERVAL_S
                 for data in link.next_batches():
                     Message(rowlink.ROWS_MESSAGE, data, "bench").serialize()
                     box.on_ack({"seq": data["seq"]})  # as a live master does: else every batch is sent again

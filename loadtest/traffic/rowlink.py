@@ -5,7 +5,7 @@ No Locust here (loadtest/wiring/link.py moves the messages), so the bookkeeping 
     worker --ocr_rows {run_id, seq, rows, n, produced, final, round, copy}--> master
     master --ocr_rows_ack {seq, received}--> worker
 
-A worker packs its new rows twice a second (SHIP_INTERVAL_S), when the master asks at a step's end
+A worker packs its new rows four times a second (SHIP_INTERVAL_S), when the master asks at a step's end
 (`round`), and once more when its users have stopped (`final`); the same bytes go to its local copy.
 `produced` is how many rows the worker had packed by then. The master counts each batch once (a
 resent one is recognised by its seq), acknowledges it, and so knows per worker the rows produced
@@ -30,9 +30,10 @@ ROWS_MESSAGE = "ocr_rows"
 ROWS_ACK = "ocr_rows_ack"
 FLUSH_MESSAGE = "ocr_flush"  # master -> workers: send what you have now {round}
 FINAL_MESSAGE = "ocr_final"  # master -> workers: stop your users, then send the final batch
-SHIP_INTERVAL_S = 0.5  # a SIGKILLed worker takes at most this much of its rows with it; a phase whose rule
-#                        waits for rows (a step's precision, a warm-up's answers, a drain's probe) is seen this
-#                        much later at most (issue 33: 1 s cost 0.5 s at each of ~20 such ends of a demo)
+SHIP_INTERVAL_S = 0.25  # a SIGKILLed worker takes at most this much of its rows with it; a phase whose rule
+#                         waits for rows (a step's precision, a warm-up's answers, a drain's probe) is seen this
+#                         much later at most (issue 33: 1 s cost 0.5 s at each of ~20 such ends of a demo, 0.5 s
+#                         0.25 s; a batch costs the worker ~0.1 ms: bench/bench_driver.py ships at this pace)
 RESEND_AFTER_S = 5.0
 MAX_UNACKED = 600  # batches kept for resending (~10 min without a master); older ones only in the copy
 MAX_RESENDS = 50  # batches sent again at once: a master back after a gap is not flooded

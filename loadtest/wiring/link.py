@@ -4,7 +4,7 @@
     master --ocr_refused {master, worker}--> worker     (versions differ: one line on stderr, exit 2)
     master --ocr_images {digest, blob}--> worker        (once per worker and image set, by SHA-256)
     worker --ocr_images_ok {digest, error}--> master
-    rows: loadtest/traffic/rowlink.py (batches twice a second, a flush at each step's end, a final batch)
+    rows: loadtest/traffic/rowlink.py (batches four times a second, a flush at each step's end, a final batch)
 
 Handlers run inside Locust's receive loop (a heartbeat waits behind them): each does a bounded
 amount of work; the only waits (for image sets, flush answers, final batches) happen in the master's

@@ -8,7 +8,7 @@ a phase would end only at a whole second after its rule holds: a 2 s warm-up tha
 flush (a few ms past its tick) was seen over at its third tick, 3.0 s, and a cooldown whose memory was back
 at idle 0.2 s after its drain ran 2.0 s. So while the phase goes on, `tick()` asks the controller again
 every POLL_S for up to POLL_SPAN_S and returns as soon as the answer changes (`polled`): a phase ends within
-POLL_S of its time bound, or of the rows or readings its rule waits for (workers ship rows twice a second,
+POLL_S of its time bound, or of the rows or readings its rule waits for (workers ship rows four times a second,
 GPU readings arrive every 0.25 s), and Locust's next tick follows at once.
 """
 
