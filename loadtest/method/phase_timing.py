@@ -95,10 +95,12 @@ class PhaseTiming:
         self.last_at_rest = False  # the last cooldown ended with memory back at idle (the promise's "about")
         self.step_window: StepWindow | None = None  # the current step's bounds, its neighbours' throughputs in them
         self.p95 = P95Record()  # each level stepped: whether a window of it had a P95 as sought
+        self.p95_at_stop: bool | None = None  # the step's stop rule read its P95 as sought when it ended it
 
     def reset(self) -> None:
         """A new phase starts."""
         self.drained_at, self.drain_cut = None, ""
+        self.p95_at_stop = None
 
     def timed(self, spec: PhaseSpec) -> PhaseSpec:
         """The plan's phase with the times that follow the server: a warm-up's bounds from the latencies."""
@@ -172,7 +174,10 @@ class PhaseTiming:
         done = elapsed_s >= spec.min_s and rows >= spec.min_requests
         window = self.step_window  # a step of the search (a re-measure is a fixed window): set by `timed`
         if spec.phase == Phase.STEP and spec.target_max_s and window is not None:
-            return elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens)
+            ended = elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens)
+            if ended:  # as the rule read it: the answers the step-end flush brings in may move the P95's interval
+                self.p95_at_stop = p95_sought(ctl.live_latency_ms, elapsed_s, window.window_s)
+            return ended
         if spec.phase == Phase.IDLE:  # back at the pre-flight's idle memory (loadtest/method/settle.py)
             return elapsed_s >= spec.min_s and ctl.settle.back_at(ctl.preflight_idle_mib)
         if spec.phase == Phase.WARMUP and not ctl.measured_levels:
@@ -188,10 +193,16 @@ class PhaseTiming:
 
     def step_closed(self, spec: PhaseSpec, elapsed_s: float) -> None:
         """A closed loop's step (or re-measure) ended after `elapsed_s`: note whether its P95 is as good as a
-        sought one (`windows.p95_sought`, on the answers back so far, as its stop rule read them)."""
+        sought one (`windows.p95_sought`): as its stop rule read it when it ended the step, else on the answers
+        back by now (a step ended at its cap, a re-measure's fixed window). Issue 33: noisy-24g's level 8 ended
+        on a P95 known from 63 answers (its interval 18% of it); the 10 the flush brought widened it to 21%,
+        and the answer was measured once more for 8 s."""
         if spec.phase != Phase.STEP or spec.rate_rps:
             return
-        self.p95.note(spec.level, p95_sought(self.ctl.live_latency_ms, elapsed_s, self.ctl.cfg.step_s))
+        sought = self.p95_at_stop
+        if sought is None:
+            sought = p95_sought(self.ctl.live_latency_ms, elapsed_s, self.ctl.cfg.step_s)
+        self.p95.note(spec.level, sought)
 
     def cooldown_over(self, now: float, elapsed_s: float, user_count: int) -> bool:
         """Every user stopped (each request of the step back, or cut at the stop timeout), then GPU memory

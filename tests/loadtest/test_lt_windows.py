@@ -244,3 +244,22 @@ def test_the_controller_notes_the_levels_none_of_whose_windows_had_a_p95_as_soug
     assert timing.p95.short() == {9}
     timing.step_closed(PhaseSpec(Phase.STEP, 9, "re-measure", 8.0, 38.0, 20), run.cfg.step_s)  # the answer's P95
     assert timing.p95.short() == set()
+
+
+def test_the_note_follows_the_stop_rule_not_the_answers_the_flush_brings_after_it():
+    """noisy-24g's level 8 ended on a P95 known from 63 answers; the 10 the step-end flush brought widened its
+    interval past 20%, and the answer was measured once more: the note reads the P95 as the rule did."""
+    run = _VerifyingRun(None)
+    timing = PhaseTiming(run)  # type: ignore[arg-type]
+    step = PhaseSpec(Phase.STEP, 8, "x0.25..x1.2 of the estimate 10", STEP_FLOOR_S, 40.0, 20, target_max_s=32.0)
+    timing.step_window = StepWindow(20, run.cfg.step_s, 32.0, level=8, below=(4, 2.0))  # far above 4: rps to 10%
+    run.live_latency_ms = [500.0] * 50 + [1000.0] * 10  # known: the interval 1000-1000 ms
+    run.live_tokens = [float("nan")] * 60
+    assert p95_known(run.live_latency_ms) and timing.done(step, 60, 5.5)
+    run.live_latency_ms += [2000.0] * 3  # the flush's answers: the interval 1000-2000 ms, no longer known
+    assert not p95_known(run.live_latency_ms)
+    timing.step_closed(step, 5.7)
+    assert timing.p95.short() == set()
+    timing.reset()  # the next step: ended at its cap, not by its rule; read at its close
+    timing.step_closed(replace(step, level=7), 5.7)
+    assert timing.p95.short() == {7}
