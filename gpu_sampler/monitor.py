@@ -266,6 +266,13 @@ class GpuMonitor:
         except SamplerError as err:
             log.warning("could not mark step %s on the sidecar: %s", step_index, err)
 
+    def read_soon(self) -> None:
+        """The GPU and the server's metrics read at once rather than at their next tick (a cooldown waits for
+        readings taken after its drain); the sidecar's poller is left to its pace."""
+        for sampler in self.samplers:
+            if sampler.name in ("gpu-sampler", "server-sampler"):
+                sampler.read_soon()
+
     def latest_mem_used_mib(self) -> float | None:
         """The server's GPU memory now (MiB): its card's once `use_card` named it (its own memory, other
         processes' left out where known), else summed over the GPUs sampled (the rule of `combine_gpus`);

@@ -4,7 +4,8 @@ Algorithm (parameters: `interval_s`, `clock`, `ring_size`, `reservoir_size`, `ma
 - Ticks sit on an absolute grid `t0 + k * interval_s`, so the rate never drifts however long a read
   takes. A tick reached late by less than an interval is sampled at once; a read that overruns by a
   whole interval or more drops the ticks it covered (counted in `missed_ticks`) and waits for the next
-  tick of the grid; a clock that jumps backwards restarts the grid.
+  tick of the grid; a clock that jumps backwards restarts the grid. `read_soon()` asks for a tick now
+  (within a nap, 0.05 s): the grid restarts from it (a cooldown waits for a reading taken after its drain).
 - Each tick: `t = clock()`, `step = step_of()`, `records = reader.read()`, each record stamped
   `(t, step)`, appended to a bounded `Ring` (a cursor-addressed buffer of the last `ring_size` records),
   folded into the per-step statistics and handed to `sink` (which runs in the sampler's thread).
@@ -164,6 +165,7 @@ class Sampler:
         self._steps: OrderedDict[tuple[int, int], _StepAcc] = OrderedDict()
         self._lock = real_lock()
         self._stop = False
+        self._soon = False  # read_soon(): the next nap ends at once (a plain flag: any thread may set it)
         self._thread: RealThread | None = None
         self._healthy: bool | None = None
         self.reads_ok = 0
@@ -295,10 +297,17 @@ class Sampler:
                 t0, k = now, 1
                 target = now + interval
             while not self._stop:
+                if self._soon:  # a reading now; the grid goes on from it
+                    self._soon, t0, k = False, clock(), 0
+                    break
                 remaining = target - clock()
                 if remaining <= 0:
                     break
-                sleep(min(remaining, 0.05))  # short naps, so stop() is prompt at any interval
+                sleep(min(remaining, 0.05))  # short naps, so stop() and read_soon() are prompt at any interval
+
+    def read_soon(self) -> None:
+        """Read at once (within a nap) rather than at the grid's next tick; the grid restarts from there."""
+        self._soon = True
 
     def start(self) -> Sampler:
         """Run the loop in a real OS thread (also under gevent monkey-patching); returns self."""

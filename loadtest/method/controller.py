@@ -370,8 +370,15 @@ class Controller(PlanDecisions):
             self.aborted = why
             self.event("abort", why)
 
+    def read_soon(self) -> None:
+        """The card and the server's metrics read at once: a cooldown drained, and waits for readings since."""
+        if self.monitor is not None:
+            self.monitor.read_soon()
+
     def at_rest(self, since_s: float) -> bool:
         """Memory back at idle and nothing in flight at the server, read since `since_s` (loadtest.method.settle)."""
+        if self.monitor is not None:
+            self.monitor.deliver()  # what was read since the last delivery (every 0.25 s), at once
         used = self.monitor.latest_mem_used_mib() if self.monitor is not None else None
         return at_rest(self.settle, used, self.idle_mib, self.last_server, since_s)
 

@@ -83,6 +83,8 @@ class TimedRun(Protocol):
 
     def at_rest(self, since_s: float) -> bool: ...
 
+    def read_soon(self) -> None: ...
+
 
 class PhaseTiming:
     """The timing decisions of one controller's current phase."""
@@ -213,6 +215,7 @@ class PhaseTiming:
         if self.drained_at is None:
             if user_count == 0:
                 self.drained_at = now
+                ctl.read_soon()  # at_rest waits for readings taken from now: not for the samplers' next tick
             elif elapsed_s >= limits.drain_cap_s:
                 self.drain_cut = (
                     f"{user_count} user(s) still running {elapsed_s:.0f} s into the cooldown, past the stop timeout"

@@ -59,6 +59,24 @@ def test_clock_jumping_back_restarts_the_grid() -> None:
     assert stamps[4] == pytest.approx(500.20) and stamps[5] - stamps[4] == pytest.approx(0.05)
 
 
+def test_read_soon_reads_at_once_and_the_grid_goes_on_from_there() -> None:
+    clock = FakeClock(start=0.0)
+    holder: list[Sampler] = []
+
+    class Asker(ListReader):  # a cooldown drains 0.5 s after the third read and asks for a reading now
+        def read(self) -> list:
+            if self.calls == 2:
+                clock.advance(0.5)
+                holder[0].read_soon()
+            return super().read()
+
+    sampler = Sampler(Asker([1.0]), 10.0, clock=clock, sleep=clock.sleep)
+    holder.append(sampler)
+    sampler.run(max_samples=5)
+    stamps = [r.t_unix_s for r in sampler.ring.since(0)[0]]
+    assert stamps == pytest.approx([0.0, 10.0, 20.0, 20.5, 30.5])  # not 30.0: the next tick, 9.5 s later
+
+
 def test_samples_are_stamped_with_time_and_step() -> None:
     clock, step = FakeClock(start=10.0), {"i": 0}
 

@@ -17,9 +17,16 @@ IDLE_MIB = 6000.0
 class _FakeMonitor:
     def __init__(self) -> None:
         self.used_mib: float | None = None
+        self.asked_soon = self.delivered = 0
 
     def latest_mem_used_mib(self) -> float | None:
         return self.used_mib
+
+    def read_soon(self) -> None:
+        self.asked_soon += 1
+
+    def deliver(self) -> None:
+        self.delivered += 1
 
     def mark_step(self, step_index: int) -> None:
         pass
@@ -216,3 +223,16 @@ def test_a_card_the_preflight_read_must_be_seen_again() -> None:
     for t in (10.0, 10.5):
         settle.add(0, t, IDLE_MIB)
     assert settle.back_at({0: IDLE_MIB}) and not settle.back_at({0: IDLE_MIB, 1: 300.0}) and not settle.back_at({})
+
+
+def test_a_drained_cooldown_asks_for_readings_at_once_and_takes_them_as_they_come(tmp_path: Path) -> None:
+    """At rest needs a card and a server reading taken since the drain: the samplers read at once (not at
+    their next tick, up to 0.5 s on) and the controller takes what they read without the 0.25 s delivery."""
+    ctl, monitor = _controller(tmp_path)
+    ctl.spec = PhaseSpec("cooldown", 0, "cooldown", 4.0, 15.0)
+    assert not ctl.timing.cooldown_over(100.0, 0.2, 3) and monitor.asked_soon == 0  # users still stopping
+    assert not ctl.timing.cooldown_over(100.3, 0.5, 0)  # drained: nothing read since
+    assert monitor.asked_soon == 1 and monitor.delivered == 1
+    _feed(ctl, monitor, 100.35, 100.35, IDLE_MIB)
+    assert ctl.timing.cooldown_over(100.4, 0.6, 0) and monitor.asked_soon == 1 and monitor.delivered == 2
+    ctl.close()
