@@ -32,10 +32,10 @@ FLUSH_MESSAGE = "ocr_flush"  # master -> workers: send what you have now {round}
 FINAL_MESSAGE = "ocr_final"  # master -> workers: stop your users, then send the final batch
 SHIP_INTERVAL_S = 0.25  # a SIGKILLed worker takes at most this much of its rows with it; a phase whose rule
 #                         waits for rows (a step's precision, a warm-up's answers, a drain's probe) is seen this
-#                         much later at most (issue 33: 1 s cost 0.5 s at each of ~20 such ends of a demo, 0.5 s
-#                         0.25 s; a batch costs the worker ~0.1 ms: bench/bench_driver.py ships at this pace)
+#                         much later at most (issue 33: 1 s cost 0.5 s at each of ~20 such ends of a demo; at
+#                         this pace bench/bench_driver.py still finds the worker within 5% of bare Locust)
 RESEND_AFTER_S = 5.0
-MAX_UNACKED = 600  # batches kept for resending (~10 min without a master); older ones only in the copy
+MAX_UNACKED = 2400  # batches kept for resending (~10 min without a master); older ones only in the copy
 MAX_RESENDS = 50  # batches sent again at once: a master back after a gap is not flooded
 FINAL_WAIT_S = 5.0  # at the run's end, after the workers' stop timeout
 WORKER_DIR_ENV = "OCRCAP_WORKER_DIR"  # `python -m loadtest worker --worker-dir` sets it for its Locust
