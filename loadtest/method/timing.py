@@ -46,9 +46,9 @@ def warmup_bounds(
     time at this load (a batch size to compile, memory to grow) is behind it, so the warm-up only lets the
     users' first requests run WARMUP_BELOW_LATENCIES of the lower bound (their shares count in the window's
     throughput as any request's that spans its start; their latencies, sent before it, stay out of its P95)."""
+    min_requests = math.ceil(WARMUP_LATENCIES * level)
     known = [(m, p50_ms) for m, p50_ms in measured if m > 0 and p50_ms == p50_ms and p50_ms > 0]
     if not known:
-        min_requests = math.ceil(WARMUP_LATENCIES * level)
         return WarmupBounds(limits.warmup_min_s, limits.warmup_cap_s, min_requests, "no latency measured yet")
     near, p50_ms = min(reversed(known), key=lambda m: (abs(math.log(level / m[0])), -m[0]))  # ties: the latest
     lat_s = p50_ms / 1000.0
@@ -64,7 +64,7 @@ def warmup_bounds(
     max_s = min(max(min_s, WARMUP_LATENCIES * high_s), limits.warmup_cap_s)
     many = f"{WARMUP_LATENCIES:g} latenc{'y' if WARMUP_LATENCIES == 1 else 'ies'}"
     why = f"{many} at {level} from P50 {p50_ms:.0f} ms at {near}: {min_s:.0f}-{max_s:.0f} s"
-    return WarmupBounds(min_s, max_s, math.ceil(WARMUP_LATENCIES * level), why)
+    return WarmupBounds(min_s, max_s, min_requests, why)
 
 
 def latency_settled(latencies_ms: Sequence[float]) -> bool:
