@@ -63,7 +63,7 @@ class MemorySettle:
         """Every GPU seen has samples spanning STABLE_S whose spread is within the tolerance."""
         if not self._samples:
             return False
-        tolerance = max(STABLE_FLOOR_MIB, STABLE_FRACTION * (idle_mib or 0.0))
+        tolerance = stable_tolerance_mib(idle_mib or 0.0)
         for gpu, window in self._samples.items():
             newest = window[-1][0]
             if newest - self._first_t[gpu] < STABLE_S:
@@ -80,7 +80,7 @@ class MemorySettle:
             return False
         for gpu, reference in reference_mib.items():
             values = [m for _, m in self._samples.get(gpu, ())]
-            tolerance = max(STABLE_FLOOR_MIB, STABLE_FRACTION * reference)
+            tolerance = stable_tolerance_mib(reference)
             if len(values) < IDLE_READINGS or any(abs(m - reference) > tolerance for m in values):
                 return False
         return True
@@ -92,6 +92,11 @@ class MemorySettle:
         if near_idle(used_mib, idle_mib):
             return True
         return self.stable(idle_mib)
+
+
+def stable_tolerance_mib(reference_mib: float) -> float:
+    """How far memory may move and still read as the same: max(STABLE_FLOOR_MIB, STABLE_FRACTION x it)."""
+    return max(STABLE_FLOOR_MIB, STABLE_FRACTION * reference_mib)
 
 
 def preflight_reading(manifest: Mapping[str, Any]) -> dict[int, float]:
