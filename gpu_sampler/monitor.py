@@ -131,6 +131,7 @@ class GpuMonitor:
             else None
         )
         self.samplers: list[Sampler] = []
+        self._sampler_of: dict[str, Sampler] = {}  # by the queue it fills
         if self.gpu_reader is not None:
             interval = scrape_interval_s if self.kind == "dcgm" else nvml_interval_s
             self._add_sampler(self.gpu_reader, interval, "gpu", f"GPU ({self.kind})")
@@ -165,18 +166,18 @@ class GpuMonitor:
             if queue == "gpu":
                 self._note_gpu(records)
 
-        self.samplers.append(
-            Sampler(
-                reader,
-                interval_s,
-                clock=self.clock,
-                step_of=self.step_of,
-                sink=sink,
-                ring_size=16,
-                on_health=lambda ok, message: self._gap_or_back(label, ok, message),
-                name=f"{queue}-sampler",
-            )
+        sampler = Sampler(
+            reader,
+            interval_s,
+            clock=self.clock,
+            step_of=self.step_of,
+            sink=sink,
+            ring_size=16,
+            on_health=lambda ok, message: self._gap_or_back(label, ok, message),
+            name=f"{queue}-sampler",
         )
+        self.samplers.append(sampler)
+        self._sampler_of[queue] = sampler
 
     # --- before the run -----------------------------------------------------------------------------
     def check(self) -> None:
@@ -269,9 +270,9 @@ class GpuMonitor:
     def read_soon(self) -> None:
         """The GPU and the server's metrics read at once rather than at their next tick (a cooldown waits for
         readings taken after its drain); the sidecar's poller is left to its pace."""
-        for sampler in self.samplers:
-            if sampler.name in ("gpu-sampler", "server-sampler"):
-                sampler.read_soon()
+        for queue in ("gpu", "server"):
+            if queue in self._sampler_of:
+                self._sampler_of[queue].read_soon()
 
     def latest_mem_used_mib(self) -> float | None:
         """The server's GPU memory now (MiB): its card's once `use_card` named it (its own memory, other

@@ -163,3 +163,22 @@ def test_a_failing_callback_never_stops_the_monitor() -> None:
     wait_until(lambda: calls["n"] >= 5)
     monitor.stop()
     assert monitor.latest_mem_used_mib() is not None
+
+
+def test_read_soon_reads_the_gpu_at_once_and_leaves_the_host_to_its_pace() -> None:
+    """A drained cooldown waits for a card reading taken since: the GPU (and the server's metrics, where read)
+    are read within a nap, not at their next tick; the host's sampler keeps its grid."""
+    gpu: list[GpuSample] = []
+    monitor = GpuMonitor.from_spec(
+        "nvml", gpu_reader=NvmlReader(nvml=FakeNvml(gpus=1)), on_gpu=gpu.extend, nvml_interval_s=30.0,
+        scrape_interval_s=30.0, deliver_interval_s=0.05,
+    )  # fmt: skip
+    monitor.check()
+    monitor.start()
+    wait_until(lambda: len(gpu) >= 1)  # the first tick; the next one 30 s on
+    host = next(s for s in monitor.samplers if s.name == "host-sampler")
+    host_reads = host.reads_ok
+    monitor.read_soon()
+    wait_until(lambda: len(gpu) >= 2)
+    assert host.reads_ok == host_reads
+    monitor.stop()
