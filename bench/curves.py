@@ -36,7 +36,7 @@ from loadtest.method import windows
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
-from loadtest.method.windows import StepWindow, baseline_done, neighbours, step_done
+from loadtest.method.windows import StepWindow, baseline_done, neighbours
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
@@ -281,10 +281,10 @@ def _window_s(
         sought: list[bool] = []  # read at the tick that ends it
 
         def ended(lat: list[float], rows: int, t: float, tokens: list[float]) -> bool:
-            over = t >= spec.min_s and step_done(lat, rows, t, bounds, tokens)
-            if over:
-                sought.append(windows.p95_sought(lat, t, cfg.step_s))
-            return over
+            at_end = windows.step_ended(lat, rows, t, bounds, tokens) if t >= spec.min_s else None
+            if at_end is not None:
+                sought.append(at_end)
+            return at_end is not None
 
         window = window_end_s(req, index, max_s, ended)
         return window, sought[0] if sought else True  # none: it ran to its longest, past STEP_S

@@ -39,7 +39,7 @@ from loadtest.method.windows import (
     baseline_done,
     neighbours,
     p95_sought,
-    step_done,
+    step_ended,
     verify_done,
 )
 from loadtest.settings.limits import TimingLimits
@@ -176,10 +176,10 @@ class PhaseTiming:
         done = elapsed_s >= spec.min_s and rows >= spec.min_requests
         window = self.step_window  # a step of the search (a re-measure is a fixed window): set by `timed`
         if spec.phase == Phase.STEP and spec.target_max_s and window is not None:
-            ended = elapsed_s >= spec.min_s and step_done(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens)
-            if ended:  # as the rule read it: the answers the step-end flush brings in may move the P95's interval
-                self.p95_at_stop = p95_sought(ctl.live_latency_ms, elapsed_s, window.window_s)
-            return ended
+            if elapsed_s < spec.min_s:
+                return False
+            self.p95_at_stop = step_ended(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens)
+            return self.p95_at_stop is not None
         if spec.phase == Phase.IDLE:  # back at the pre-flight's idle memory (loadtest/method/settle.py)
             return elapsed_s >= spec.min_s and ctl.settle.back_at(ctl.preflight_idle_mib)
         if spec.phase == Phase.WARMUP and not ctl.measured_levels:
@@ -195,10 +195,8 @@ class PhaseTiming:
 
     def step_closed(self, spec: PhaseSpec, elapsed_s: float) -> None:
         """A closed loop's step (or re-measure) ended after `elapsed_s`: note whether its P95 is as good as a
-        sought one (`windows.p95_sought`): as its stop rule read it when it ended the step, else on the answers
-        back by now (a step ended at its cap, a re-measure's fixed window). Issue 33: noisy-24g's level 8 ended
-        on a P95 known from 63 answers (its interval 18% of it); the 10 the flush brought widened it to 21%,
-        and the answer was measured once more for 8 s."""
+        sought one (`windows.p95_sought`): as its stop rule read it when it ended the step (`windows.step_ended`),
+        else on the answers back by now (a step ended at its cap, a re-measure's fixed window)."""
         if spec.phase != Phase.STEP or spec.rate_rps:
             return
         sought = self.p95_at_stop
