@@ -36,7 +36,7 @@ from loadtest.method import windows
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
 from loadtest.method.plan import PhaseSpec, plan_phases
-from loadtest.method.windows import StepWindow, baseline_done, neighbours
+from loadtest.method.windows import CARRY_MARGIN_S, StepWindow, baseline_done, neighbours
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
@@ -156,11 +156,12 @@ def _window_requests(curve: Curve, users: int, window_s: float, phase: str, inde
 
 
 def window_end_s(
-    req: pd.DataFrame, index: int, max_s: float, done: Callable[[list[float], int, float, list[float]], bool]
+    req: pd.DataFrame, index: int, max_s: float, done: Callable[[list[float], int, float, list[float], int], bool]
 ) -> float:
     """The tick at which the product's rule `done(answers' latencies so far, rows so far, elapsed_s, their
-    completion tokens)` ends a window whose requests are `req` (drawn up to `max_s`): the rows reach the
-    controller as requests end."""
+    completion tokens, requests started so far)` ends a window whose requests are `req` (drawn up to `max_s`):
+    the rows reach the controller as requests end; the started ones as the controller counts them (its own
+    answers and the warm-up's back CARRY_MARGIN_S into it: method/phase_timing.py)."""
     own = req[req["step_index"] == index]
     ends = (own["t_start_unix_s"] + own["latency_ms"] / 1000.0).to_numpy()
     order = np.argsort(ends, kind="stable")
@@ -168,11 +169,15 @@ def window_end_s(
     lat = own["latency_ms"].to_numpy()[order][ok]  # the answers, in the order they come back
     tokens = own["completion_tokens"].to_numpy(dtype=np.float64)[order][ok]
     answered = np.concatenate(([0], np.cumsum(ok)))  # answers among the first n rows back
+    before = req[(req["step_index"] == index - 1) & req["ok"]]
+    carried = np.sort((before["t_start_unix_s"] + before["latency_ms"] / 1000.0).to_numpy())
+    carried = carried[carried >= CARRY_MARGIN_S]
     t = TICK_S
     while t < max_s:
         back = int(np.searchsorted(ends, t, side="right"))
         n = int(answered[back])
-        if done(lat[:n].tolist(), back, t, tokens[:n].tolist()):
+        started = max(back, n + int(np.searchsorted(carried, t, side="right")))
+        if done(lat[:n].tolist(), back, t, tokens[:n].tolist(), started):
             return t
         t += TICK_S
     return max_s
@@ -280,8 +285,8 @@ def _window_s(
 
         sought: list[bool] = []  # read at the tick that ends it
 
-        def ended(lat: list[float], rows: int, t: float, tokens: list[float]) -> bool:
-            at_end = windows.step_ended(lat, rows, t, bounds, tokens) if t >= spec.min_s else None
+        def ended(lat: list[float], rows: int, t: float, tokens: list[float], started: int) -> bool:
+            at_end = windows.step_ended(lat, rows, t, bounds, tokens, started) if t >= spec.min_s else None
             if at_end is not None:
                 sought.append(at_end)
             return at_end is not None
@@ -289,7 +294,7 @@ def _window_s(
         window = window_end_s(req, index, max_s, ended)
         return window, sought[0] if sought else True  # none: it ran to its longest, past STEP_S
 
-    def settled(lat: list[float], rows: int, t: float, _tokens: list[float]) -> bool:
+    def settled(lat: list[float], rows: int, t: float, _tokens: list[float], _started: int) -> bool:
         return t >= spec.min_s and (rows >= spec.min_requests or baseline_done(lat, rows, cfg.baseline_round_requests, True))
 
     return window_end_s(req, index, max_s, settled), True

@@ -82,6 +82,15 @@ class LiveSteps:
             if sample.host_role == "driver" and sample.step_index > self._final_through:  # final rows are kept
                 self._host[sample.step_index].append(sample)
 
+    def carried_into(self, index: int, level: int, since_unix_s: float) -> int:
+        """The answers of the warm-up before step `index` (at its `level`) back at or after `since_unix_s`: in a
+        closed loop each one's user sent its next request at once, in step `index` (a failed one may pause
+        first: not counted)."""
+        before = self._closed.get(index - 1)
+        if before is None or before.phase != Phase.WARMUP or before.level != level:
+            return 0
+        return sum(1 for r in self._rows.get(index - 1, ()) if r.ok and r.t_start_unix_s + r.latency_ms / 1000.0 >= since_unix_s)
+
     def close(self, step: StepRow) -> None:
         self.revision += 1
         self._closed[step.step_index] = step

@@ -33,6 +33,7 @@ from loadtest.method.progress import progress
 from loadtest.method.settle import MemorySettle
 from loadtest.method.timing import SETTLED_REQUESTS, latency_settled, warmup_bounds
 from loadtest.method.windows import (
+    CARRY_MARGIN_S,
     P95Record,
     StepWindow,
     answer_bar_rps,
@@ -71,6 +72,7 @@ class TimedRun(Protocol):
     knee_seen: Any  # the knee on the steps so far (loadtest/method/decisions.py), None before the first
     spec: PhaseSpec | None
     step_index: int
+    phase_start: float  # when the current phase started (the clock rows are stamped with)
     aborted: str
     completed: list[dict[str, Any]]  # the panel's rows
 
@@ -169,6 +171,14 @@ class PhaseTiming:
                 " starts after them, so they stay out of its latency and spread",
             )
 
+    def _started(self, spec: PhaseSpec, rows: int) -> int:
+        """The step's own requests started so far, at least: each answer back in it, of its own or its
+        warm-up's (CARRY_MARGIN_S after its start: the workers then tag what they send with it), was followed
+        at once by its user's next request; and its own rows back."""
+        ctl = self.ctl
+        carried = ctl.live.carried_into(ctl.step_index, spec.level, ctl.phase_start + CARRY_MARGIN_S)
+        return max(rows, carried + len(ctl.live_latency_ms))
+
     def done(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
         """The phase (not a drain or a cooldown: see the controller) has what it is for: its minimum time and
         requests, and what its own rule asks (a step, the baseline and its warm-up, the verify window)."""
@@ -178,7 +188,8 @@ class PhaseTiming:
         if spec.phase == Phase.STEP and spec.target_max_s and window is not None:
             if elapsed_s < spec.min_s:
                 return False
-            self.p95_at_stop = step_ended(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens)
+            started = self._started(spec, rows) if rows < window.min_requests else rows
+            self.p95_at_stop = step_ended(ctl.live_latency_ms, rows, elapsed_s, window, ctl.live_tokens, started)
             return self.p95_at_stop is not None
         if spec.phase == Phase.IDLE:  # back at the pre-flight's idle memory (loadtest/method/settle.py)
             return elapsed_s >= spec.min_s and ctl.settle.back_at(ctl.preflight_idle_mib)

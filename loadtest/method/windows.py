@@ -2,9 +2,11 @@
 
     step      ends once its throughput and its P95 are known to the precision the knee needs, after a floor
               of STEP_FLOOR_LATENCIES latencies at its level (at least STEP_FLOOR_S, at most STEP_S) and
-              MIN_STEP_REQUESTS requests; the P95 is sought up to STEP_S, the throughput's request target up
-              to TARGET_WINDOWS x STEP_S (loadtest/settings/limits.py), so no step runs longer than it did
-              with a fixed STEP_S window, and a precise one ends sooner:
+              MIN_STEP_REQUESTS requests started in it (`started`: those in flight come back in the
+              cooldown's drain before its row is final, so its row has them all); the P95 is sought up to
+              STEP_S, the throughput's request target up to TARGET_WINDOWS x STEP_S
+              (loadtest/settings/limits.py), so no step runs longer than it did with a fixed STEP_S window,
+              and a precise one ends sooner:
               - throughput: a closed loop's completions are a renewal process, so its relative error is the
                 step's own latency CV / sqrt(n) (`timing.target_requests`), to TARGET_REL_SE (2%) near the
                 knee and coarser where the level still gains much over the level below it (GAIN_SHARE of
@@ -55,7 +57,13 @@ from analysis.plateau import NEAR_SE
 from analysis.queue_floor import Spread, floor_spread
 from analysis.stats import num
 from analysis.verify import EXCESS_FAST_MIN_SHARE
-from loadtest.method.timing import MIN_CV_REQUESTS, own_throughput_cv, step_rel_se, target_requests
+from loadtest.method.timing import (
+    MIN_CV_REQUESTS,
+    TARGET_REL_SE,
+    own_throughput_cv,
+    step_rel_se,
+    target_requests,
+)
 
 P95 = 0.95
 KNEE_SHARE = float(KNEE_DEFAULTS["knee_share"])  # the answer reaches this share of the plateau (analysis.knee)
@@ -63,6 +71,8 @@ BAR_Z = 2.0  # a step whose throughput lies this many standard errors under the 
 P95_Z = 1.645  # a 90% two-sided interval: a stopping rule, not the report's interval
 P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x it, the knee reads throughput
 STEP_FLOOR_LATENCIES = 3.0  # every user completed a few requests at this level
+CARRY_MARGIN_S = 0.1  # a warm-up's answer this long into a step: its user's next request is the step's (the
+#                       step's tag reaches the workers by then: the clock probe's round trips took 0.4-26 ms)
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
 BASELINE_REL_SE = 0.10  # one request's mean latency to 10%: what the levels, warm-ups and the drain are read
 #                        against, each with far more room than that (the knee's level-1 point, the first level's
@@ -161,16 +171,22 @@ def neighbours(level: int, measured: Sequence[tuple[int, float]]) -> tuple[tuple
 
 
 def step_done(
-    latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow, tokens: Sequence[float] | None = None
+    latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow, tokens: Sequence[float] | None = None,
+    started: int = 0,
 ) -> bool:
     """The step may end: MIN_STEP_REQUESTS in (the controller waits for them up to the step's max_s), past its
     floor, its throughput to TARGET_REL_SE (its own CV's request target, up to `cap_s`; by answer length,
     the spread of `tokens`, each answer's, against the latencies: timing.own_throughput_cv; past the knee a
     lower level's spread: analysis/queue_floor.py), and its P95 known to P95_REL_WIDTH (sought up to STEP_S,
-    where `window.seek_p95`: a step whose throughput is precise never runs longer than STEP_S)."""
-    if rows < window.min_requests:
+    where `window.seek_p95`: a step whose throughput is precise never runs longer than STEP_S).
+    MIN_STEP_REQUESTS may count those `started` in it and still in flight (they come back in the cooldown's
+    drain before its row is final, so its row has them all) where the answers back already give its
+    throughput to TARGET_REL_SE: a steady server's step then ends once it has sent them, not a latency later;
+    a noisy one's never ends on fewer answers than it had."""
+    enough = rows >= window.min_requests
+    if not enough and started < window.min_requests:
         return False
-    if elapsed_s >= window.cap_s:
+    if enough and elapsed_s >= window.cap_s:
         return True
     if elapsed_s < step_floor_s(latencies_ms, window.window_s):
         return False
@@ -179,20 +195,23 @@ def step_done(
         cv = floor_spread(window.level, cv, float(np.mean(latencies_ms)), window.lower)[0]
     if rows < target_requests(cv, window.rel_se(len(latencies_ms), elapsed_s)):
         return False
+    if not enough and (cv is None or rows < target_requests(cv, TARGET_REL_SE)):
+        return False
     if not (window.seek_p95 and may_be_answer(latencies_ms, window)):
         return True
     return p95_sought(latencies_ms, elapsed_s, window.window_s)
 
 
 def step_ended(
-    latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow, tokens: Sequence[float] | None = None
+    latencies_ms: Sequence[float], rows: int, elapsed_s: float, window: StepWindow, tokens: Sequence[float] | None = None,
+    started: int = 0,
 ) -> bool | None:
     """None while the step goes on (`step_done`); once it may end, whether its P95 was then as good as a sought
     one (`p95_sought`): read as the rule read it, not on the answers the step-end flush brings after (issue
     33: noisy-24g's level 8 ended on a P95 known from 63 answers; the flush's 10 widened its interval from 18%
     to 21%, and the answer was measured once more for 8 s). The controller's timing and the bench's virtual
     runs both note this reading (`P95Record`)."""
-    if not step_done(latencies_ms, rows, elapsed_s, window, tokens):
+    if not step_done(latencies_ms, rows, elapsed_s, window, tokens, started):
         return None
     return p95_sought(latencies_ms, elapsed_s, window.window_s)
 

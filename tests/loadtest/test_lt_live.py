@@ -107,3 +107,16 @@ def test_the_driver_cpu_reaches_the_live_row_as_the_report_reads_it(tmp_path: Pa
         assert live.table().iloc[0]["driver_cpu_mean_pct"] == 92.0
     finally:
         ctl.close()
+
+
+def test_a_warmups_answers_back_in_the_step_each_sent_one_of_its_requests() -> None:
+    live = LiveSteps()
+    warm = StepRow(1, "warmup", 2, 0.0, 2.0, "complete", "")
+    live.close(warm)
+    live.add_rows([_row(1, 1, 0.0, 1900.0), _row(2, 1, 0.5, 1800.0), _row(3, 1, 0.6, 1500.0, ok=False),
+                   _row(4, 1, 1.0, 500.0)])  # fmt: skip
+    assert live.carried_into(2, 2, since_unix_s=2.1) == 1  # back at 2.3; one at 1.9 before it, a failure pauses
+    assert live.carried_into(2, 3, since_unix_s=2.1) == 0  # another level: the warm-up's users are not the step's
+    live.close(StepRow(2, "step", 2, 2.0, 12.0, "complete", ""))
+    live.close(StepRow(3, "cooldown", 0, 12.0, 14.0, "complete", ""))
+    assert live.carried_into(4, 2, since_unix_s=14.1) == 0  # after a cooldown nothing is carried

@@ -284,3 +284,18 @@ def test_the_baseline_ends_once_settled_before_its_last_round(tmp_path: Path) ->
     load = _Load(_cfg(levels="2", warmup_s=0.5, baseline_rounds=3, baseline_round_requests=10), tmp_path / "n", noisy)
     load.run(lambda c: c.finished)
     assert int(load.ctl.live.table().query("phase == 'baseline'").iloc[0]["requests"]) >= 30  # all its rounds
+
+
+def test_a_step_ends_once_min_step_requests_were_sent_in_it_and_its_row_has_them_all(tmp_path: Path) -> None:
+    # 4 users, 1 s answers: 20 answers of the step's own would take 5 latencies after the warm-up's are back;
+    # 20 sent in it take 4 (each answer back, the warm-up's included, sends the next at once)
+    steady = lambda n, level: 0.2 if level == 1 else 1.0  # noqa: E731
+    load = _Load(_cfg(levels="4", warmup_s=0.5, step_s=4.0, min_step_requests=20), tmp_path, steady)
+    load.run(lambda c: c.finished)
+    step = next(r for r in _steps(tmp_path) if r["phase"] == "step" and r["level"] == 4)
+    requests = analysis.load_run(tmp_path).requests
+    own = requests[requests["step_index"] == step["step_index"]]
+    back = own["t_start_unix_s"] + own["latency_ms"] / 1000.0 <= float(step["t_end_unix_s"])  # type: ignore[arg-type]
+    assert int(back.sum()) < 20 <= len(own) and bool(own["ok"].all())  # ended before 20 were back; all came back
+    row = load.ctl.live.table().query("phase == 'step'").iloc[0]
+    assert int(row["requests"]) >= 20  # the knee trusts it: MIN_STEP_REQUESTS in its row

@@ -103,6 +103,12 @@ def test_a_step_waits_for_min_step_requests_and_seeks_the_p95_up_to_step_s_only(
     few = _lognormal(0.08, 30, seed=2)  # throughput precise, too few answers for a P95 interval
     assert not p95_known(few) and not step_done(few, 30, 9.0, WINDOW)
     assert step_done(few, 30, WINDOW.window_s, WINDOW)  # at STEP_S: never longer than a fixed window was
+    sent = _lognormal(0.01, 15)  # 15 answers back, 5 more sent and under way: MIN_STEP_REQUESTS in the row
+    alone = replace(WINDOW, seek_p95=False)
+    assert not step_done(sent, 15, 5.0, alone) and step_done(sent, 15, 5.0, alone, started=20)
+    gaining = replace(alone, level=3, below=(1, 0.5))  # +145% a level: its throughput to 10% will do
+    spread = _lognormal(0.2, 15)  # 15 answers give it to 10%, not to 2%: the in-flight 5 are not counted
+    assert step_done(spread, 20, 5.0, gaining) and not step_done(spread, 15, 5.0, gaining, started=20)
     throughput_alone = replace(WINDOW, seek_p95=False)  # a level far below the estimate's (levels.p95_from)
     assert step_done(few, 30, 3.0, throughput_alone) and not step_done(moderate, 60, 5.0, throughput_alone)
     assert step_expected_s(3, 0.3, 0.08, throughput_alone) < step_expected_s(3, 0.3, 0.08, WINDOW)
