@@ -1,7 +1,7 @@
 """The master's side of a run: the plan, the run folder's writers, the GPU monitor, progress lines.
 
-The shape's `tick()` (on the master only; Locust's once a second, polled every 0.1 s within it while the phase
-goes on: loadtest/wiring/shape.py) calls `Controller.tick()`, which
+The shape's `tick()` (on the master only; Locust's once a second, polled every 0.1 s within it, each change
+applied at once: loadtest/wiring/shape.py) calls `Controller.tick()`, which
 closes a phase when its time and request count are reached, writes its step row, tells the workers
 and the sampler the new step, and returns the user count for Locust.
 """

@@ -6,10 +6,13 @@
 Locust's shape loop sleeps a second minus the tick's own time between ticks (`runners.py` shape_worker), so
 a phase would end only at a whole second after its rule holds: a 2 s warm-up that starts after the step-end
 flush (a few ms past its tick) was seen over at its third tick, 3.0 s, and a cooldown whose memory was back
-at idle 0.2 s after its drain ran 2.0 s. So while the phase goes on, `tick()` asks the controller again
-every POLL_S for up to POLL_SPAN_S and returns as soon as the answer changes (`polled`): a phase ends within
-POLL_S of its time bound, or of the rows or readings its rule waits for (workers ship rows four times a second,
-GPU readings arrive every 0.25 s), and Locust's next tick follows at once.
+at idle 0.2 s after its drain ran 2.0 s. So `tick()` asks the controller again every POLL_S for POLL_SPAN_S
+(`polled`), and applies each new answer at once, as Locust's loop would (`Runner.start`, then its
+`shape_last_tick`, so the loop does not apply it twice): a phase ends within POLL_S of its time bound, or of
+the rows or readings its rule waits for (workers ship rows four times a second, GPU readings arrive every
+0.25 s), and the next one, however short, is asked about from then on. Returning at a change instead left
+the next phase unasked for the rest of Locust's second: the baseline's cooldown, its memory back 0.41 s in,
+ran 1.0 s.
 """
 
 from __future__ import annotations
@@ -32,15 +35,21 @@ T = TypeVar("T")
 def polled(
     ask: Callable[[], T | None],
     last: T | None,
+    apply: Callable[[T], object],
     sleep: Callable[[float], object] = gevent.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> T | None:
-    """`ask()` again every POLL_S until its answer differs from `last` (or is None: the run ends), for at most
-    POLL_SPAN_S; the last answer."""
+    """`ask()` every POLL_S for POLL_SPAN_S, `apply`ing each answer that differs from the one before (`last`,
+    then its own); the last answer, or None at once (the run ends)."""
     until = clock() + POLL_SPAN_S
     while True:
         answer = ask()
-        if answer is None or answer != last or clock() + POLL_S > until:
+        if answer is None:
+            return None
+        if answer != last:
+            apply(answer)
+            last = answer
+        if clock() + POLL_S > until:
             return answer
         sleep(POLL_S)
 
@@ -61,5 +70,9 @@ class SteppedPlanShape(LoadTestShape):
             ctl.workers = getattr(runner, "worker_count", 1)  # a master's spawn rate is shared by its workers
             return ctl.tick(runner.user_count)
 
-        self._last_answer = polled(ask, self._last_answer)
+        def apply(answer: tuple[int, float]) -> None:
+            runner.start(user_count=answer[0], spawn_rate=answer[1])
+            runner.shape_last_tick = answer  # Locust's loop compares its tick with this: applied, not again
+
+        self._last_answer = polled(ask, self._last_answer, apply)
         return self._last_answer
