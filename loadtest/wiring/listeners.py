@@ -43,6 +43,8 @@ from runfolder import Event, new_run_folder, write_manifest
 log = logging.getLogger(__name__)
 STEP_MESSAGE = "ocr_step"
 
+WORKERS_POLL_S = 0.05  # how often the headless master looks for its expected workers (Locust: once a second)
+WORKERS_OWN_WAIT_S = 30.0  # then Locust's own wait takes over: its "waiting for workers" lines, its max wait
 _controllers: dict[int, Controller] = {}
 _workers_seen: set[str] = set()  # accepted workers ever live, by worker id
 _lost_announced: set[str] = set()  # those already reported lost (a worker_lost event each)
@@ -298,6 +300,19 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         _start_metrics(environment)
     environment.events.test_start.add_listener(_on_test_start)
     environment.events.test_stop.add_listener(_on_master_stop)
+    if isinstance(runner, MasterRunner):
+        _wait_for_workers(environment, runner)
+
+
+def _wait_for_workers(environment: Environment, runner: MasterRunner) -> None:
+    """A headless master's expected workers, looked for every WORKERS_POLL_S: Locust's own wait, after
+    `init`, looks once a second (main.py start_automatic_run), so the run started up to a second after the
+    last worker was ready; it now finds them ready at once. At most WORKERS_OWN_WAIT_S here."""
+    options = environment.parsed_options
+    expect = int(getattr(options, "expect_workers", 0) or 0) if options is not None and options.headless else 0
+    until = time.monotonic() + WORKERS_OWN_WAIT_S
+    while len(runner.clients.ready) < expect and time.monotonic() < until:
+        gevent.sleep(WORKERS_POLL_S)
 
 
 def _start_metrics(environment: Environment) -> None:
