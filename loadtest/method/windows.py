@@ -259,7 +259,11 @@ def may_be_answer(latencies_ms: Sequence[float], window: StepWindow) -> bool:
     latencies by Little's law (a closed loop without think time: level / mean latency, a little above what it
     answers, and free of the waves a steady server's answers come back in), BAR_Z standard errors of the mean
     above it. A probe below a saturated level or a refinement level short of the bar is not the answer: the
-    timeouts never read its P95 (smooth-24g's probe 3 and refinement level 9 each ran 8 s for theirs)."""
+    timeouts never read its P95 (smooth-24g's probe 3 and refinement level 9 each ran 8 s for theirs). Nor is
+    a level above every level measured whose throughput, at that high end, the nearest level below already
+    reaches 95% of: the answer, the first level to reach 95% of the plateau, lies there or lower (smooth-24g's
+    climb to 17 over 11's 5.32 rps ran 8 s for a P95 no one reads). Should later levels move the plateau and
+    make it the answer after all, the plan measures its P95 once more (plan.py `_with_p95`)."""
     if window.bar_rps <= 0 or window.level <= 0 or len(latencies_ms) < MIN_CV_REQUESTS:
         return True
     values = np.asarray(latencies_ms, dtype=np.float64) / 1000.0
@@ -267,7 +271,10 @@ def may_be_answer(latencies_ms: Sequence[float], window: StepWindow) -> bool:
     if not mean_s > 0:
         return True
     rel_se = float(values.std(ddof=1)) / mean_s / math.sqrt(values.size)
-    return window.level / mean_s * (1 + BAR_Z * rel_se) >= window.bar_rps
+    high_rps = window.level / mean_s * (1 + BAR_Z * rel_se)
+    if window.above is None and window.below is not None and window.below[1] >= KNEE_SHARE * high_rps:
+        return False
+    return high_rps >= window.bar_rps
 
 
 def step_expected_s(level: int, latency_s: float | None, latency_cv: float | None, window: StepWindow,

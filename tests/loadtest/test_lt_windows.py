@@ -143,6 +143,12 @@ def test_a_step_clearly_under_the_answers_bar_seeks_no_p95():
     assert 9 / (np.mean(noisy9[:30]) / 1000) < bar and 9 / (np.mean(noisy9) / 1000) < 0.92 * bar
     assert may_be_answer(noisy9[:30], window) and not may_be_answer(noisy9, window)
     assert p95_sought(level9, 8.0, 8.0) and not p95_sought(level9, 5.5, 8.0)  # a whole STEP_S, or known
+    # the climb above every level measured: 17 users at 3.08 s (5.52 rps), where 11 answered 5.32 rps (96%)
+    level17 = _lognormal(0.01, 30, median_ms=3080.0)
+    climb = StepWindow(min_requests=20, window_s=8.0, cap_s=32.0, level=17, below=(11, 5.32), bar_rps=0.95 * 5.22)
+    assert not may_be_answer(level17, climb)  # 11 reaches 95% of it: the answer is 11 or lower
+    assert may_be_answer(level17, replace(climb, below=(11, 5.0)))  # 11 at 91%: 17 may be the answer
+    assert may_be_answer(level17, replace(climb, above=(22, 5.6)))  # not the highest: a refinement level
 
 
 def test_the_baseline_ends_once_its_latency_and_memory_settled_after_its_floor():
