@@ -12,6 +12,15 @@ from loadtest.launch.run import add_run_flags, config_from_args, run_method, sta
 from loadtest.method.child import stop_process
 from loadtest.settings.checks import ConfigError
 
+DEMO_SETTINGS = {"idle_s": 3.0, "step_s": 8.0, "warmup_s": 1.0, "cooldown_s": 10.0}  # the demo's phases
+
+
+def demo_run_flags(url: str, dcgm: str) -> list[str]:
+    """`run`'s flags that make it the demo against a simulator already serving at `url` (its DCGM exporter at
+    `dcgm`): a user's run against a server that is up (bench/guidellm_compare.py times it so)."""
+    settings = [f for k, v in DEMO_SETTINGS.items() for f in (f"--{k.replace('_', '-')}", f"{v:g}")]
+    return ["--host", url, "--gpu", f"dcgm:{dcgm}", "--server-metrics", url + "/metrics", *settings]
+
 
 def add_parsers(sub: Any) -> None:
     add_run_flags(sub.add_parser("run", help="the whole method against your server"))
@@ -19,7 +28,7 @@ def add_parsers(sub: Any) -> None:
     add_run_flags(demo)
     demo.add_argument("--profile", default="pytorch-24g")
     demo.add_argument("--simulator-args", default="", help="extra simulator flags, e.g. '--gateway-slots 6'")
-    demo.set_defaults(ocr_idle_s=3.0, ocr_step_s=8.0, ocr_warmup_s=1.0, ocr_cooldown_s=10.0)
+    demo.set_defaults(**{f"ocr_{name}": value for name, value in DEMO_SETTINGS.items()})
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
