@@ -59,7 +59,7 @@ FIELD_HELP = {
     ),
     "step_s": (
         "the longest a step runs once its throughput is precise: a step ends as soon as its throughput (to 2%"
-        " near the knee, coarser at a level still gaining much) and its P95 (to +-10%) are known, after a floor of 3 latencies at its level (at least 2 s); its P95 is"
+        " near the knee, coarser at a level still gaining much) and its P95 (to +-10%) are known, after a floor of 2 latencies at its level (at least 2 s); its P95 is"
         " sought up to STEP_S, a noisy server's throughput up to 4 x STEP_S"
     ),
     "min_step_requests": "a step is lengthened (up to 3 x STEP_S) until it has this many requests",

@@ -60,8 +60,8 @@ def test_the_p95_interval_brackets_the_p95_and_needs_enough_answers():
 
 def test_the_floor_is_a_few_latencies_at_the_level_within_step_s():
     assert step_floor_s([100.0] * 30, 10.0) == STEP_FLOOR_S  # 0.1 s answers: the floor in seconds
-    assert step_floor_s([2000.0] * 30, 10.0) == pytest.approx(6.0)  # 2 s answers: three of them
-    assert step_floor_s([9000.0] * 30, 10.0) == 10.0  # never past STEP_S
+    assert step_floor_s([2000.0] * 30, 10.0) == pytest.approx(4.0)  # 2 s answers: two of them
+    assert step_floor_s([6000.0] * 30, 10.0) == 10.0  # never past STEP_S
 
 
 def test_a_sharp_steady_step_ends_early_and_a_noisy_one_runs_to_its_cap():
