@@ -35,8 +35,9 @@ from analysis.queue_floor import Spread, spreads
 from loadtest.method import windows
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
+from loadtest.method.live import TAG_SLACK_S
 from loadtest.method.plan import PhaseSpec, plan_phases
-from loadtest.method.windows import CARRY_MARGIN_S, StepWindow, baseline_done, neighbours
+from loadtest.method.windows import StepWindow, baseline_done, neighbours
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
@@ -161,7 +162,8 @@ def window_end_s(
     """The tick at which the product's rule `done(answers' latencies so far, rows so far, elapsed_s, their
     completion tokens, requests started so far)` ends a window whose requests are `req` (drawn up to `max_s`):
     the rows reach the controller as requests end; the started ones as the controller counts them (its own
-    answers and the warm-up's back CARRY_MARGIN_S into it: method/phase_timing.py)."""
+    answers, and the warm-up's back from its first own request's start, once that one is back:
+    LiveSteps.carried_into)."""
     own = req[req["step_index"] == index]
     ends = (own["t_start_unix_s"] + own["latency_ms"] / 1000.0).to_numpy()
     order = np.argsort(ends, kind="stable")
@@ -171,12 +173,15 @@ def window_end_s(
     answered = np.concatenate(([0], np.cumsum(ok)))  # answers among the first n rows back
     before = req[(req["step_index"] == index - 1) & req["ok"]]
     carried = np.sort((before["t_start_unix_s"] + before["latency_ms"] / 1000.0).to_numpy())
-    carried = carried[carried >= CARRY_MARGIN_S]
+    own_starts = own["t_start_unix_s"].to_numpy()[order]  # in the order their rows come back
+    first_start = np.minimum.accumulate(own_starts) if own_starts.size else own_starts
     t = TICK_S
     while t < max_s:
         back = int(np.searchsorted(ends, t, side="right"))
         n = int(answered[back])
-        started = max(back, n + int(np.searchsorted(carried, t, side="right")))
+        since = first_start[back - 1] - TAG_SLACK_S if back else 0.0
+        tagged = int(np.searchsorted(carried, t, side="right") - np.searchsorted(carried, since))
+        started = max(back, n + tagged) if back else back
         if done(lat[:n].tolist(), back, t, tokens[:n].tolist(), started):
             return t
         t += TICK_S

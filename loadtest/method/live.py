@@ -28,6 +28,7 @@ from analysis.words import plural
 from runfolder import HostSample, Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
+TAG_SLACK_S = 0.005  # a warm-up's answer this close before its worker's first request of the step sent one of them
 _FLOATS = (
     "t_start_unix_s", "latency_ms", "ttft_ms", "cer", "prompt_tokens", "completion_tokens", "server_time_ms",
     "t_intended_unix_s",
@@ -82,14 +83,24 @@ class LiveSteps:
             if sample.host_role == "driver" and sample.step_index > self._final_through:  # final rows are kept
                 self._host[sample.step_index].append(sample)
 
-    def carried_into(self, index: int, level: int, since_unix_s: float) -> int:
-        """The answers of the warm-up before step `index` (at its `level`) back at or after `since_unix_s`: in a
-        closed loop each one's user sent its next request at once, in step `index` (a failed one may pause
-        first: not counted)."""
+    def carried_into(self, index: int, level: int) -> int:
+        """The answers of the warm-up before step `index` (at its `level`) that sent one of the step's requests:
+        in a closed loop each answer's user sends its next request at once, in the step once its worker has
+        the step's tag. A worker is known to have it from its first request of the step back (its start);
+        its warm-up answers from then on count (from TAG_SLACK_S before it: a wave's answers, back together,
+        are stamped up to 0.6 ms before the first of the requests they send), none before (the tag reached a
+        worker 2-3 s late beside a CPU-bound vLLM on this machine). A failed answer may pause its user: not
+        counted."""
         before = self._closed.get(index - 1)
         if before is None or before.phase != Phase.WARMUP or before.level != level:
             return 0
-        return sum(1 for r in self._rows.get(index - 1, ()) if r.ok and r.t_start_unix_s + r.latency_ms / 1000.0 >= since_unix_s)
+        tagged: dict[str, float] = {}  # worker -> its first request of the step's start
+        for row in self._rows.get(index, ()):
+            tagged[row.worker_id] = min(tagged.get(row.worker_id, math.inf), row.t_start_unix_s)
+        return sum(
+            1 for r in self._rows.get(index - 1, ())
+            if r.ok and r.t_start_unix_s + r.latency_ms / 1000.0 >= tagged.get(r.worker_id, math.inf) - TAG_SLACK_S
+        )  # fmt: skip
 
     def close(self, step: StepRow) -> None:
         self.revision += 1

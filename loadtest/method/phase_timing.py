@@ -33,7 +33,6 @@ from loadtest.method.progress import progress
 from loadtest.method.settle import MemorySettle
 from loadtest.method.timing import SETTLED_REQUESTS, latency_settled, warmup_bounds
 from loadtest.method.windows import (
-    CARRY_MARGIN_S,
     P95Record,
     StepWindow,
     answer_bar_rps,
@@ -72,7 +71,6 @@ class TimedRun(Protocol):
     knee_seen: Any  # the knee on the steps so far (loadtest/method/decisions.py), None before the first
     spec: PhaseSpec | None
     step_index: int
-    phase_start: float  # when the current phase started (the clock rows are stamped with)
     aborted: str
     completed: list[dict[str, Any]]  # the panel's rows
 
@@ -172,12 +170,11 @@ class PhaseTiming:
             )
 
     def _started(self, spec: PhaseSpec, rows: int) -> int:
-        """The step's own requests started so far, at least: each answer back in it, of its own or its
-        warm-up's (CARRY_MARGIN_S after its start: the workers then tag what they send with it), was followed
-        at once by its user's next request; and its own rows back."""
+        """The step's own requests started so far, at least: each of its answers back, and each of its
+        warm-up's answers that sent one of its requests (`LiveSteps.carried_into`), was followed at once by
+        its user's next request in the step; and its own rows back."""
         ctl = self.ctl
-        carried = ctl.live.carried_into(ctl.step_index, spec.level, ctl.phase_start + CARRY_MARGIN_S)
-        return max(rows, carried + len(ctl.live_latency_ms))
+        return max(rows, ctl.live.carried_into(ctl.step_index, spec.level) + len(ctl.live_latency_ms))
 
     def done(self, spec: PhaseSpec, rows: int, elapsed_s: float) -> bool:
         """The phase (not a drain or a cooldown: see the controller) has what it is for: its minimum time and

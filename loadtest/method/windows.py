@@ -73,8 +73,6 @@ P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x
 STEP_FLOOR_LATENCIES = 2.0  # every user completed a few requests at this level (with its warm-up's, a climb's
 #                             three; issue 33: 3 here held smooth-24g's 11 and 17 a latency longer each, 6.3 and
 #                             8.1 s against 4.3 and 6.3; bench_time_to_answer's hits were the same at 2)
-CARRY_MARGIN_S = 0.1  # a warm-up's answer this long into a step: its user's next request is the step's (the
-#                       step's tag reaches the workers by then: the clock probe's round trips took 0.4-26 ms)
 STEP_FLOOR_S = 2.0  # and never less: the rows of a tick or two, a gevent scheduler's hiccup averaged out
 BASELINE_REL_SE = 0.10  # one request's mean latency to 10%: what the levels, warm-ups and the drain are read
 #                        against, each with far more room than that (the knee's level-1 point, the first level's

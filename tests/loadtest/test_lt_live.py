@@ -109,14 +109,19 @@ def test_the_driver_cpu_reaches_the_live_row_as_the_report_reads_it(tmp_path: Pa
         ctl.close()
 
 
-def test_a_warmups_answers_back_in_the_step_each_sent_one_of_its_requests() -> None:
+def test_a_warmups_answers_count_as_the_steps_requests_once_their_worker_has_the_steps_tag() -> None:
     live = LiveSteps()
-    warm = StepRow(1, "warmup", 2, 0.0, 2.0, "complete", "")
-    live.close(warm)
-    live.add_rows([_row(1, 1, 0.0, 1900.0), _row(2, 1, 0.5, 1800.0), _row(3, 1, 0.6, 1500.0, ok=False),
-                   _row(4, 1, 1.0, 500.0)])  # fmt: skip
-    assert live.carried_into(2, 2, since_unix_s=2.1) == 1  # back at 2.3; one at 1.9 before it, a failure pauses
-    assert live.carried_into(2, 3, since_unix_s=2.1) == 0  # another level: the warm-up's users are not the step's
+    live.close(StepRow(1, "warmup", 2, 0.0, 2.0, "complete", ""))
+    live.add_rows([
+        _row(1, 1, 0.0, 3000.0),  # back at 3.0, in the step: its user's next request still the warm-up's (tag late)
+        _row(2, 1, 3.0, 3000.0),  # back at 6.0: its user sent the step's first request on worker w
+        _row(3, 1, 3.1, 3000.0, ok=False),  # a failure: its user may pause
+        _row(4, 1, 3.0, 3000.0)._replace(worker_id="v"),  # back at 6.0 on v, none of whose step requests is back
+    ])  # fmt: skip
+    assert live.carried_into(2, 2) == 0  # no request of the step back yet: no worker known to have its tag
+    live.add_rows([_row(10, 2, 6.0, 3000.0)])  # the step's first request on w, sent at 6.0
+    assert live.carried_into(2, 2) == 1  # the answer back at 6.0 on w; not 3.0's, nor v's, nor the failure
+    assert live.carried_into(2, 3) == 0  # another level: the warm-up's users are not the step's
     live.close(StepRow(2, "step", 2, 2.0, 12.0, "complete", ""))
     live.close(StepRow(3, "cooldown", 0, 12.0, 14.0, "complete", ""))
-    assert live.carried_into(4, 2, since_unix_s=14.1) == 0  # after a cooldown nothing is carried
+    assert live.carried_into(4, 2) == 0  # after a cooldown nothing is carried

@@ -299,3 +299,29 @@ def test_a_step_ends_once_min_step_requests_were_sent_in_it_and_its_row_has_them
     assert int(back.sum()) < 20 <= len(own) and bool(own["ok"].all())  # ended before 20 were back; all came back
     row = load.ctl.live.table().query("phase == 'step'").iloc[0]
     assert int(row["requests"]) >= 20  # the knee trusts it: MIN_STEP_REQUESTS in its row
+
+
+class _LateTag(_Load):
+    """The step's tag reaches the users `late_s` after the controller starts the step (a busy machine: beside a
+    CPU-bound vLLM the workers sent warm-up-tagged requests 2 s into a step)."""
+
+    late_s = 2.5
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.before, self.since = self.tag, 0.0
+
+    def _on_tag(self, tag: StepTag) -> None:
+        self.before, self.tag, self.since = self.tag, tag, self.now + self.late_s
+
+    def _send(self, t: float) -> _User:
+        self.sent += 1
+        return _User(t, self.latency_s(self.sent, max(self.target, 1)), self.tag if t >= self.since else self.before)
+
+
+def test_a_step_counts_the_warmups_answers_only_once_its_tag_reached_the_users(tmp_path: Path) -> None:
+    steady = lambda n, level: 0.2 if level == 1 else 1.0  # noqa: E731
+    load = _LateTag(_cfg(levels="4", warmup_s=0.5, step_s=4.0, min_step_requests=20), tmp_path, steady)
+    load.run(lambda c: c.finished)
+    row = load.ctl.live.table().query("phase == 'step'").iloc[0]
+    assert int(row["requests"]) >= 20  # its requests sent under the warm-up's tag were not counted as its own
