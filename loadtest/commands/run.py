@@ -11,6 +11,7 @@ from loadtest.launch.procs import fail
 from loadtest.launch.run import add_run_flags, config_from_args, run_method, start_simulator
 from loadtest.method.child import stop_process
 from loadtest.settings.checks import ConfigError
+from loadtest.settings.options import option_flag
 
 DEMO_SETTINGS = {"idle_s": 3.0, "step_s": 8.0, "warmup_s": 1.0, "cooldown_s": 10.0}  # the demo's phases
 
@@ -18,7 +19,7 @@ DEMO_SETTINGS = {"idle_s": 3.0, "step_s": 8.0, "warmup_s": 1.0, "cooldown_s": 10
 def demo_run_flags(url: str, dcgm: str) -> list[str]:
     """`run`'s flags that make it the demo against a simulator already serving at `url` (its DCGM exporter at
     `dcgm`): a user's run against a server that is up (bench/guidellm_compare.py times it so)."""
-    settings = [f for k, v in DEMO_SETTINGS.items() for f in (f"--{k.replace('_', '-')}", f"{v:g}")]
+    settings = [f for k, v in DEMO_SETTINGS.items() for f in (option_flag(k, "--"), f"{v:g}")]
     return ["--host", url, "--gpu", f"dcgm:{dcgm}", "--server-metrics", url + "/metrics", *settings]
 
 

@@ -184,6 +184,11 @@ def option_name(field_name: str) -> str:
     return "--ocr-" + field_name.replace("_", "-")
 
 
+def option_flag(name: str, prefix: str = "--ocr-") -> str:
+    """The command-line option of RunConfig field `name`: Locust's `--ocr-step-s`, our CLI's `--step-s`."""
+    return prefix + name.replace("_", "-")
+
+
 def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> None:
     """Add one option per RunConfig field to an argparse-like parser (Locust's or ours)."""
     defaults = RunConfig()
@@ -192,7 +197,7 @@ def add_arguments(parser: Any, prefix: str = "--ocr-", web_ui: bool = True) -> N
             continue  # Locust's own --host
         default = getattr(defaults, f.name)
         kind = type(default)
-        flag = prefix + f.name.replace("_", "-")
+        flag = option_flag(f.name, prefix)
         help_text = FIELD_HELP[f.name] + (f" (default: {default})" if default not in ("", None) else "")
         kwargs: dict[str, Any] = {
             "default": default,
@@ -237,7 +242,7 @@ def to_argv(cfg: RunConfig, prefix: str = "--ocr-") -> list[str]:
         if value is None:
             continue  # off: the option's own default
         argv += [
-            prefix + f.name.replace("_", "-"),
+            option_flag(f.name, prefix),
             str(value).lower() if isinstance(value, bool) else str(value),
         ]
     return argv
