@@ -173,15 +173,15 @@ def window_end_s(
     answered = np.concatenate(([0], np.cumsum(ok)))  # answers among the first n rows back
     before = req[(req["step_index"] == index - 1) & req["ok"]]
     carried = np.sort((before["t_start_unix_s"] + before["latency_ms"] / 1000.0).to_numpy())
-    own_starts = own["t_start_unix_s"].to_numpy()[order]  # in the order their rows come back
-    first_start = np.minimum.accumulate(own_starts) if own_starts.size else own_starts
+    first_start = np.minimum.accumulate(own["t_start_unix_s"].to_numpy()[order])  # of the rows back so far
     t = TICK_S
     while t < max_s:
         back = int(np.searchsorted(ends, t, side="right"))
         n = int(answered[back])
-        since = first_start[back - 1] - TAG_SLACK_S if back else 0.0
-        tagged = int(np.searchsorted(carried, t, side="right") - np.searchsorted(carried, since))
-        started = max(back, n + tagged) if back else back
+        started = back  # none of its own back: its tag not known to have reached the users
+        if back:
+            since = first_start[back - 1] - TAG_SLACK_S
+            started = max(back, n + int(np.searchsorted(carried, t, side="right") - np.searchsorted(carried, since)))
         if done(lat[:n].tolist(), back, t, tokens[:n].tolist(), started):
             return t
         t += TICK_S
