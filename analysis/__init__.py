@@ -3,10 +3,7 @@
 Pure functions on DataFrames; only `load_run` reads files and only `write_outputs` writes them.
 """
 
-from analysis.answer_length import weighs_by_length
-from analysis.config import build_config, config_yaml, recommend_config
-from analysis.diagnosis import Diagnosis, comparison_rows, diagnose, predicted_memory
-from analysis.estimate import (
+from analysis.estimate.capacity import (
     DEFAULT_HEADROOM,
     Estimate,
     estimate_capacity,
@@ -16,16 +13,16 @@ from analysis.estimate import (
     parse_levels,
     plan_levels,
 )
-from analysis.fleet import Fleet, fleet_summary, plan_fleet
-from analysis.goodput import goodput_peak, runaway_summary, with_goodput
-from analysis.knee import Knee, find_knee
-from analysis.loader import RunData, RunFolderError, load_run
-from analysis.memory_slope import MemorySlope, memory_slope, restate_estimate
-from analysis.next_level import PROBE_Z, Remeasure, next_refine_level, probe_level, remeasure_level
-from analysis.outputs import capacity_markdown, flat_steps, write_outputs
-from analysis.server_card import CardChoice, choose_server_card, gpu_of, manifest_card, run_card
-from analysis.soak import fit_memory_slope, slo_level, soak_trend
-from analysis.steps import (
+from analysis.estimate.memory_slope import MemorySlope, memory_slope, restate_estimate
+from analysis.knee.find import Knee, find_knee
+from analysis.knee.next_level import PROBE_Z, Remeasure, next_refine_level, probe_level, remeasure_level
+from analysis.overload.verify import verify_summary
+from analysis.soak.trend import fit_memory_slope, slo_level, soak_trend
+from analysis.table.answer_length import weighs_by_length
+from analysis.table.goodput import goodput_peak, runaway_summary, with_goodput
+from analysis.table.loader import RunData, RunFolderError, load_run
+from analysis.table.server_card import CardChoice, choose_server_card, gpu_of, manifest_card, run_card
+from analysis.table.steps import (
     BUCKET_COLUMNS,
     STEP_COLUMNS,
     baseline_summary,
@@ -34,8 +31,11 @@ from analysis.steps import (
     step_row,
     step_table,
 )
-from analysis.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
-from analysis.verify import verify_summary
+from analysis.written.config import build_config, config_yaml, recommend_config
+from analysis.written.diagnosis import Diagnosis, comparison_rows, diagnose, predicted_memory
+from analysis.written.fleet import Fleet, fleet_summary, plan_fleet
+from analysis.written.outputs import capacity_markdown, flat_steps, write_outputs
+from analysis.written.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
 
 __all__ = [
     "BUCKET_COLUMNS",

@@ -9,8 +9,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from analysis.loader import RunFolderError
-from analysis.outputs import CAPACITY_FILE, CONFIG_FILE, STEPS_CSV, SUMMARY_FILE, gateway_why, write_outputs
+from analysis.table.loader import RunFolderError
+from analysis.written.outputs import (
+    CAPACITY_FILE,
+    CONFIG_FILE,
+    STEPS_CSV,
+    SUMMARY_FILE,
+    gateway_why,
+    write_outputs,
+)
 from runfolder import GATEWAY_FILE
 
 

@@ -8,7 +8,7 @@ Its latency is mostly its answer's length, which requests.csv already records (`
 measures what counting work instead of requests would buy, before anyone builds it: one closed loop per
 USERS level (aiohttp, no Locust) against a fresh `python -m simulator`, after a 3 s warm-up, cut into windows of
 each WINDOWS_S; per window the throughput as the step table counts it (each answer by the share of its time
-inside the window: analysis.steps.window_throughput) and the same with each answer weighted by its tokens over
+inside the window: analysis.table.steps.window_throughput) and the same with each answer weighted by its tokens over
 the loop's mean tokens an answer. Printed per level: the latency-tokens correlation, and per window length the
 windows' CV of both throughputs (measured), the ratio of their variances, and what a renewal formula predicts
 for each: latency CV / sqrt(answers a window) for requests (the step table's `renewal_se`), and the
@@ -36,9 +36,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.answer_length import latency_tokens_r, length_residual  # noqa: E402
-from analysis.stats import latency_cv  # noqa: E402
-from analysis.steps import WindowShares, window_throughput  # noqa: E402
+from analysis.common.stats import latency_cv  # noqa: E402
+from analysis.table.answer_length import latency_tokens_r, length_residual  # noqa: E402
+from analysis.table.steps import WindowShares, window_throughput  # noqa: E402
 from loadtest.launch.preflight import PreflightError  # noqa: E402
 from loadtest.launch.run import start_simulator  # noqa: E402
 from loadtest.method.child import stop_process  # noqa: E402
@@ -72,7 +72,7 @@ async def closed_loop(url: str, body: bytes, users: int, seconds: float) -> np.n
 
 def spread(answers: np.ndarray, seconds: float, window_s: float) -> dict[str, float]:
     """Measured and predicted CVs of the two throughputs over windows of `window_s` after the warm-up, each
-    answer counted by its share of the window as the step table counts it (analysis.steps.WindowShares)."""
+    answer counted by its share of the window as the step table counts it (analysis.table.steps.WindowShares)."""
     sent, done, tokens = answers.T
     latency_s = done - sent
     shares = WindowShares(pd.DataFrame({"ok": True, "t_start_unix_s": sent, "latency_ms": latency_s * 1000.0,

@@ -24,7 +24,7 @@ decides a wide answer (analysis.remeasure_level).
 The habits of real servers (curves.habits(): load-independent 502s, slow service times, slow first
 requests in the baseline) are judged apart from the family. The answer lengths' curves (habit:lengths: latency
 following each answer's length, lognormal sigma 0.4, as noisy-24g's) are judged apart again, since TODAY_MIN's
-habits had none: ours reads their throughput by answer length (analysis/answer_length.py), and is run again on
+habits had none: ours reads their throughput by answer length (analysis/table/answer_length.py), and is run again on
 each with its tokens withheld (plan ours-counted), side by side: it must hit >= 95% within +-1 in less time.
 The progress line's promise is checked against the same runs: each of ours' runs is given the "at most" that
 loadtest/method/budget.py says from the config and baseline that run had, when its levels were chosen, and a run

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 import analysis
-from analysis.answer_length import throughput_cv
-from analysis.queue_floor import Spread, spreads
+from analysis.table.answer_length import throughput_cv
+from analysis.table.queue_floor import Spread, spreads
 from loadtest.method import windows
 from loadtest.method.budget import TICK_S, TimeBudget, cooldown_typical_s, time_budget
 from loadtest.method.levels import Remeasures, choose_levels
@@ -326,7 +326,7 @@ def habits() -> list[Curve]:
     and warm-ups shorter than one request must still measure); two slow first requests in the baseline
     (+20 s each: lazy initialisation, a first compile), which must not set every step's request target;
     answers of lengths as varied as noisy-24g's (lognormal sigma 0.4, latency following each answer's length,
-    0.1 of noise on top), whose completion tokens the run reads throughput by (analysis/answer_length.py)."""
+    0.1 of noise on top), whose completion tokens the run reads throughput by (analysis/table/answer_length.py)."""
     curves = [
         Curve("errors-hockey-5-estNone", 5, error_rate=0.01),
         Curve("errors-hockey-8-est8", 8, error_rate=0.01, estimate=8),

@@ -172,7 +172,7 @@ def read_guidellm(doc: dict[str, Any], launched_unix_s: float, wall_s: float) ->
 
 
 def model_of(profile: str) -> str:
-    from simulator.profiles import PROFILES  # the served model name, as /v1/chat/completions expects it
+    from simulator.model.profiles import PROFILES  # the served model name, as /v1/chat/completions expects it
 
     return PROFILES[profile].model_name
 

@@ -286,7 +286,7 @@ class GpuMonitor:
         return sum(v for v in values if v is not None)
 
     def use_card(self, gpu_index: int | None) -> None:
-        """The server's card, chosen after the baseline when GPU= names none (analysis.server_card);
+        """The server's card, chosen after the baseline when GPU= names none (analysis.table.server_card);
         None: every GPU sampled counts again."""
         self._card = gpu_index
 

@@ -101,7 +101,7 @@ def mig_instance_of(gpu_index: int) -> int | None:
 
 def own_mem_mib(sample: GpuSample) -> float | None:
     """The server's own memory on a card: used less the other processes' where those are known (--pid);
-    analysis.server_card applies the same rule to gpu.csv."""
+    analysis.table.server_card applies the same rule to gpu.csv."""
     if sample.mem_used_mib is None or sample.other_mem_mib is None:
         return sample.mem_used_mib
     return sample.mem_used_mib - sample.other_mem_mib

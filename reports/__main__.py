@@ -67,7 +67,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 def print_answer(report: Path) -> None:
     """The answer, then where the config and the gateway are: the last lines but `report:`."""
-    from analysis.outputs import CONFIG_FILE, GATEWAY_FILE, SUMMARY_FILE
+    from analysis.written.outputs import CONFIG_FILE, GATEWAY_FILE, SUMMARY_FILE
 
     folder = report.parent
     try:

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analysis.words import plural
+from analysis.common.words import plural
 from reports.points import mapping, num, whole
 from reports.render import fmt_ms, step_at, verify_note
 

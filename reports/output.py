@@ -78,7 +78,7 @@ def gateway_note(run_dir: Path) -> str:
     """The line saying why a rendered run has no haproxy.cfg beside its config; "" when it has one."""
     if (run_dir / GATEWAY_FILE).is_file():
         return ""
-    from analysis.outputs import SUMMARY_FILE, gateway_why
+    from analysis.written.outputs import SUMMARY_FILE, gateway_why
 
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))

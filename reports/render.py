@@ -14,10 +14,10 @@ from typing import Any
 import jinja2
 import yaml
 
-from analysis.driver import DRIVER_BUSY_PCT
-from analysis.fleet import ASSUMPTIONS, figure, fleet_rows
-from analysis.open_loop import behind_schedule, rejected_from
-from analysis.phase_time import minutes
+from analysis.table.driver import DRIVER_BUSY_PCT
+from analysis.table.open_loop import behind_schedule, rejected_from
+from analysis.written.fleet import ASSUMPTIONS, figure, fleet_rows
+from analysis.written.phase_time import minutes
 from reports.figures import Chart, build_charts
 from reports.points import ReportFrames, error_examples, mapping, num, whole
 
@@ -182,7 +182,7 @@ OPTIONAL_COLUMNS = (
     "cer_median",
     "driver_cpu_mean_pct",
     "goodput_rps",
-    "rate_rps",  # open loop (analysis/open_loop.py)
+    "rate_rps",  # open loop (analysis/table/open_loop.py)
     "effective_users",
     "p95_intended_ms",
     "schedule_lag_p95_ms",
@@ -204,7 +204,7 @@ def estimate_formula(estimate: Mapping[str, Any]) -> str:
     if est is None:
         return ""
     bounds = [b for b in estimate.get("bounds") or [] if isinstance(b, Mapping)]
-    if bounds:  # a pre-allocating engine (analysis.prealloc): the smallest bound, each named
+    if bounds:  # a pre-allocating engine (analysis.estimate.prealloc): the smallest bound, each named
         named = ", ".join(f"{str(b.get('name', '')).replace('_', ' ')} {b.get('requests')}" for b in bounds)
         binding = str(estimate.get("binding") or "").replace("_", " ")
         return f"min({named}) = {est} (binding: {binding}; capacity.md gives each bound's numbers)"
@@ -308,7 +308,7 @@ def build_context(
         "slo": summary.get("slo"),
         "verify": mapping(summary.get("verify")) or None,
         "verify_note": verify_note(summary),
-        "fleet": mapping(summary.get("fleet")) or None,  # TARGET_RPS, REPLICAS, GPU_HOUR_COST (analysis/fleet.py)
+        "fleet": mapping(summary.get("fleet")) or None,  # TARGET_RPS, REPLICAS, GPU_HOUR_COST (analysis/written/fleet.py)
         "fleet_rows": fleet_rows(mapping(summary.get("fleet")) or None),
         "fleet_assumptions": ASSUMPTIONS,
         "goodput": mapping(summary.get("goodput")) or None,

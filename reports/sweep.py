@@ -19,9 +19,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.outputs import ALERTS_FILE
-from analysis.sweep import FAILED, OK, PENDING, SWEEP_COLUMNS, Pick, run_counts, sweep_table, with_pick
-from analysis.sweep_pick import pick
+from analysis.sweep.pick import pick
+from analysis.sweep.sheet import FAILED, OK, PENDING, SWEEP_COLUMNS, Pick, run_counts, sweep_table, with_pick
+from analysis.written.outputs import ALERTS_FILE
 from reports.output import REPORT_FILE, ReportError, write_atomic
 from reports.sweep_page import render_sweep
 from runfolder import GATEWAY_FILE
@@ -89,7 +89,7 @@ def _frames_and_summary(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any] |
 
 
 def load_setting(sweep_dir: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """One setting's merged dict for analysis.sweep: setting.json, its counts and its summary."""
+    """One setting's merged dict for analysis.sweep.sheet: setting.json, its counts and its summary."""
     run_dir = sweep_dir / str(entry["dir"])
     merged: dict[str, Any] = {"setting": entry.get("setting") or entry["dir"], "values": entry.get("values") or {},
                               "dir": str(entry["dir"]), "status": PENDING, "why": ""}  # fmt: skip

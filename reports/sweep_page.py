@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.axes import Axes
 
-from analysis.sweep import FAILED, IDLE_UTIL_PCT, OK, SWEEP_COLUMNS, Pick
+from analysis.sweep.sheet import FAILED, IDLE_UTIL_PCT, OK, SWEEP_COLUMNS, Pick
 from reports.charts import BLUE, GREEN, GREY, RED
 from reports.figures import Chart, make_chart, one_axis
 from reports.render import make_environment

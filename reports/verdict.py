@@ -4,7 +4,7 @@ apart from A's, with the 95% intervals the runs themselves measured? Pure: summa
 The intervals (higher is better for both):
     plateau            the knee's plateau_rps with plateau_interval_rps: the 2.5% and 97.5% quantiles of the
                        plateau over the throughputs drawn within their batch-means standard errors
-                       (analysis/plateau.py, the draws rule 3 uses for the level's interval)
+                       (analysis/knee/plateau.py, the draws rule 3 uses for the level's interval)
     recommended level  a knee on the plateau: its confidence (rule 3); a knee by errors: from the
                        recommendation up to the level below the first failing one (where the truth lies);
                        no knee yet ("at least R"): R upwards, without end

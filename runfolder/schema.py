@@ -35,7 +35,7 @@ GPU_FILE = "gpu.csv"
 SERVER_FILE = "server.csv"
 HOST_FILE = "host.csv"
 EVENTS_FILE = "events.jsonl"
-GATEWAY_FILE = "haproxy.cfg"  # the recommended config as an HAProxy gateway (analysis/gateway.py)
+GATEWAY_FILE = "haproxy.cfg"  # the recommended config as an HAProxy gateway (analysis/overload/gateway.py)
 GATEWAY_VARIANT_FILE = "haproxy-gateway.cfg"  # the same for another --bind or --servers (loadtest gateway)
 
 

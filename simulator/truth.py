@@ -26,7 +26,7 @@ Memory (seed 000's method, headroom 0.7):
              encoder memory outside the pool (0 for most: memory is flat); with one, oom_concurrency =
              floor((total - reserved - idle) / increment) + 1 images in the engine at once when the engine's
              slots (and a gateway) let that many in, else None.
-Settings (simulator.settings): max_num_seqs and gpu_memory_utilization change the profile before the walk;
+Settings (simulator.model.settings): max_num_seqs and gpu_memory_utilization change the profile before the walk;
 runaway_rate draws runaways in the walk (seeded apart from the lengths); stalls are in the walk; heat is not
 (the curve is the cool card's): hot_temp_c, hot_sm_clock_mhz and hot_knee_rps say what a card settled at the
 knee's busy share does. Per level: GPU-busy share, peak memory, preemptions (knee_gpu_util_pct, peak_mem_mib,
@@ -51,12 +51,12 @@ import random
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from simulator.options import CURVE_FREE, Options, make_options
-from simulator.pipeline import Failed, Finished, Pipeline
-from simulator.profiles import Profile, get_profile
-from simulator.settings import settle
-from simulator.thermal import clock_at, steady_c
-from simulator.work import Work, drawn_work, runaway_work, work_of
+from simulator.model.options import CURVE_FREE, Options, make_options
+from simulator.model.pipeline import Failed, Finished, Pipeline
+from simulator.model.profiles import Profile, get_profile
+from simulator.model.settings import settle
+from simulator.model.thermal import clock_at, steady_c
+from simulator.model.work import Work, drawn_work, runaway_work, work_of
 
 HEADROOM = 0.7
 KNEE_FRACTION = 0.95
@@ -97,7 +97,7 @@ class Truth:
     error_rate: float = 0.0  # share of requests failing at every load, with error_status
     error_status: int = 502
     server_gpu_index: int = 0  # the server's card on the DCGM page (1 when another job holds card 0)
-    # the server's settings as the walk ran them (simulator.settings) and what the sweep compares
+    # the server's settings as the walk ran them (simulator.model.settings) and what the sweep compares
     engine_slots: int = 0  # max_num_seqs / batch slots of the engine (slots also counts a gateway)
     gpu_memory_utilization: float | None = None  # vllm: the pool's share of the card
     oom: bool = False  # some concurrency ends in OOMs under the server's own load (at oom_concurrency)
@@ -110,7 +110,7 @@ class Truth:
     retry_after_s: int = 1
     stall_every_s: float = 0.0
     stall_s: float = 0.0
-    heat: bool = False  # the card heats (simulator.thermal); the curve is the cool card's
+    heat: bool = False  # the card heats (simulator.model.thermal); the curve is the cool card's
     hot_temp_c: float | None = None  # with heat: where the card settles busy as at the knee
     hot_sm_clock_mhz: float | None = None  # its SM clock there (throttled past THROTTLE_C)
     hot_knee_rps: float | None = None  # throughput at the knee on that hot card

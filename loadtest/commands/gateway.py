@@ -1,7 +1,7 @@
 """`python -m loadtest gateway --run RUN_DIR [--bind HOST:PORT] [--servers URL,URL,...]` (`make gateway`):
 HAProxy (Debian's package) in front of the server, enforcing the run's recommended config.
 
-The config is analysis/gateway.py's, from the run folder alone (its analysis re-run in memory): with no
+The config is analysis/overload/gateway.py's, from the run folder alone (its analysis re-run in memory): with no
 --bind, --servers, --health or --ca-bundle it is the run's own haproxy.cfg, written again; with any of them
 the variant goes to RUN_DIR/haproxy-gateway.cfg (each such call rewrites it) and the run's own stays as the
 analysis wrote it. --servers puts one server line per replica, each with the numbers one replica was measured
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import RunFolderError, analyze_run, load_run
-from analysis.gateway import (
+from analysis.overload.gateway import (
     DEFAULT_BIND,
     DEFAULT_HEALTH_PATH,
     GatewayError,
@@ -34,7 +34,7 @@ from analysis.gateway import (
     run_gateway,
     run_upstreams,
 )
-from analysis.outputs import missing_ca_file
+from analysis.written.outputs import missing_ca_file
 from loadtest.launch.procs import fail
 from loadtest.method.haproxy import (
     STOP_GRACE_S,

@@ -5,7 +5,7 @@ the pre-flight, a short baseline (one user, BASELINE_ROUNDS x BASELINE_ROUND_REQ
 unless given), then the verify window (open loop at R requests a second for --window-s, ARRIVALS
 poisson by default) and the drain (one user until answers are back to the baseline's latency). The run
 folder is an ordinary one (phases verify and drain in steps.jsonl), rendered like any run; summary.json's
-`verify` holds the checks (analysis/verify.py). Exit status: 0 passed, 1 failed or no verdict, 2 bad
+`verify` holds the checks (analysis/overload/verify.py). Exit status: 0 passed, 1 failed or no verdict, 2 bad
 input (one line, before any load).
 """
 

@@ -5,8 +5,8 @@ allocator) then shows idle plus that request for the rest of its life, so the id
 reads too high and the single-request increment comes out near 0; a server that loads memory on its
 first request (CUDA modules, workspaces, weights) keeps that too. These samples, read before the
 pre-flight's request, are written to gpu.csv tagged PREFLIGHT_STEP_INDEX; the estimate compares them
-with the idle phase and the baseline to tell the two apart (analysis.estimate), and the choice of the
-server's card sees which card moved (analysis.server_card). A source that cannot be read gives no samples: the pre-flight's
+with the idle phase and the baseline to tell the two apart (analysis.estimate.capacity), and the choice of the
+server's card sees which card moved (analysis.table.server_card). A source that cannot be read gives no samples: the pre-flight's
 own check of the source then says why, and the run keeps its old behaviour.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis.estimate import PREFLIGHT_STEP_INDEX
+from analysis.estimate.capacity import PREFLIGHT_STEP_INDEX
 from runfolder import GPU_FILE, CsvAppender, GpuSample
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from analysis.knee import DEFAULTS as KNEE_DEFAULTS
+from analysis.knee.find import DEFAULTS as KNEE_DEFAULTS
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.launch.idle import read_idle, record_idle
 from loadtest.launch.preflight import PreflightError, check_first_answer

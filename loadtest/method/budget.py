@@ -40,7 +40,7 @@ as it usually takes (REPORT_TYPICAL_S). No probes, climbs, confirmations, re-mea
 
 bench/bench_time_to_answer.py checks "at most" against the method itself: the product's whole plan run in virtual
 time over a family of servers never took longer than it (see its docstring for what virtual time leaves out).
-What each phase then took is in the report (analysis/phase_time.py), beside this promise, part by part: the
+What each phase then took is in the report (analysis/written/phase_time.py), beside this promise, part by part: the
 `time_budget` event says it in words, the manifest's `time_budget` holds it as numbers (`TimeBudget.to_dict`).
 """
 
@@ -49,8 +49,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analysis.next_level import PROBE_MIN_LEVEL, level_above
-from analysis.words import planned_words, plural
+from analysis.common.words import planned_words, plural
+from analysis.knee.next_level import PROBE_MIN_LEVEL, level_above
 from loadtest.method.gateway import skip_reason
 from loadtest.method.overload import RECHECK_GRACE_S
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, remeasure_max_s
@@ -143,7 +143,7 @@ class TimeBudget:
 
     def to_dict(self, said_unix_s: float) -> dict[str, float | int]:
         """The promise as numbers for the run folder (manifest.json `time_budget`): when it was said, the
-        minutes it promised at most, its parts in seconds at most and as planned (analysis/phase_time.py
+        minutes it promised at most, its parts in seconds at most and as planned (analysis/written/phase_time.py
         judges it kept and shows each part beside what it took)."""
         return {
             "said_unix_s": said_unix_s, "at_most_min": self.at_most_min, "at_most_s": self.total_s,

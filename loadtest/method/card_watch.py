@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 import analysis
-from analysis.estimate import PREFLIGHT_STEP_INDEX
+from analysis.estimate.capacity import PREFLIGHT_STEP_INDEX
 from gpu_sampler import ALL_GPUS, combine_gpus, own_mem_mib
 from runfolder import GpuSample
 

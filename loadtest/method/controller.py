@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis
-from analysis.verify import may_be_own, turned_away_fast
+from analysis.overload.verify import may_be_own, turned_away_fast
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
@@ -152,7 +152,7 @@ class Controller(PlanDecisions):
                 self.verify_rejected += 1  # the server's own admission control: GATEWAY=auto needs none
 
     def _count_not_admitted(self, row: RequestRow) -> None:
-        """A failed request of the current phase, as analysis/verify.py's share of fast rejections counts it."""
+        """A failed request of the current phase, as analysis/overload/verify.py's share of fast rejections counts it."""
         if row.final_attempt:
             self.live_failed += 1
             self.live_not_fast += not turned_away_fast(row.failure_kind, row.latency_ms)

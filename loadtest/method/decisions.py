@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import analysis
-from analysis.answer_length import throughput_cv
-from analysis.gateway import GatewayError as ConfigCannotBeSaid
-from analysis.gateway import haproxy_config, parse_server
-from analysis.stats import num, records
+from analysis.common.stats import num, records
+from analysis.overload.gateway import GatewayError as ConfigCannotBeSaid
+from analysis.overload.gateway import haproxy_config, parse_server
+from analysis.overload.verify import own_failure_share
+from analysis.table.answer_length import throughput_cv
+from analysis.written.config import build_config
 from gpu_sampler import GpuMonitor
 from loadtest.method.budget import time_budget
 from loadtest.method.card_watch import CardWatch, card_line
@@ -66,7 +68,7 @@ class PlanDecisions:
     _verify_planned: tuple[float, float] | None = None  # the raw verify window's (rate_rps, drain_max_s)
     verify_rejected = 0  # requests the server itself turned away (503/429) in the raw verify window
     verify_p95_s: float | None = None  # the recommended level's P95: the verify window's checks read against it
-    verify_own_share: float | None = None  # the server's own failure share up to that level (analysis.verify)
+    verify_own_share: float | None = None  # the server's own failure share up to that level (analysis.overload.verify)
     gateway: Gateway | None = None  # HAProxy in front of the server for the gateway's verify window
 
     if TYPE_CHECKING:
@@ -104,7 +106,7 @@ class PlanDecisions:
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
                              latency_cv=_latency_cv_of(base), at_rest=self._memory_falls_back(base),
                              p95_from=choice.p95_from)  # fmt: skip
-        self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/phase_time.py)
+        self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/written/phase_time.py)
             "time_budget",
             f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
             f" the rest of the run: {budget.words()}",
@@ -113,7 +115,7 @@ class PlanDecisions:
         return choice
 
     def _choose_card(self, run: Any) -> int | None:
-        """The server's card after the baseline (analysis.server_card's rule): printed with its evidence,
+        """The server's card after the baseline (analysis.table.server_card's rule): printed with its evidence,
         recorded in the manifest (`server_gpu`), and from now on the only card the run watches."""
         choice = self.card.choose(run.gpu, run.steps)
         if choice.index is None:
@@ -266,7 +268,7 @@ class PlanDecisions:
         p95_ms = float((rec if not rec.empty else steps.loc[[thr.idxmax()]])["p95_ms"].iloc[-1])
         drain_s = drain_max_s(p95_ms / 1000.0)
         self.verify_p95_s = p95_ms / 1000.0 if p95_ms > 0 else None  # NaN and 0: the window runs to its cap
-        self.verify_own_share = analysis.verify.own_failure_share(table, knee.recommended_level or 0)
+        self.verify_own_share = own_failure_share(table, knee.recommended_level or 0)
         rate = VERIFY_FACTOR * plateau
         self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) until its checks"
                    f" can be judged, at most {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
@@ -286,7 +288,7 @@ class PlanDecisions:
             return None
         table, knee = found
         estimate = self.estimate_now or analysis.Estimate("none", None, reason="no estimate")
-        config, comments = analysis.config.build_config(table, knee, estimate, "unknown")
+        config, comments = build_config(table, knee, estimate, "unknown")
         port = unused_port()
         try:
             upstream = parse_server(self.cfg.host, self.cfg.insecure, self.cfg.ca_bundle)
@@ -335,6 +337,6 @@ def _latency_s_of(base: dict[str, Any] | None) -> float | None:
 
 def _latency_cv_of(base: dict[str, Any] | None) -> float | None:
     """The baseline's spread: how many answers a step's precision usually needs (the promise's "about"): its
-    latency CV, or its throughput's by answer length where it reads so (analysis.answer_length.throughput_cv)."""
+    latency CV, or its throughput's by answer length where it reads so (analysis.table.answer_length.throughput_cv)."""
     cv = throughput_cv(base or {})
     return cv if cv == cv else None  # NaN: unknown

@@ -4,7 +4,7 @@ front of the server, for the plan's second verify window, then stopped.
 Why: the verify phase judges the recommended config (bounded queue, wait timeout, 503 + Retry-After), and a
 server without admission control of its own (every vLLM, a plain FastAPI app) fails it however good the
 numbers are: it queues everything. Users put a gateway in front; HAProxy (Debian's package) says the config
-exactly (analysis/gateway.py writes it). So after the window against the server as it is, the plan runs the
+exactly (analysis/overload/gateway.py writes it). So after the window against the server as it is, the plan runs the
 same window again through HAProxy on this machine: the run proves the config it recommends, as deployed.
 
 GATEWAY=auto runs it where `haproxy` is installed and the server turned nothing away itself in the first

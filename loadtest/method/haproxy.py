@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from analysis.gateway import address_of
+from analysis.overload.gateway import address_of
 from loadtest.method.child import die_with_parent, stop_process
 
 HAPROXY_DIRS = ("/usr/sbin", "/usr/local/sbin")  # Debian puts haproxy in /usr/sbin, off a user's PATH

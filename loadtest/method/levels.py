@@ -3,12 +3,12 @@ measure and by the engine's limit; climbing, probing and confirming as the knee 
 
 Never flood a server we have not measured: a level is planned only from evidence.
 - The cap. An estimate is at most the engine's limit where it is known: MAX_NUM_SEQS as the user gave it,
-  or the server's max_num_seqs where its /metrics exports it (analysis.estimate.cap_by_server). A
+  or the server's max_num_seqs where its /metrics exports it (analysis.estimate.capacity.cap_by_server). A
   KV-cache estimate with neither is no level: it counts the requests whose tokens fit in the cache, not
   those the engine runs at once (real vLLM 0.32, --max-num-seqs 8: an estimate of 1076). Levels above
   1.2 x MAX_NUM_SEQS, or above 1.2 x the limit the server shows while it runs, are never planned; the
   limit itself is (planned, or climbed to before the level above it): the knee's answer stays within it
-  (analysis/engine_limit.py) and needs it measured.
+  (analysis/estimate/engine_limit.py) and needs it measured.
 - The first level is bounded by what the baseline says a window can measure (`window_bound`):
       first level <= max(MIN_FIRST_LEVEL, floor(WINDOW_BATCHING x STEP_S / L)),  WINDOW_BATCHING = 2
   where L is one request's latency alone (the baseline's mean). N users in a closed loop on a server
@@ -97,7 +97,7 @@ def limit_level(limit: int) -> int:
 
 def _untrusted_kv(estimate: Any) -> bool:
     """A KV-cache estimate that no engine limit bounds (see the module doc): not a level. One the memory
-    above the pool binds (analysis.prealloc) is bounded by evidence."""
+    above the pool binds (analysis.estimate.prealloc) is bounded by evidence."""
     dimension, seqs = getattr(estimate, "dimension", ""), getattr(estimate, "max_num_seqs", None)
     return dimension == "kv_cache" and seqs is None and getattr(estimate, "binding", "") in ("", "kv_cache")
 
@@ -155,7 +155,7 @@ def _bound_words(cfg: RunConfig, bound: int, latency_s: float | None) -> str:
 
 def _capped(choice: LevelChoice, max_num_seqs: int) -> LevelChoice:
     """No level above 1.2x MAX_NUM_SEQS (given by the user): the engine runs no more at once. The limit
-    itself is one of the levels then: the answer stays within it (analysis/engine_limit.py), and it is
+    itself is one of the levels then: the answer stays within it (analysis/estimate/engine_limit.py), and it is
     the level whose throughput the one above it shows flat."""
     if max_num_seqs <= 0 or max(choice.levels) <= limit_level(max_num_seqs):
         return choice

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 import analysis
-from analysis.loader import empty_frame
-from analysis.steps import WindowShares
-from analysis.words import plural
+from analysis.common.words import plural
+from analysis.table.loader import empty_frame
+from analysis.table.steps import WindowShares
 from runfolder import HostSample, Phase, RequestRow, ServerSample, StepRow, columns_of
 
 MEASURED = (Phase.BASELINE, Phase.STEP)
@@ -58,7 +58,7 @@ class LiveSteps:
     def __init__(self) -> None:
         self._rows: defaultdict[int, list[RequestRow]] = defaultdict(list)
         self._server: defaultdict[int, list[ServerSample]] = defaultdict(list)
-        self._host: defaultdict[int, list[HostSample]] = defaultdict(list)  # the driver's CPU (analysis/driver.py)
+        self._host: defaultdict[int, list[HostSample]] = defaultdict(list)  # the driver's CPU (analysis/table/driver.py)
         self._closed: dict[int, StepRow] = {}
         self._table_rows: dict[int, dict[str, Any]] = {}
         self._final_through = -1  # every step up to this index is final
@@ -148,7 +148,7 @@ class LiveSteps:
 
     def throughput_rps(self, step_index: int, t0: float, t1: float) -> float:
         """The step's throughput over [t0, t1] from the rows in so far, by the step table's own definition
-        (analysis.steps.WindowShares.throughput_rps): the console's and the panel's number while it runs."""
+        (analysis.table.steps.WindowShares.throughput_rps): the console's and the panel's number while it runs."""
         rows = self._rows.get(step_index - 1, []) + self._rows.get(step_index, [])
         frame = pd.DataFrame({
             "ok": [r.ok for r in rows], "t_start_unix_s": [r.t_start_unix_s for r in rows],

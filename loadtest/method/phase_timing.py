@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from analysis.answer_length import weighs_by_length
-from analysis.queue_floor import spreads
-from analysis.verify import own_set_aside
+from analysis.overload.verify import own_set_aside
+from analysis.table.answer_length import weighs_by_length
+from analysis.table.queue_floor import spreads
 from loadtest.method.live import LiveSteps, panel_row
 from loadtest.method.plan import PhaseSpec
 from loadtest.method.progress import progress

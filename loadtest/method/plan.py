@@ -13,10 +13,10 @@
        far below: vLLM's KV estimate can be 30x the compute knee)
     -> no knee within the planned levels: keep climbing, doubling the highest, `climb_budget` times
     -> refinement: until the answer is exact (adjacent levels), first the level the throughput below
-       names, then bisection (analysis/next_level.py); this also searches downward
+       names, then bisection (analysis/knee/next_level.py); this also searches downward
        when even the first step was past the knee (the bracket is then baseline..first step)
     -> re-measure: while the answer's 95% interval is wider than +-1 level, measure the level that
-       decides it once more with a longer window (pooled with its first: analysis/pooled.py); budget:
+       decides it once more with a longer window (pooled with its first: analysis/knee/pooled.py); budget:
        at most REMEASURE_BUDGET (4) re-measures of at most REMEASURE_MAX_WINDOWS (6) STEP_S windows each,
        so at most 4 x (warm-up + 60 s + cooldown cap) = about 5 extra minutes at the defaults, and the
        refinement (or climbs until a knee shows, or a knee's confirmation) each may ask for when the pooled
@@ -219,7 +219,7 @@ def _capacity_phases(
         again = confirm_level(knee, confirmed)
         if again is not None:
             confirmed.append(again)
-            why = getattr(knee, "confirm_why", "")  # set wherever a knee asks for a confirmation (analysis/knee.py)
+            why = getattr(knee, "confirm_why", "")  # set wherever a knee asks for a confirmation (analysis/knee/find.py)
             queue.insert(0, (again, f"confirm the knee at {again}: {why}, measured once more"))
             continue
         if not keep_climbing(knee):

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from analysis.stats import percentile
+from analysis.common.stats import percentile
 from loadtest.method.plan import PhaseSpec
 
 

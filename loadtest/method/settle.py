@@ -15,7 +15,7 @@ shows, in IDLE_READINGS of the phase's own samples, the memory it showed before 
 back where it was, and IDLE_S would only read the same again (issue 33: 3 s of every run, 2 s of them
 spent confirming it). A server that kept what the request used (a caching allocator, memory loaded on a
 first request) is not back: its idle phase runs IDLE_S, as the estimate compares the two readings
-(analysis.estimate). Never before IDLE_FLOOR_S.
+(analysis.estimate.capacity). Never before IDLE_FLOOR_S.
 """
 
 from __future__ import annotations

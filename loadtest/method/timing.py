@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.answer_length import length_cv
-from analysis.stats import latency_cv
+from analysis.common.stats import latency_cv
+from analysis.table.answer_length import length_cv
 from loadtest.settings.limits import WARMUP_BELOW_LATENCIES, WARMUP_LATENCIES, TimingLimits
 
 SETTLED_REQUESTS = 4  # the baseline's warm-up ends once this many latencies in a row
@@ -78,7 +78,7 @@ def latency_settled(latencies_ms: Sequence[float]) -> bool:
 
 
 def own_latency_cv(latencies_ms: Sequence[float]) -> float | None:
-    """A step's own latency CV so far (analysis.stats.latency_cv, as in its step row), or None under
+    """A step's own latency CV so far (analysis.common.stats.latency_cv, as in its step row), or None under
     MIN_CV_REQUESTS answers: its request target (target_requests) follows it, not the baseline's."""
     if len(latencies_ms) < MIN_CV_REQUESTS:
         return None
@@ -88,7 +88,7 @@ def own_latency_cv(latencies_ms: Sequence[float]) -> float | None:
 
 def own_throughput_cv(latencies_ms: Sequence[float], tokens: Sequence[float] | None, by_length: bool) -> float | None:
     """The spread that sets a step's throughput error so far: its own latency CV (`own_latency_cv`), or,
-    where the run reads throughput by answer length (analysis/answer_length.py) and every answer so far
+    where the run reads throughput by answer length (analysis/table/answer_length.py) and every answer so far
     carries its tokens, the smaller spread of its answers' lengths against their latencies (`length_cv`)."""
     cv = own_latency_cv(latencies_ms)
     if cv is None or not by_length or tokens is None or len(tokens) != len(latencies_ms):
@@ -122,7 +122,7 @@ def step_rel_se(
     A level the answer turns on after all is measured again (analysis.remeasure_level), pooled with this one.
     GAIN_SHARE was chosen on the bench's noisy curves, seeds 20-59 (bench/bench_time_to_answer.py's family):
     an eighth, a fifth and a quarter of the gain hit 98.0%, 97.5% and 97.3% (every step to 2%: 97.7%, 98.0%
-    with analysis/plateau.py's tail; the time 1, 0.99)
+    with analysis/knee/plateau.py's tail; the time 1, 0.99)
     in 0.92, 0.90 and 0.89 of the time; a fifth keeps each kind >= 95%; a gain taken from below alone
     (an eighth: 97.7%, a quarter: 96.4%) measured plateau levels coarsely under a first level far past
     the knee."""

@@ -11,7 +11,7 @@
                 step's own latency CV / sqrt(n) (`timing.target_requests`), to TARGET_REL_SE (2%) near the
                 knee and coarser where the level still gains much over the level below it (GAIN_SHARE of
                 its gain a level, at most MAX_STEP_REL_SE: `timing.step_rel_se`); where the run reads
-                throughput by answer length (analysis/answer_length.py), the spread of each answer's length
+                throughput by answer length (analysis/table/answer_length.py), the spread of each answer's length
                 against its latency in place of the latency CV, when smaller (`timing.own_throughput_cv`);
               - P95: a distribution-free confidence interval from two order statistics (the count of answers
                 below the true P95 is Binomial(n, 0.95)) no wider than P95_REL_WIDTH of the P95 itself;
@@ -19,7 +19,7 @@
                 answer's P95, and the plan measures the answer once more should it be one of those), nor
                 once the step's throughput lies clearly under the answer's bar (`may_be_answer`: a probe
                 below a saturated level, a refinement level short of 95% of the plateau);
-              - past the knee the throughput's spread is a lower level's (analysis/queue_floor.py): the
+              - past the knee the throughput's spread is a lower level's (analysis/table/queue_floor.py): the
                 queue's wait spreads the latency, the slots' pace sets the throughput;
               A sharp steady server (CV 0.05) is precise after ~50 answers: a few seconds; a noisy one (CV 0.5)
               needs ~700 near its knee: it runs longer, up to the cap; ~100 at a level still gaining 40%.
@@ -29,7 +29,7 @@
     verify    open loop above the plateau; ends once each check has enough to judge it: VERIFY_MIN_ADMITTED
               answers for the admitted P95 (the fewest whose P95 has an interval), and VERIFY_MIN_REJECTED
               requests not admitted for the share of them turned away fast (every failed request counts there:
-              a 503/429, an out-of-memory answer, a reset; analysis/verify.py), or, none turned away with
+              a 503/429, an out-of-memory answer, a reset; analysis/overload/verify.py), or, none turned away with
               503/429, the window has run VERIFY_GROWTH_LATENCIES latencies (a queue without bound has then
               grown its latency several times over, for the early/late comparison); at the latest
               VERIFY_WINDOW_S. The share is also known once VERIFY_SHARE_DECIDED requests were not admitted
@@ -51,12 +51,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.knee import DEFAULTS as KNEE_DEFAULTS
-from analysis.knee_points import BASELINE_TRUSTED_REQUESTS, points_of
-from analysis.plateau import NEAR_SE
-from analysis.queue_floor import Spread, floor_spread
-from analysis.stats import num
-from analysis.verify import EXCESS_FAST_MIN_SHARE
+from analysis.common.stats import num
+from analysis.knee.find import DEFAULTS as KNEE_DEFAULTS
+from analysis.knee.knee_points import BASELINE_TRUSTED_REQUESTS, points_of
+from analysis.knee.plateau import NEAR_SE
+from analysis.overload.verify import EXCESS_FAST_MIN_SHARE
+from analysis.table.queue_floor import Spread, floor_spread
 from loadtest.method.timing import (
     MIN_CV_REQUESTS,
     TARGET_REL_SE,
@@ -66,7 +66,7 @@ from loadtest.method.timing import (
 )
 
 P95 = 0.95
-KNEE_SHARE = float(KNEE_DEFAULTS["knee_share"])  # the answer reaches this share of the plateau (analysis.knee)
+KNEE_SHARE = float(KNEE_DEFAULTS["knee_share"])  # the answer reaches this share of the plateau (analysis.knee.find)
 BAR_Z = 2.0  # a step whose throughput lies this many standard errors under the answer's bar seeks no P95
 P95_Z = 1.645  # a 90% two-sided interval: a stopping rule, not the report's interval
 P95_REL_WIDTH = 0.2  # the P95 known to about +-10%: a recommended timeout is 2x it, the knee reads throughput
@@ -137,7 +137,7 @@ class StepWindow:
     levels measured below and above it with their throughputs (`below`, `above`: (level, rps)), which set its
     throughput's target error (timing.step_rel_se; none known: TARGET_REL_SE); `by_length`: the run reads
     throughput by answer length, whose error follows the answers' lengths against their latencies; `lower`:
-    the spreads of the levels measured so far (analysis.queue_floor.spreads), read past the knee;
+    the spreads of the levels measured so far (analysis.table.queue_floor.spreads), read past the knee;
     `seek_p95`: False where the plan measures the level for its throughput alone (levels.p95_from); `bar_rps`:
     the throughput it must reach to be the answer (`answer_bar_rps`; 0: unknown), under which its P95 is not
     sought (`may_be_answer`)."""
@@ -148,7 +148,7 @@ class StepWindow:
     level: int = 0
     below: tuple[int, float] | None = None
     above: tuple[int, float] | None = None
-    by_length: bool = False  # the run reads throughput by answer length (analysis/answer_length.py)
+    by_length: bool = False  # the run reads throughput by answer length (analysis/table/answer_length.py)
     lower: tuple[Spread, ...] = ()  # the levels measured so far, whose spread a queued level's floor reads
     seek_p95: bool = True  # its P95 is sought up to window_s (False: a level far below the estimate's)
     bar_rps: float = 0.0  # the answer's bar so far (answer_bar_rps): a step clearly under it seeks no P95
@@ -177,7 +177,7 @@ def step_done(
     """The step may end: MIN_STEP_REQUESTS in (the controller waits for them up to the step's max_s), past its
     floor, its throughput to TARGET_REL_SE (its own CV's request target, up to `cap_s`; by answer length,
     the spread of `tokens`, each answer's, against the latencies: timing.own_throughput_cv; past the knee a
-    lower level's spread: analysis/queue_floor.py), and its P95 known to P95_REL_WIDTH (sought up to STEP_S,
+    lower level's spread: analysis/table/queue_floor.py), and its P95 known to P95_REL_WIDTH (sought up to STEP_S,
     where `window.seek_p95`: a step whose throughput is precise never runs longer than STEP_S).
     MIN_STEP_REQUESTS may count those `started` in it and still in flight (they come back in the cooldown's
     drain before its row is final, so its row has them all) where the answers back already give its
@@ -240,7 +240,7 @@ class P95Record:
 def answer_bar_rps(table: pd.DataFrame | None, knee: object, by_length: bool) -> float:
     """The throughput a level must reach to be the answer, as far as the levels measured so far (`table`, and
     the `knee` on it) tell: 95% of the lowest the plateau may be, since the answer is the first level reaching
-    95% of the plateau. That is the low end of the knee's 95% band of the plateau (analysis/plateau.py), or,
+    95% of the plateau. That is the low end of the knee's 95% band of the plateau (analysis/knee/plateau.py), or,
     before it has one, the highest level's throughput less NEAR_SE of its standard errors (the plateau is the
     mean of the levels within NEAR_SE errors of the highest, so never below that). 0 (no bar) where nothing is
     known, and where the run reads throughput by answer length: `may_be_answer` reads answers counted."""
@@ -319,7 +319,7 @@ def verify_done(
 ) -> bool:  # fmt: skip
     """Each verify check has what it needs (see the module's docstring), or the cap is reached. `admitted`:
     answers so far; `rejected`: requests turned away with 503/429; `failed`: every request not admitted (the
-    rejected ones among them); `not_fast`: those of them not turned away fast (analysis.verify.REJECT_FAST_MS);
+    rejected ones among them); `not_fast`: those of them not turned away fast (analysis.overload.verify.REJECT_FAST_MS);
     `latency_s`: the recommended level's P95 (None: unknown, the window runs to its cap unless the share is
     decided first)."""
     if elapsed_s >= cap_s:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analysis.config import timeouts_s
+from analysis.written.config import timeouts_s
 
 ARRIVALS = ("poisson", "constant")
 GATEWAYS = ("auto", "haproxy", "none")  # GATEWAY: the verify window through HAProxy (loadtest/method/gateway.py)
@@ -67,7 +67,7 @@ def window_too_short(window_s: float, latency_s: float | None) -> str:
 
 
 DRAIN_FACTOR = 1.5  # drained: answers within this x the baseline's latency again
-DRAIN_PROBES = 1  # the last this many answers of the drain's probe, in a row: queue_drained (analysis/verify.py)
+DRAIN_PROBES = 1  # the last this many answers of the drain's probe, in a row: queue_drained (analysis/overload/verify.py)
 #                   needs one answer back at the baseline, sent after the queue emptied (a FIFO queue answers
 #                   no probe fast while it holds work); a second cost one more latency at every drain
 DRAIN_MIN_S = 5.0  # the drain's cap is never below this (a fast server's 2 x P95 is under a second)
@@ -84,7 +84,7 @@ def drained(latencies_ms: list[float], baseline_latency_s: float | None) -> bool
 
 def drain_max_s(p95_s: float) -> float:
     """The drain's cap: the queue wait timeout + request timeout the config recommends at a P95 of `p95_s`
-    (analysis.config.timeouts_s), the bound queue_drained judges by (analysis/verify.py): the last request a
+    (analysis.written.config.timeouts_s), the bound queue_drained judges by (analysis/overload/verify.py): the last request a
     full queue admitted waits up to the one and runs up to the other, and a probe behind it comes back after.
     The wait timeout alone cut a slow server's gateway drain (8 s pages, a queue of 9 full at the window's
     end) before its probes were back: failed, where the check's own bound had room."""

@@ -104,7 +104,7 @@ class RunConfig:
     verify: bool = True  # after the recommendation: open-loop load at 1.5x the plateau throughput, then drain
     verify_window_s: float = 30.0
     verify_rate_rps: float = 0.0  # set by `python -m loadtest verify --rate R`: a baseline, then verify at R only
-    # --- fleet (issue 29): replicas for a target traffic, read by the analysis (analysis/fleet.py) -----------
+    # --- fleet (issue 29): replicas for a target traffic, read by the analysis (analysis/written/fleet.py) -----------
     target_rps: float | None = None  # the traffic to serve, requests a second; None (empty) = no fleet plan
     peak_factor: float = 1.0  # the peak as a multiple of target_rps, >= 1
     gpu_hour_cost: float = 0.0  # one GPU for an hour, any currency; 0 = no cost

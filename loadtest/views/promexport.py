@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from analysis.stats import percentile
+from analysis.common.stats import percentile
 from loadtest.method.controller import MEASURED, Controller
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.run_config import RunConfig
@@ -133,7 +133,7 @@ class RunCollector(Collector):
             for kind, count in sorted(t.errors.items()):
                 errors.add_metric([*labels, kind], count)
             ok_ms, server_ms = np.array(t.ok_latency_ms), np.array(t.server_ms)  # copies: add() may grow them
-            for quantile, q in _QUANTILES:  # the step table's own percentiles (analysis.stats)
+            for quantile, q in _QUANTILES:  # the step table's own percentiles (analysis.common.stats)
                 if ok_ms.size:
                     latency.append(([*labels, quantile], percentile(ok_ms, q) / 1000.0))
                 if server_ms.size:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analysis.alerts import AlertRule
+from analysis.written.alerts import AlertRule
 
 
 def step(level: int, index: int, **values: Any) -> dict[str, Any]:

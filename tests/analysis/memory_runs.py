@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import RunData
-from analysis.estimate import PREFLIGHT_STEP_INDEX
-from analysis.loader import empty_frame
+from analysis.estimate.capacity import PREFLIGHT_STEP_INDEX
+from analysis.table.loader import empty_frame
 from runfolder import Event, GpuSample, HostSample, RequestRow, ServerSample, columns_of
 
 TOTAL_MIB = 24576.0

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from alert_cases import rule_case, summary
 
-from analysis.alerts import alert_rules, alerts_yaml, runbook
-from analysis.outputs import ALERTS_FILE, write_alerts
+from analysis.written.alerts import alert_rules, alerts_yaml, runbook
+from analysis.written.outputs import ALERTS_FILE, write_alerts
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""Throughput read at the run's mean answer length (analysis/answer_length.py): where latency follows the
+"""Throughput read at the run's mean answer length (analysis/table/answer_length.py): where latency follows the
 answer's length, the same throughput as counting answers, known far sooner; elsewhere nothing changes."""
 
 from __future__ import annotations
@@ -8,8 +8,14 @@ import pandas as pd
 import pytest
 
 import analysis
-from analysis.answer_length import BY_ANSWERS, BY_LENGTH, length_weighted, throughput_cv, weighs_by_length
-from analysis.steps import step_row
+from analysis.table.answer_length import (
+    BY_ANSWERS,
+    BY_LENGTH,
+    length_weighted,
+    throughput_cv,
+    weighs_by_length,
+)
+from analysis.table.steps import step_row
 from loadtest.method.live import requests_frame
 from loadtest.method.windows import StepWindow, step_done
 from runfolder import RequestRow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.estimate import Estimate, cap_by_server
+from analysis.estimate.capacity import Estimate, cap_by_server
 
 
 def _server(seqs: list[float | None]) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Rule 2b of the knee (analysis/engine_limit.py): with the engine's limit known, the answer stays within it.
+"""Rule 2b of the knee (analysis/estimate/engine_limit.py): with the engine's limit known, the answer stays within it.
 
 The step tables are those of issue 22's check: the simulator's hunyuan-vllm-24g with --max-num-seqs 8 at
 time scale 0.25 (truth: knee 8), measured with the demo-sweep's short steps. At 10 users the server still
@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import find_knee, next_refine_level
-from analysis.engine_limit import QUEUE_GAIN_SHARE, EngineLimit, cap_level, engine_limit
+from analysis.estimate.engine_limit import QUEUE_GAIN_SHARE, EngineLimit, cap_level, engine_limit
 
 
 def _row(index: int, level: int, thr: float, se: float, mean_ms: float, running: float, waiting: float,

@@ -1,4 +1,4 @@
-"""Rule 1 of the knee on errors (analysis/failure_rule.py): errors are a knee when they grow with load.
+"""Rule 1 of the knee on errors (analysis/knee/failure_rule.py): errors are a knee when they grow with load.
 
 Step tables are hand-made with the counts a run would give; the tests' own numbers are checked against
 exact sums (math.comb), so a wrong test statistic fails here, not in a run.
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import find_knee, next_refine_level
-from analysis.failure_rule import binomial_greater_p, fisher_greater_p
+from analysis.knee.failure_rule import binomial_greater_p, fisher_greater_p
 
 
 def _row(level: int, n: int, failed: int = 0, thr: float = 0.0, index: int = 0, phase: str = "step",

@@ -1,4 +1,4 @@
-"""The fleet plan (analysis/fleet.py): replicas for a target traffic, rounded up, the headroom left, the cost;
+"""The fleet plan (analysis/written/fleet.py): replicas for a target traffic, rounded up, the headroom left, the cost;
 a run measured through a balancer of 3 replicas as the fleet's answer with each replica's share; no plan
 without a recommendation or a throughput; summary.json's `fleet` and capacity.md's section from a run folder."""
 
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis import write_outputs
-from analysis.fleet import balancer_replicas, figure, fleet_rows, plan_fleet
+from analysis.written.fleet import balancer_replicas, figure, fleet_rows, plan_fleet
 from runfolder import SERVER_FILE, CsvAppender, ServerSample, columns_of
 
 

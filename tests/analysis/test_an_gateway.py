@@ -1,4 +1,4 @@
-"""haproxy.cfg (analysis/gateway.py): the recommended config's numbers in HAProxy's words, each with its comment;
+"""haproxy.cfg (analysis/overload/gateway.py): the recommended config's numbers in HAProxy's words, each with its comment;
 several replicas; https to the server; no file without a recommendation; and Debian's `haproxy -c` accepts
 every config written (`make test` installs haproxy; skipped, saying so, where it could not)."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from analysis import analyze_run, load_run, write_outputs
 from analysis.__main__ import main
-from analysis.gateway import (
+from analysis.overload.gateway import (
     GatewayError,
     Upstream,
     haproxy_config,

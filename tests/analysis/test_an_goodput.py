@@ -1,4 +1,4 @@
-"""Goodput (in time and right) and runaway answers per step (analysis/goodput.py), on hand-built rows."""
+"""Goodput (in time and right) and runaway answers per step (analysis/table/goodput.py), on hand-built rows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from verify_runs import frame, request
 
-from analysis.goodput import (
+from analysis.table.goodput import (
     CER_MARGIN,
     caller_latency_ms,
     cer_limits,
@@ -18,7 +18,7 @@ from analysis.goodput import (
     runaway_summary,
     with_goodput,
 )
-from analysis.steps import step_row
+from analysis.table.steps import step_row
 
 
 def _step_rows() -> pd.DataFrame:

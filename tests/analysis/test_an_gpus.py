@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from analysis.estimate import gpu_of, gpus_named
+from analysis.estimate.capacity import gpu_of, gpus_named
 
 
 def _gpu(rows: list[tuple[float, int, int, float | None, float]]) -> pd.DataFrame:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import Estimate, Knee, diagnose
-from analysis.heat import heat_columns, throttle_finding
+from analysis.table.heat import heat_columns, throttle_finding
 
 
 def _card(temp: list[float], clock: list[float], reasons: list[float]) -> pd.DataFrame:
@@ -73,7 +73,7 @@ def test_the_diagnosis_names_it() -> None:
 def test_the_step_table_carries_the_server_cards_heat() -> None:
     from memory_runs import fake_run, per_request
 
-    from analysis.steps import step_table
+    from analysis.table.steps import step_table
 
     run = fake_run(per_request(4000.0, 500.0))
     gpu = run.gpu

@@ -1,4 +1,4 @@
-"""Table-driven knee tests on hand-made step tables (the rule is in analysis/knee.py's docstring)."""
+"""Table-driven knee tests on hand-made step tables (the rule is in analysis/knee/find.py's docstring)."""
 
 from __future__ import annotations
 

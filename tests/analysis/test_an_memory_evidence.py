@@ -13,7 +13,7 @@ import pytest
 from memory_runs import TOTAL_MIB, caching, fake_run, loaded_once, per_request
 
 from analysis import analyze_run, estimate_from_baseline, memory_slope, restate_estimate, step_table
-from analysis.loader import RunData
+from analysis.table.loader import RunData
 
 BEFORE, INC = 5800.0, 300.0
 

@@ -22,7 +22,7 @@ from analysis import (
     load_run,
     step_table,
 )
-from analysis.estimate import PREFLIGHT_STEP_INDEX
+from analysis.estimate.capacity import PREFLIGHT_STEP_INDEX
 
 IDLE, INC = 4000.0, 500.0
 LEVELS = (2, 4, 8, 6)  # 6 after 8: a refinement step under 8's mark

@@ -1,4 +1,4 @@
-"""The open-loop step columns (analysis/open_loop.py) on hand-built rows whose answers are known: requests
+"""The open-loop step columns (analysis/table/open_loop.py) on hand-built rows whose answers are known: requests
 in flight over a window, the schedule's lag, latency from the intended send, the in-flight cap; and what
 the report says of load turned away and of a generator behind its schedule."""
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.open_loop import InFlight, behind_schedule, cap_of, open_loop_columns, rejected_from
+from analysis.table.open_loop import InFlight, behind_schedule, cap_of, open_loop_columns, rejected_from
 
 
 def _requests(rows: list[tuple[float, float, float | None, bool]]) -> pd.DataFrame:
@@ -74,7 +74,7 @@ def test_the_first_step_that_turned_load_away_and_the_steps_behind_schedule():
 
 
 def test_an_open_loop_steps_level_for_the_knee_is_its_requests_in_flight_and_verify_rows_are_left_out():
-    from analysis.open_loop import capacity_rows, with_capacity_levels
+    from analysis.table.open_loop import capacity_rows, with_capacity_levels
 
     table = pd.DataFrame([
         {"step_index": 2, "phase": "baseline", "level": 1, "rate_rps": math.nan, "effective_users": 0.99},

@@ -1,5 +1,5 @@
 """The step table counts outcomes: retries apart, rejections apart, cut requests against their step, and
-the answers that arrived inside the window (analysis/steps.py), fed to the knee as a run would feed it."""
+the answers that arrived inside the window (analysis/table/steps.py), fed to the knee as a run would feed it."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.phase_time import minutes, phase_times, promised_minutes
+from analysis.written.phase_time import minutes, phase_times, promised_minutes
 
 ROWS = [  # (phase, level, seconds, note, via)
     ("idle", 0, 2, "idle GPU memory", ""),

@@ -1,4 +1,4 @@
-"""The estimate for engines that pre-allocate their memory (analysis.prealloc): the smallest of the KV
+"""The estimate for engines that pre-allocate their memory (analysis.estimate.prealloc): the smallest of the KV
 cache's requests, the engine's limit and the memory left above the pool, each named, never 0 where the
 server answered."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import estimate_from_baseline, load_run
-from analysis.estimate import estimate_from_kv_cache
-from analysis.loader import RunData
-from analysis.outputs import capacity_markdown
-from analysis.prealloc import activation_bound, bind, engine_bound
-from analysis.summary import analyze_run
+from analysis.estimate.capacity import estimate_from_kv_cache
+from analysis.estimate.prealloc import activation_bound, bind, engine_bound
+from analysis.table.loader import RunData
+from analysis.written.outputs import capacity_markdown
+from analysis.written.summary import analyze_run
 
 # the simulator's hunyuan-vllm-24g: 90% of a 24 GiB card taken at start, 126 MiB per 1000x700 page outside it
 TOTAL_MIB, IDLE_MIB, RISE_MIB = 24576.0, 22118.0, 126.0

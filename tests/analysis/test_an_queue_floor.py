@@ -1,4 +1,4 @@
-"""Past the knee a step's throughput error reads the spread of a level below it (analysis/queue_floor.py): a
+"""Past the knee a step's throughput error reads the spread of a level below it (analysis/table/queue_floor.py): a
 closed queue's answers leave at the slots' pace, whatever the wait spreads its latencies by. Checked on a
 closed queue simulated here: the error stated that way still covers the spread of a level's throughput
 against its neighbour's over seeds, and is several times smaller than its own latency's spread said."""
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 import analysis
-from analysis.queue_floor import Spread, floor_spread, spreads
-from analysis.steps import step_row
+from analysis.table.queue_floor import Spread, floor_spread, spreads
+from analysis.table.steps import step_row
 from loadtest.method.live import requests_frame
 from loadtest.method.windows import StepWindow, step_done
 from runfolder import RequestRow

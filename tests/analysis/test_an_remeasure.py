@@ -1,5 +1,5 @@
 """A wide answer re-measured: which level decides it and for how long (next_level.remeasure_level), and a
-level measured twice pooled into one point (analysis/pooled.py, used by knee_points.points_of)."""
+level measured twice pooled into one point (analysis/knee/pooled.py, used by knee_points.points_of)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from analysis import find_knee, remeasure_level
-from analysis.knee_points import points_of
-from analysis.pooled import pooled_row
+from analysis.knee.knee_points import points_of
+from analysis.knee.pooled import pooled_row
 
 
 def _row(level: int, thr: float, se: float, index: int, duration_s: float = 10.0, phase: str = "step",
@@ -147,7 +147,7 @@ def test_two_measurements_of_a_level_pool_their_throughput_and_the_latest_counts
     assert point["throughput_rps"] == pytest.approx((12.0 * 10 + 13.0 * 30) / 40)
     assert point["throughput_se_rps"] == pytest.approx(math.sqrt((10 * 0.6) ** 2 + (30 * 0.3) ** 2) / 40)
     assert point["duration_s"] == 40.0
-    # failures are the latest measurement's (a confirmation decides: analysis/pooled.py)
+    # failures are the latest measurement's (a confirmation decides: analysis/knee/pooled.py)
     assert point["requests"] == 390 and point["errors"] == {"http_502": 2, "timeout": 1}
     assert point["p95_ms"] == long["p95_ms"] and point["step_index"] == 30  # the longer one's; the latest
     assert point["pooled_steps"] == [10, 30]
@@ -195,7 +195,7 @@ FAR = [(46, 33.4), (23, 32.0), (12, 32.3), (6, 23.5), (9, 29.3), (11, 31.6), (10
 
 
 def _far(busy: set[int]) -> pd.DataFrame:
-    """FAR's table, the driver's CPU near saturation (92%, analysis/driver.py: >= 85%) at the levels `busy`."""
+    """FAR's table, the driver's CPU near saturation (92%, analysis/table/driver.py: >= 85%) at the levels `busy`."""
     rows = [_row(1, 6.0, 0.1, 2, duration_s=8.0, phase="baseline"),
             *[_row(level, thr, 1.0, 10 + 3 * i, duration_s=4.0) for i, (level, thr) in enumerate(FAR)]]  # fmt: skip
     return pd.DataFrame([{**r, "driver_cpu_mean_pct": 92.0 if r["level"] in busy else 40.0} for r in rows])

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.server_time import histogram_columns, histogram_quantile_s, time_split
-from analysis.steps import step_row
+from analysis.table.server_time import histogram_columns, histogram_quantile_s, time_split
+from analysis.table.steps import step_row
 from loadtest.method.live import requests_frame
 from runfolder import RequestRow, ServerSample, columns_of
 

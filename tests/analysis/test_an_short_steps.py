@@ -1,5 +1,5 @@
 """A point short of `min_requests` that decides the answer is measured once more (Knee.confirm_level with
-confirm_why), and its measurements' requests count together (analysis/pooled.py `pooled_requests`).
+confirm_why), and its measurements' requests count together (analysis/knee/pooled.py `pooled_requests`).
 
 A slow server (8 s a request, 4 slots) puts 4 users at about 19 requests in a 40 s window: untrusted,
 that point moved the answer up a level, or hid the plateau so that the plan climbed on to 64 users."""
@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import find_knee, next_refine_level
-from analysis.knee_points import points_of, request_count
+from analysis.knee.knee_points import points_of, request_count
 
 
 def _row(level: int, thr: float, n: int, index: int, phase: str = "step") -> dict[str, Any]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis import baseline_summary, bucket_table, load_run, step_table
-from analysis.stats import linear_fit, quantile_ci
+from analysis.common.stats import linear_fit, quantile_ci
 from runfolder import (
     CsvAppender,
     GpuSample,

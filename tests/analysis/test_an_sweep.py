@@ -1,4 +1,4 @@
-"""The sweep's table and pick (analysis/sweep.py): seed 001's sweep of --max-num-seqs as the running case.
+"""The sweep's table and pick (analysis/sweep/sheet.py): seed 001's sweep of --max-num-seqs as the running case.
 
 Settings are the merged dicts the reports side builds (setting.json + counts + summary), written here by
 hand with only the fields the table reads, so each rule of the pick is seen on its own.
@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis.sweep import Pick, run_counts, sweep_table, with_pick
-from analysis.sweep_pick import pick
+from analysis.sweep.pick import pick
+from analysis.sweep.sheet import Pick, run_counts, sweep_table, with_pick
 
 CARD_MIB = 24_000.0
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import find_knee, next_refine_level, plan_levels
-from simulator.profiles import PROFILES
+from simulator.model.profiles import PROFILES
 from simulator.truth import truth
 
 

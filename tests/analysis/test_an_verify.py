@@ -1,4 +1,4 @@
-"""The verify verdict (analysis/verify.py) on verify phases played by a small queueing model
+"""The verify verdict (analysis/overload/verify.py) on verify phases played by a small queueing model
 (verify_runs.serve): a gateway that turns the excess away fast passes, a server that queues everything
 fails with the reasons a person needs, and each check fails on its own when only its part goes wrong."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 from verify_runs import BASELINE_P95_MS, CONFIG, PLATEAU_RPS, T0, frame, request, serve, steps_frame
 
 from analysis import analyze, load_run
-from analysis.verify import own_failure_share, own_set_aside, verify_summary
+from analysis.overload.verify import own_failure_share, own_set_aside, verify_summary
 from runfolder import REQUESTS_FILE, STEPS_FILE, CsvAppender, JsonlAppender, RequestRow
 
 
@@ -240,7 +240,7 @@ def test_a_verify_only_run_is_complete_without_measured_steps(make_run):
 
 
 def test_a_window_through_the_gateway_is_judged_apart_and_compared_in_one_line() -> None:
-    from analysis.verify import split_by_gateway, with_gateway
+    from analysis.overload.verify import split_by_gateway, with_gateway
 
     raw_req, raw_steps = serve(gateway=False)  # the server as it is: queues everything
     gw_req, gw_steps = serve(gateway=True, t0=T0 + 100.0, first=30)  # the same load through a bounded queue

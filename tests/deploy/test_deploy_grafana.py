@@ -132,7 +132,7 @@ def test_the_scrape_example_and_alerts_load_in_prometheus(tmp_path: Path) -> Non
     sys.path.insert(0, str(REPO / "tests" / "analysis"))
     from alert_cases import summary  # the alert tests' run
 
-    from analysis.outputs import write_alerts
+    from analysis.written.outputs import write_alerts
 
     write_alerts(tmp_path, summary())
     shutil.copy(GRAFANA / "prometheus-scrape.example.yml", tmp_path / "prometheus.yml")
@@ -154,7 +154,7 @@ def test_every_alert_rule_names_only_exported_metrics(tmp_path: Path, kind: str)
     sys.path.insert(0, str(REPO / "tests" / "analysis"))
     from alert_cases import summary
 
-    from analysis.alerts import alert_rules
+    from analysis.written.alerts import alert_rules
 
     known = known_names(tmp_path)
     for rule in alert_rules(summary(kind)):

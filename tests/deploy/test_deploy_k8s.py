@@ -54,9 +54,9 @@ needs_kubectl = pytest.mark.skipif(
 
 
 def simulator_parser() -> Any:
-    """simulator.cli's parser, imported when a test runs: it imports aiohttp, which imports names from
+    """simulator.front.cli's parser, imported when a test runs: it imports aiohttp, which imports names from
     ssl that gevent cannot patch once Locust (imported by other test modules at collection) patches."""
-    from simulator.cli import build_parser
+    from simulator.front.cli import build_parser
 
     return build_parser()
 

@@ -86,7 +86,7 @@ def _other_commands_flags() -> set[str]:
     import analysis.__main__ as analysis_main
     import gpu_sampler.__main__ as sampler_main
     import reports.__main__ as reports_main
-    from simulator.cli import build_parser as simulator_parser
+    from simulator.front.cli import build_parser as simulator_parser
 
     seen: set[str] = set()
     calls = [
@@ -142,7 +142,7 @@ def test_every_column_of_the_run_folder_is_described() -> None:
 
 def test_every_flag_of_the_sidecar_and_the_simulator_is_named_in_the_docs(all_text: str) -> None:
     import gpu_sampler.__main__ as sampler_main
-    from simulator.cli import build_parser as simulator_parser
+    from simulator.front.cli import build_parser as simulator_parser
 
     seen: set[str] = set()
     with _recording_add_argument(seen), contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):

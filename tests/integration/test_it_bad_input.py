@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from it_procs import run_cli
 
-from analysis.loader import load_run
+from analysis.table.loader import load_run
 
 
 def _closed_port() -> int:

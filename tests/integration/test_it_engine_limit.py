@@ -2,7 +2,7 @@
 measured with the demo-sweep's short steps (loadtest/sweep/demo.py) as `python -m loadtest run` would be.
 
 The truth: knee 8 (an engine that runs 8 at once serves 10 users by queueing 2). Before rule 2b
-(analysis/engine_limit.py) the run recommended 10 with no knee: level 10 read a few percent above 8, the
+(analysis/estimate/engine_limit.py) the run recommended 10 with no knee: level 10 read a few percent above 8, the
 queue filling the slots each answer leaves empty until the next request arrives. Told MAX_NUM_SEQS=8 the
 answer must stay at 8 (7 where the interval says so), and the plan must measure 8 and the level above it
 and nothing higher; not told, the server's own gauges (vllm:num_requests_running) must do the same.

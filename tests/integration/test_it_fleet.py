@@ -1,5 +1,5 @@
 """A real fleet measured as one: three simulators (pytorch-24g, a hockey stick at 8 slots) behind a real
-HAProxy (Debian's) whose config analysis.gateway.haproxy_config writes with one server line per replica, as
+HAProxy (Debian's) whose config analysis.overload.gateway.haproxy_config writes with one server line per replica, as
 `python -m loadtest gateway --servers a,b,c` does, plus a frontend serving HAProxy's own Prometheus exporter.
 `python -m loadtest run` goes through the balancer with REPLICAS=3 and SERVER_METRICS on that exporter page.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from it_procs import run_cli
 
-from analysis.gateway import haproxy_config, parse_server
+from analysis.overload.gateway import haproxy_config, parse_server
 from loadtest.launch.procs import free_port
 from loadtest.method.child import stop_process
 from loadtest.method.haproxy import find_haproxy, start_haproxy, write_checked

@@ -3,7 +3,7 @@ simulator (real processes on 127.0.0.1, one Locust worker, short windows).
 
 The rows must carry their intended send times, each step must send at its rate (Poisson: within a few
 standard deviations), its effective users must be what Little's law says (rate x latency), and the verify
-and drain phases must be rows of steps.csv. The verify checks themselves are analysis/verify.py's."""
+and drain phases must be rows of steps.csv. The verify checks themselves are analysis/overload/verify.py's."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.timeout(600)
 SCALE = 0.5
 # noisy-24g at half of it: counted answer by answer its windows ran to ~400 answers (latency CV 0.4, 2%
 # precision), the module's longest run by far (147 s at 0.5 beside the six others' ~55 s); read by answer length
-# since (analysis/answer_length.py) it took 70 s at 0.25, the module 81 s (2026-12-05)
+# since (analysis/table/answer_length.py) it took 70 s at 0.25, the module 81 s (2026-12-05)
 SCALES = {"noisy-24g": 0.25}
 COOLDOWN_CAP_S = 8.0  # the caching case's cap: its cooldowns must end well before it
 CASES: dict[str, tuple[str, str, list[str]]] = {  # name: (profile, extra simulator flags, extra CLI flags)
@@ -109,7 +109,7 @@ def test_the_answer_holds_on_a_server_unlike_ours(runs: dict[str, dict[str, Any]
     busy = set(summary["knee"].get("driver_saturated_levels") or [])
     if planned[0] in busy and any(level < planned[0] and level in busy for level in levels):
         # the run said its driver's CPU was near saturation at the first level and at the probe below it: their
-        # throughputs may be the driver's (analysis/driver.py), and a probe read short of 95% of the first level
+        # throughputs may be the driver's (analysis/table/driver.py), and a probe read short of 95% of the first level
         # climbs on to the next planned one (vllm-far beside three shards on 2 cores, 2 clean clones in 8: 23 at
         # 93% of 47's throughput, then 94). The probe is now measured again first (analysis.probe_level, within 2
         # standard errors); its pooled reading can still be the driver's. That one level more, no further
@@ -120,7 +120,7 @@ def test_the_answer_holds_on_a_server_unlike_ours(runs: dict[str, dict[str, Any]
 def test_a_server_whose_latency_follows_its_answers_length_is_read_by_it(runs: dict[str, dict[str, Any]]) -> None:
     """noisy-24g's answers vary in length (lognormal sigma 0.4) and its latency follows them: its baseline's
     and steps' throughput is read at the run's mean answer length, as the master decided on it, and the knee
-    says so (analysis/answer_length.py); the sharp server's answers, all of one length, are counted."""
+    says so (analysis/table/answer_length.py); the sharp server's answers, all of one length, are counted."""
     for name, basis in (("noisy-24g", "answer length"), ("pytorch-24g", "answers")):
         summary = runs[name]["summary"]
         rows = [s for s in summary["steps"] if s["phase"] in ("baseline", "step")]

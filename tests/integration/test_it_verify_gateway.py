@@ -2,7 +2,7 @@
 127.0.0.1 that serves two requests at a time, once with admission control in front (a semaphore and no
 queue: a request that finds both slots busy gets 503 with Retry-After at once) and once without (every
 request waits for a slot). `python -m loadtest verify --rate R` at twice what it serves must pass the
-first and fail the second, with the reasons summary.json's `verify` gives (analysis/verify.py).
+first and fail the second, with the reasons summary.json's `verify` gives (analysis/overload/verify.py).
 Needs `python -m loadtest verify` (loadtest/commands/verify.py, from the open-loop branch): skipped without it."""
 
 from __future__ import annotations

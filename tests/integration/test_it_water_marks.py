@@ -39,10 +39,10 @@ import yaml
 from it_procs import REPO, run_cli, start_simulator, stop
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.alerts import CLOCK_MARGIN, P95_MARGIN, TEMP_MARGIN_C, alert_rules
-from analysis.loader import load_run
-from analysis.outputs import ALERTS_FILE
-from analysis.stats import percentile
+from analysis.common.stats import percentile
+from analysis.table.loader import load_run
+from analysis.written.alerts import CLOCK_MARGIN, P95_MARGIN, TEMP_MARGIN_C, alert_rules
+from analysis.written.outputs import ALERTS_FILE
 
 sys.path[:0] = [str(REPO / "tests" / "analysis"), str(REPO / "tests" / "deploy")]
 from alert_cases import rule_case  # noqa: E402  (the alert tests' own series past and below each mark)

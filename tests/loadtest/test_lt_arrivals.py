@@ -11,7 +11,7 @@ import time
 import gevent
 import pytest
 
-from analysis.config import timeouts_s
+from analysis.written.config import timeouts_s
 from loadtest.method.windows import VERIFY_FLOOR_S
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.open_loop import drain_max_s, drained, parse_rates, window_too_short

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from analysis import Knee
-from analysis.next_level import PROBE_MIN_LEVEL, level_above
-from analysis.words import about_words, duration_words
+from analysis.common.words import about_words, duration_words
+from analysis.knee.next_level import PROBE_MIN_LEVEL, level_above
 from loadtest.method.budget import (
     REPORT_S,
     TICK_S,

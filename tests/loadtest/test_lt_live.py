@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import step_table
-from analysis.loader import RunData, empty_frame
+from analysis.table.loader import RunData, empty_frame
 from loadtest.method.live import LiveSteps, panel_row, requests_frame
 from runfolder import Event, GpuSample, HostSample, RequestRow, ServerSample, StepRow
 

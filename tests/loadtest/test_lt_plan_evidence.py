@@ -15,7 +15,7 @@ import pytest
 
 import analysis
 from analysis import Knee
-from analysis.estimate import Estimate, cap_by_server
+from analysis.estimate.capacity import Estimate, cap_by_server
 from loadtest.method.levels import (
     DOUBLING_LEVELS,
     LevelChoice,
@@ -167,7 +167,7 @@ def test_a_step_ended_by_timeouts_is_a_knee_the_refinement_searches_below() -> N
 
 
 def test_the_plan_measures_the_engine_limit_itself_and_the_level_above_it() -> None:
-    """The knee's answer stays within the engine's limit (analysis/engine_limit.py), which needs the limit
+    """The knee's answer stays within the engine's limit (analysis/estimate/engine_limit.py), which needs the limit
     measured: planned when the levels are capped, climbed to before 1.2 x it."""
     cfg = RunConfig(max_num_seqs=12)
     doubling = choose_levels(cfg, None, baseline_latency_s=1.0)

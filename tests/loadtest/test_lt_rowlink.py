@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.summary import rows_only_on_workers, workers_without_final_count
+from analysis.written.summary import rows_only_on_workers, workers_without_final_count
 from loadtest.settings import version
 from loadtest.traffic.merge import LocalCopy, read_local_copy
 from loadtest.traffic.rowlink import RESEND_AFTER_S, Inbox, Outbox

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgpack
 
-from analysis.loader import load_run
+from analysis.table.loader import load_run
 from loadtest.traffic.merge import (
     LOCAL_COPY_SUFFIX,
     LocalCopy,

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from lt_http import QuietHandler, serving
 
-from analysis.goodput import runaway_summary
-from analysis.steps import step_row
+from analysis.table.goodput import runaway_summary
+from analysis.table.steps import step_row
 from runfolder import RequestRow, columns_of
 
 PROBE = Path(__file__).with_name("lt_user_probe.py")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import Knee
-from analysis.verify import own_failure_share
+from analysis.overload.verify import own_failure_share
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec
 from loadtest.method.timing import GAIN_SHARE, MAX_STEP_REL_SE, TARGET_REL_SE, step_rel_se
@@ -176,7 +176,7 @@ def test_the_verify_window_runs_until_each_check_can_be_judged():
 
 
 def test_a_server_that_runs_out_of_memory_ends_the_verify_window_on_its_failures():
-    """Issue 33: the share turned away fast is judged on every request not admitted (analysis/verify.py): an
+    """Issue 33: the share turned away fast is judged on every request not admitted (analysis/overload/verify.py): an
     out-of-memory server's first VERIFY_MIN_REJECTED failures fail it, with no growth left to wait for (its
     smooth window ran 19 s, 10 latencies, where 20 failures and the admitted answers were in at 13 s)."""
     cap, p95_s = 30.0, 2.0

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 from rel_procs import REPO, ScriptedServer, free_port, ok_answer, one_line, run_argv
 
-from analysis.loader import load_run
+from analysis.table.loader import load_run
 
 
 def _cli(args: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

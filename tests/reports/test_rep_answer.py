@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analysis.words import duration_words, plural
+from analysis.common.words import duration_words, plural
 from reports.answer import answer_line, answer_lines, errors_line, plateau_line, verify_line
 
 REASON = "recommended 8: knee at level 10 (step 14): throughput 27.76 rps is +2% over level 8's 27.09 rps"

@@ -13,7 +13,7 @@ from typing import Any
 
 from rep_fixtures import build_run, write_run_folder
 
-from analysis.fleet import plan_fleet
+from analysis.written.fleet import plan_fleet
 from reports import render_report, write_report
 
 

@@ -25,8 +25,8 @@ import aiohttp
 from PIL import Image, ImageDraw, PngImagePlugin
 
 from simulator import PROFILES
-from simulator.options import Options
-from simulator.server import ServerConfig, SimServer
+from simulator.front.server import ServerConfig, SimServer
+from simulator.model.options import Options
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = Options(time_scale=0.2)

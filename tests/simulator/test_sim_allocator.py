@@ -10,12 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import FAST, b64, png_with_text, run, served, session_of
 
 from simulator import PROFILES, truth
-from simulator.allocator import DeviceMemory
-from simulator.cli import build_parser, config_from_args
-from simulator.options import Options, make_options
-from simulator.pipeline import Failed, Pipeline
-from simulator.profiles import ProfileError
-from simulator.work import work_of
+from simulator.front.cli import build_parser, config_from_args
+from simulator.model.allocator import DeviceMemory
+from simulator.model.options import Options, make_options
+from simulator.model.pipeline import Failed, Pipeline
+from simulator.model.profiles import ProfileError
+from simulator.model.work import work_of
 
 PT = PROFILES["pytorch-24g"]
 WORK = work_of(PT, Options(), 1000, 700, None)

@@ -10,10 +10,10 @@ from simtest_support import b64, png_with_text, run, served, session_of
 
 from gpu_sampler.scrape import parse_server_metrics
 from simulator import PROFILES, truth
-from simulator.options import Options
-from simulator.pipeline import Pipeline
+from simulator.model.options import Options
+from simulator.model.pipeline import Pipeline
+from simulator.model.work import work_of
 from simulator.truth import pick_of
-from simulator.work import work_of
 
 HF, TRT, VLLM = "hunyuan-hf-24g", "hunyuan-trtllm-24g", "hunyuan-vllm-24g"
 # names tensorrt_llm/metrics/collector.py (MetricsCollector) creates, as its docstring lists them (a subset)

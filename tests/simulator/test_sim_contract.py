@@ -24,8 +24,8 @@ from simtest_support import (
 )
 
 from simulator import PROFILES, truth
-from simulator.faults import Faults
-from simulator.options import Options
+from simulator.model.faults import Faults
+from simulator.model.options import Options
 
 TEXT = "Invoice 2024-001 total 42.00 EUR"
 

@@ -16,12 +16,12 @@ from simtest_support import b64, eventually, png_with_text, run, served, session
 
 from gpu_sampler.scrape import DcgmReader
 from simulator import PROFILES, truth
-from simulator.cli import UserError, build_parser, config_from_args
-from simulator.metrics import OTHER_CARD_UTIL_PCT
-from simulator.options import Options, make_options
-from simulator.pipeline import Failed, Pipeline
-from simulator.profiles import ProfileError
-from simulator.work import work_of
+from simulator.exports.metrics import OTHER_CARD_UTIL_PCT
+from simulator.front.cli import UserError, build_parser, config_from_args
+from simulator.model.options import Options, make_options
+from simulator.model.pipeline import Failed, Pipeline
+from simulator.model.profiles import ProfileError
+from simulator.model.work import work_of
 
 PT = PROFILES["pytorch-24g"]
 SMALL = png_with_text(64, 64, "x")

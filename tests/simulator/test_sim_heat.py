@@ -12,11 +12,11 @@ from simtest_support import b64, eventually, png_with_text, run, served, session
 
 from gpu_sampler.scrape import DcgmReader
 from simulator import PROFILES, truth
-from simulator.metrics import render_dcgm_metrics
-from simulator.options import Options, make_options
-from simulator.pipeline import Finished, Pipeline
-from simulator.thermal import MAX_SM_CLOCK_MHZ, REASON_SW_THERMAL, THROTTLE_C, steady_c
-from simulator.work import work_of
+from simulator.exports.metrics import render_dcgm_metrics
+from simulator.model.options import Options, make_options
+from simulator.model.pipeline import Finished, Pipeline
+from simulator.model.thermal import MAX_SM_CLOCK_MHZ, REASON_SW_THERMAL, THROTTLE_C, steady_c
+from simulator.model.work import work_of
 
 PAGE = png_with_text(1000, 700, "Invoice 2024-001")
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, chat_body, png_with_text, run, served, session_of, sim_process
 
 from simulator import PROFILES, truth
-from simulator.options import Options, make_options
+from simulator.model.options import Options, make_options
 
 PAGE = png_with_text(1000, 700, "Invoice 2024-001 total 42.00 EUR, paid by card on 3 March")
 

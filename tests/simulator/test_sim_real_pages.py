@@ -21,10 +21,10 @@ from gpu_sampler.scrape import (
     parse_server_metrics,
 )
 from simulator import PROFILES
-from simulator.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
-from simulator.options import Options
-from simulator.pipeline import Pipeline
-from simulator.work import work_of
+from simulator.exports.metrics import ServerStats, render_dcgm_metrics, render_vllm_metrics
+from simulator.model.options import Options
+from simulator.model.pipeline import Pipeline
+from simulator.model.work import work_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "gpu_sampler" / "fixtures"
 REAL_VLLM = ("vllm-0.32-cpu-metrics-under-load.txt", "vllm-0.32-cpu-metrics-after-load.txt")

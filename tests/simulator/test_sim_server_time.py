@@ -13,8 +13,8 @@ from pathlib import Path
 
 from simtest_support import b64, chat_body, png_with_text, run, served, session_of, sim_process
 
-from simulator.options import Options
-from simulator.requestlog import COLUMNS
+from simulator.exports.requestlog import COLUMNS
+from simulator.model.options import Options
 
 PAGE = png_with_text(1000, 700, "Receipt 7 coffee 3.20")
 

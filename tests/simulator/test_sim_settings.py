@@ -15,13 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, png_with_text, run, served, session_of, sim_process
 
 from simulator import PROFILES, truth
-from simulator.cli import UserError, build_parser, config_from_args
-from simulator.options import Options, make_options
-from simulator.pipeline import Pipeline
-from simulator.profiles import ProfileError
-from simulator.settings import kv_mib, settle, stalled_end
+from simulator.front.cli import UserError, build_parser, config_from_args
+from simulator.model.options import Options, make_options
+from simulator.model.pipeline import Pipeline
+from simulator.model.profiles import ProfileError
+from simulator.model.settings import kv_mib, settle, stalled_end
+from simulator.model.work import work_of
 from simulator.truth import pick_of, truth_of, truths_of_settings
-from simulator.work import work_of
 
 HY = "hunyuan-vllm-24g"
 PAGE = png_with_text(1000, 700, "Invoice 2024-001 total 42.00 EUR")

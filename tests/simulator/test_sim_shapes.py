@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 from simtest_support import b64, chat_body, png_with_text, run, served, session_of, sim_process
 
-from simulator.options import Options
+from simulator.model.options import Options
 
 TEXT = "Invoice 2024-001\nTotal 42.00 EUR"
 PNG = png_with_text(400, 300, TEXT)
