@@ -7,7 +7,7 @@ when the process already runs it (see `realthread`). Never locust or pandas.
 
 from gpu_sampler.client import NoServerControl, SamplesPage, SidecarClient
 from gpu_sampler.errors import SamplerError
-from gpu_sampler.monitor import GpuMonitor, parse_gpu_spec, parse_spec
+from gpu_sampler.monitor import GpuMonitor
 from gpu_sampler.readers import (
     DcgmReader,
     FakeGpuReader,
@@ -20,6 +20,7 @@ from gpu_sampler.readers import (
 from gpu_sampler.sampler import Ring, Sampler, StepStats
 from gpu_sampler.selection import ALL_GPUS, GpuSelection, card_of, combine_gpus, own_mem_mib, parse_selection
 from gpu_sampler.server_control import RestartInProgress, RestartResult, ServerControl, ServerControlError
+from gpu_sampler.spec import parse_gpu_spec, parse_spec
 from gpu_sampler.tls import TlsSettings
 
 __all__ = [

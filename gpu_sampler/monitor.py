@@ -32,43 +32,15 @@ from gpu_sampler.errors import SamplerError
 from gpu_sampler.readers import DcgmReader, FakeGpuReader, HostReader, NvmlReader, ServerMetricsReader
 from gpu_sampler.realthread import RealThread, flush_logs, gevent_patched, real_sleep
 from gpu_sampler.sampler import Sampler
-from gpu_sampler.selection import GpuSelection, own_mem_mib, parse_selection, split_source
+from gpu_sampler.selection import own_mem_mib
+from gpu_sampler.spec import parse_gpu_spec
 from gpu_sampler.tls import TlsSettings
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
 log = logging.getLogger(__name__)
 
-SPEC_FORMS = (
-    "none, nvml (every GPU), nvml:0, nvml:0,1, nvml:GPU-<uuid>, sidecar:http://HOST:9410[#0], "
-    "dcgm:http://HOST:9400/metrics[#0,1] or fake"
-)
 NONE_WHY = "GPU=none: no GPU source was asked for"
 PAGE = 5000
-
-
-def parse_gpu_spec(spec: str) -> tuple[str, str | None, GpuSelection]:
-    """(kind, URL or None, the server's GPUs); a bad spec is a one-line `SamplerError` naming the forms."""
-    text = (spec or "").strip()
-    if text in ("none", "nvml", "fake"):
-        return text, None, GpuSelection()
-    kind, _, rest = text.partition(":")
-    if kind == "nvml" and rest:
-        return kind, None, parse_selection(rest, "GPU=nvml:")
-    url, selection = split_source(rest)
-    if kind in ("sidecar", "dcgm") and url.startswith(("http://", "https://")) and len(url) > 8:
-        if kind == "sidecar" and selection.uuids:
-            raise SamplerError(
-                f"GPU={text}: the sidecar's samples carry indices, not UUIDs: use #0 here, "
-                "or --source nvml:GPU-<uuid> on the sidecar"
-            )
-        return kind, url, selection
-    raise SamplerError(f"bad GPU spec {spec!r}: use {SPEC_FORMS}")
-
-
-def parse_spec(spec: str) -> tuple[str, str | None]:
-    """("none"|"nvml"|"fake", None) or ("sidecar"|"dcgm", URL); a bad spec is a one-line `SamplerError`."""
-    kind, url, _selection = parse_gpu_spec(spec)
-    return kind, url
 
 
 def _ignore(_item: Any) -> None:
@@ -132,12 +104,7 @@ class GpuMonitor:
         )
         self.samplers: list[Sampler] = []
         self._sampler_of: dict[str, Sampler] = {}  # by the queue it fills
-        if self.gpu_reader is not None:
-            interval = scrape_interval_s if self.kind == "dcgm" else nvml_interval_s
-            self._add_sampler(self.gpu_reader, interval, "gpu", f"GPU ({self.kind})")
-        if self.server_reader is not None:
-            self._add_sampler(self.server_reader, scrape_interval_s, "server", "server metrics")
-        self._add_sampler(host_reader or HostReader("driver"), scrape_interval_s, "host", "driver host")
+        self._add_samplers(nvml_interval_s, host_reader or HostReader("driver"))
         # the sidecar poller's state
         self._cursor: int | None = None
         self._boot_id: str | None = None
@@ -159,6 +126,15 @@ class GpuMonitor:
         if self.kind == "fake":
             return FakeGpuReader(clock=self.clock, step_of=self.step_of)
         return None
+
+    def _add_samplers(self, nvml_interval_s: float, host_reader: Any) -> None:
+        """One sampler per local source: the GPU (a DCGM page at the scrape pace), /metrics, this host."""
+        if self.gpu_reader is not None:
+            interval = self.scrape_interval_s if self.kind == "dcgm" else nvml_interval_s
+            self._add_sampler(self.gpu_reader, interval, "gpu", f"GPU ({self.kind})")
+        if self.server_reader is not None:
+            self._add_sampler(self.server_reader, self.scrape_interval_s, "server", "server metrics")
+        self._add_sampler(host_reader, self.scrape_interval_s, "host", "driver host")
 
     def _add_sampler(self, reader: Any, interval_s: float, queue: str, label: str) -> None:
         def sink(records: list[Any]) -> None:

@@ -10,7 +10,6 @@ from sampler_fakes import MIB, FakeClock, FakeNvml, FakePsutil, FakeSlice, gpu_s
 
 from gpu_sampler import DcgmReader, GpuMonitor, NvmlReader, Sampler, SamplerError
 from gpu_sampler.client import SamplesPage
-from gpu_sampler.monitor import parse_gpu_spec
 from gpu_sampler.selection import (
     ALL_GPUS,
     GpuSelection,
@@ -22,6 +21,7 @@ from gpu_sampler.selection import (
 )
 from gpu_sampler.sidecar import Sidecar as SidecarService
 from gpu_sampler.sidecar import build_gpu_reader
+from gpu_sampler.spec import parse_gpu_spec
 from runfolder import GpuSample
 
 UUID = "GPU-5d3c1a2b-0f4e-4c6d-9a8b-7e6f5d4c3b2a"
