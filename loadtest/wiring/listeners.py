@@ -83,6 +83,28 @@ def controller_for(environment: Environment) -> Controller:
         ctl.event("warning", f"{exc}; the run goes on with the config's {cfg.stop_timeout_s} s")
     if not (run_dir / "manifest.json").exists():
         write_manifest(run_dir, build_manifest(cfg, run_dir))
+    _start_monitor(cfg, ctl)
+    _controllers[key] = ctl
+    _offsets_reported.clear()  # a new run folder: its events and file start from the current estimates
+    _workers_seen.clear()
+    _lost_announced.clear()
+    _report_offsets(ctl)
+    webui.track(environment, ctl)
+    promexport.track(environment, ctl)
+    if isinstance(runner, LocalRunner):
+        gevent.spawn(_feed_local_rows, ctl)
+    if isinstance(runner, MasterRunner):  # before the first spawn: workers need the images
+        warning = link.start_master_run(runner, cfg, run_dir.name, options)
+        if warning:
+            ctl.event("warning", warning)
+        ctl._update_manifest(images_sha256=getattr(options, link.DIGEST_OPTION, ""))
+    ctl._update_manifest(suite_version=suite_version())
+    return ctl
+
+
+def _start_monitor(cfg: RunConfig, ctl: Controller) -> None:
+    """The GPU, server-metrics and host samplers, checked and started; the manifest notes what the GPU source
+    said. A source that cannot be read is a warning: the run goes on without GPU data."""
     monitor = GpuMonitor.from_spec(
         cfg.gpu,
         server_metrics_url=cfg.server_metrics or None,
@@ -105,22 +127,6 @@ def controller_for(environment: Environment) -> Controller:
         ctl.event("warning", f"no GPU data: {exc}")
     info = monitor.info() if ctl.monitor is not None else {"available": False, "why_missing": "see events"}
     ctl._update_manifest(gpu=info)
-    _controllers[key] = ctl
-    _offsets_reported.clear()  # a new run folder: its events and file start from the current estimates
-    _workers_seen.clear()
-    _lost_announced.clear()
-    _report_offsets(ctl)
-    webui.track(environment, ctl)
-    promexport.track(environment, ctl)
-    if isinstance(runner, LocalRunner):
-        gevent.spawn(_feed_local_rows, ctl)
-    if isinstance(runner, MasterRunner):  # before the first spawn: workers need the images
-        warning = link.start_master_run(runner, cfg, run_dir.name, options)
-        if warning:
-            ctl.event("warning", warning)
-        ctl._update_manifest(images_sha256=getattr(options, link.DIGEST_OPTION, ""))
-    ctl._update_manifest(suite_version=suite_version())
-    return ctl
 
 
 def _broadcast(runner: Runner | None, tag: StepTag) -> None:
