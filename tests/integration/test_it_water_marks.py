@@ -12,7 +12,9 @@ thread here scrapes while the run goes. Then, from the run folder alone:
    exported is one the dashboard test knows (tests/deploy), the DCGM fields it reads were on the DCGM page;
 3. the diagnosis names thermal throttling; the summary and the report carry temperature and SM clock per step;
 4. per step, the server's P50/P95 (from its Server-Timing header) match the same requests in the server's
-   own log (joined by time) within max(0.5 ms, 0.5%), and the report says which latency each figure is.
+   own log (joined by time and that header: tests/integration/it_server_log.py) within max(0.5 ms, 0.5%),
+   the log's order moved one place per answer whose line the server wrote late; and the report says which
+   latency each figure is.
 One run (about a minute) serves every test of the module. Everything on 127.0.0.1, stopped by PID.
 """
 
