@@ -103,7 +103,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-busy test-slow test-vllm vllm-cpu lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -165,6 +165,13 @@ test:
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m 'slow and not realvllm'
+
+# make test beside one core held busy (`yes`), as a machine that runs something else is: a test that reads a
+# fixed sleep or a tight time bound fails here first. yes is stopped by its PID however the suite ends.
+test-busy:
+	@yes > /dev/null & busy=$$!; trap 'kill $$busy 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	echo "test-busy: one core held busy by yes (pid $$busy) while make test runs"; \
+	$(MAKE) --no-print-directory test
 
 # A real vLLM (CPU build, vllm-cpu 0.32.0, ~3.5 GB) and a tiny random Qwen2-VL built offline, in a venv
 # outside the repository: OCRCAP_VLLM_ENV, default /opt/ocrcap-vllm. Once; a second run does nothing.

@@ -10,6 +10,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
+# a loop the sampler or monitor holds is late on every try; a busy machine makes one try late, rarely three
+TRIES = 3
 
 
 def probe(mode: str, duration_s: float = 2.0) -> dict:
@@ -33,20 +35,20 @@ def probe(mode: str, duration_s: float = 2.0) -> dict:
 
 
 def test_sampler_thread_leaves_greenlets_on_time_and_a_greenlet_sampler_does_not() -> None:
-    thread = probe("thread")
-    naive = probe("greenlet")
+    tries = []
+    for _ in range(TRIES):  # a thread that held the loop would be as late as the naive sampler every time
+        thread, naive = probe("thread"), probe("greenlet")
+        tries.append((thread, naive))
+        if naive["p99_ms"] > 2 * thread["p99_ms"]:
+            break
     # 50 Hz x 2 s = 100 ticks; a starved (patched) thread would read a handful of times
-    assert thread["reads"] >= 60, thread
-    assert thread["stopped"]
+    assert all(thread["reads"] >= 60 and thread["stopped"] for thread, _ in tries), tries
     # measured here 0.4-2 ms (as late as with no sampler at all) vs ~11 ms, 6.6 ms once on a loaded
     # machine and 23 ms once beside `make test`'s three other shards: the absolute bound only rules out a
-    # starved loop (late by whole ticks); the side-by-side ratio below is the check
-    assert thread["p99_ms"] < 50.0, thread
-    assert naive["p99_ms"] >= 6.0, naive
-    assert naive["p99_ms"] > 2 * thread["p99_ms"], (thread, naive)
-
-
-TRIES = 3  # a loop the monitor starves is late on every try; a busy machine makes one try late, rarely three
+    # starved loop (late by whole ticks); the side-by-side ratio below is the check, on time in one of
+    # TRIES (beside a busy core one try read the thread's 11.0 ms against the naive's 14.5 ms)
+    assert all(thread["p99_ms"] < 50.0 and naive["p99_ms"] >= 6.0 for thread, naive in tries), tries
+    assert tries[-1][1]["p99_ms"] > 2 * tries[-1][0]["p99_ms"], tries
 
 
 def on_time_beside_idle(mode: str, bound_ms: float) -> tuple[dict, list[tuple[dict, dict]]]:

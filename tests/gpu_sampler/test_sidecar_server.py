@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 from sampler_fakes import SidecarProcess, text_server
 from server_fakes import FAKE, alive, free_port
+from waits import wait_until
 
 from gpu_sampler import NoServerControl, SamplerError, SidecarClient
 from gpu_sampler.server_control import RestartResult, ServerControlError
@@ -105,15 +105,14 @@ def test_a_server_never_healthy_fails_with_its_last_lines_and_the_sidecar_lives(
 def test_a_second_restart_is_refused_while_samples_are_served(fake_sidecar: SidecarProcess) -> None:
     client = SidecarClient(fake_sidecar.url)
     results: list[RestartResult] = []
-    slow = threading.Thread(target=lambda: results.append(client.restart_server({"setting": "a", "after": "1"})))
+    # healthy 2 s after its start: the requests below land inside the restart even on a loaded core (the
+    # sidecar's start timeout is 4 s)
+    slow = threading.Thread(target=lambda: results.append(client.restart_server({"setting": "a", "after": "2"})))
     slow.start()
     try:
-        deadline = time.monotonic() + 10
-        while not client.server_info()["restarting"] and time.monotonic() < deadline:
-            time.sleep(0.02)
-        started = time.monotonic()
-        assert client.samples_since(0).next_cursor > 0  # the sampler's API answers during the restart
-        assert time.monotonic() - started < 1.0
+        wait_until(lambda: client.server_info()["restarting"], 10, what="the restart under way")
+        assert client.samples_since(0).next_cursor > 0  # the sampler's API answers during the restart,
+        assert client.server_info()["restarting"]  # before it ended: not held until the server is up
         status, body = post(fake_sidecar.url + "/server/restart", b'{"values": {"setting": "b", "after": "0"}}')
         assert status == 409 and "a restart is in progress" in str(body["error"])
         assert body["reason"] == "restart_in_progress"

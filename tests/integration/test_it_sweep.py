@@ -15,11 +15,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from it_procs import REPO, run_cli, spawn_cli, stop
+from waits import wait_until
 
 from gpu_sampler.client import SidecarClient
 from loadtest.launch.procs import free_port
@@ -73,8 +73,10 @@ def test_a_stopped_sweep_keeps_what_finished_and_renders_the_running_setting(sim
         for line in proc.stdout:
             lines.append(line.rstrip())
             if line.startswith("run folder: ") and "max_side-512" in line:
-                break  # the second setting's load is about to start
-        time.sleep(4.0)
+                break  # the second setting's run has started
+        second = Path(lines[-1].removeprefix("run folder: ").strip())
+        # its baseline done: the SIGTERM lands in its cooldowns and steps (about 6 s of them left), however slow
+        wait_until(lambda: "baseline" in _phases(second), 60, what=f"a baseline row in {second / 'steps.jsonl'}")
         proc.send_signal(signal.SIGTERM)  # as `kubectl delete` would; Ctrl-C goes the same way
         rest, _ = proc.communicate(timeout=60)
     finally:
@@ -90,6 +92,18 @@ def test_a_stopped_sweep_keeps_what_finished_and_renders_the_running_setting(sim
     assert (sweep_dir / "max_side-512" / "report.html").exists()  # rendered as a stopped run is
     (last,) = [line for line in out.splitlines() if line.startswith("sweep stopped")]
     assert "after 2 of 2 settings (1 ok)" in last and str(sweep_dir) in last
+
+
+def _phases(run_dir: Path) -> set[str]:
+    """The phases whose rows the run has written so far (each at its phase's end)."""
+    path = run_dir / "steps.jsonl"
+    phases = set()
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            phases.add(json.loads(line)["phase"])
+        except ValueError:
+            continue  # a line half written: not yet
+    return phases
 
 
 def start_sidecar(*args: str) -> tuple[subprocess.Popen[str], str]:

@@ -12,7 +12,9 @@ thread here scrapes while the run goes. Then, from the run folder alone:
    exported is one the dashboard test knows (tests/deploy), the DCGM fields it reads were on the DCGM page;
 3. the diagnosis names thermal throttling; the summary and the report carry temperature and SM clock per step;
 4. per step, the server's P50/P95 (from its Server-Timing header) match the same requests in the server's
-   own log (joined by time) within max(0.5 ms, 0.5%), and the report says which latency each figure is.
+   own log (joined by time and that header: tests/integration/it_server_log.py) within max(0.5 ms, 0.5%),
+   the log's order moved one place per answer whose line the server wrote late; and the report says which
+   latency each figure is.
 One run (about a minute) serves every test of the module. Everything on 127.0.0.1, stopped by PID.
 """
 
@@ -37,6 +39,7 @@ import pandas as pd
 import pytest
 import yaml
 from it_procs import REPO, run_cli, start_simulator, stop
+from it_server_log import log_match, percentile_bounds
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.common.stats import percentile
@@ -251,37 +254,50 @@ def test_the_diagnosis_names_thermal_throttling_with_heat_and_clock_per_step(hot
 
 
 def _joined(hot: HotRun) -> pd.DataFrame:
-    """The run's ok answers, each with the server_ms of the log line whose request fits inside its round
-    trip (arrival after the start, end before the answer), the earliest arrival unused: a join by time."""
-    log = hot.request_log[hot.request_log["status"] == 200].sort_values("arrival_unix_s")
-    arrival, end = log["arrival_unix_s"].to_numpy(), log["end_unix_s"].to_numpy()
-    server_ms, used = log["server_ms"].to_numpy(), np.zeros(len(log), dtype=bool)
+    """The run's ok answers, each with `log_ms`: the server_ms of its own line in the server's log."""
     req = load_run(hot.run_dir).requests
     req = req[req["ok"]].sort_values("t_start_unix_s").copy()
-    matched = []
-    for t0, latency_ms in zip(req["t_start_unix_s"], req["latency_ms"], strict=True):
-        t1 = t0 + latency_ms / 1000.0
-        first, last = np.searchsorted(arrival, t0 - 0.002), np.searchsorted(arrival, t1)
-        fits = [i for i in range(first, last) if not used[i] and end[i] <= t1 + 0.002]
-        if fits:
-            used[fits[0]] = True
-        matched.append(server_ms[fits[0]] if fits else math.nan)
-    req["log_ms"] = matched
+    req["log_ms"] = log_match(hot.request_log, req)
     return req
 
 
 def test_the_servers_time_matches_its_own_log_per_step(hot: HotRun) -> None:
     req = _joined(hot)
-    assert req["log_ms"].notna().mean() >= 0.99, "the server's log lacks the run's answers"
+    joined = req["log_ms"].notna().mean()
+    assert joined >= 0.99, f"{joined:.1%} of the answers found in the server's log (or with a Server-Timing)"
     for step in _measured(hot):
         assert step["server_time_source"] == "answers"
-        part = req[req["step_index"] == step["step_index"]]
-        logged = np.sort(part["log_ms"].dropna().to_numpy())
-        assert logged.size >= 0.99 * step["ok_requests"] > 0
+        part = req[(req["step_index"] == step["step_index"]) & req["log_ms"].notna()]
+        header_ms, log_ms = part["server_time_ms"].to_numpy(dtype=np.float64), part["log_ms"].to_numpy()
+        assert log_ms.size >= 0.99 * step["ok_requests"] > 0
         for q in (50, 95):
-            ours, theirs = step[f"server_p{q}_ms"], percentile(logged, q)
-            assert abs(ours - theirs) <= max(0.5, 0.005 * theirs), (step["step_index"], q, ours, theirs)
+            ours, (low, high, late) = step[f"server_p{q}_ms"], percentile_bounds(header_ms, log_ms, q)
+            assert late <= max(2, 0.02 * log_ms.size), (step["step_index"], late, "lines later than their header")
+            # a pause between the server's two reads is rare (<= 6 of 1,016 answers beside a busy core)
+            assert low - max(0.5, 0.005 * low) <= ours <= high + max(0.5, 0.005 * high), (
+                step["step_index"], q, ours, (low, high, late))  # fmt: skip
             assert ours <= step[f"p{q}_ms"]  # the round trip contains the server's time
+
+
+def test_the_join_finds_each_answers_own_line_when_the_driver_sends_late_and_out_of_order() -> None:
+    """Four answers of one batch as a busy core left them (seen in a run beside `yes`): all stamped within
+    2 ms, sent 47-88 ms later in another order, ending together; the last one's server paused 40 ms between
+    its header and its log line. Each gets its own line; taking the earliest arrival that fit gave three of
+    them another's time and left the fourth none."""
+    t = 1_796_525_000.0
+    answers = pd.DataFrame({"t_start_unix_s": [t - 0.0021, t - 0.0015, t, t + 0.0005],
+                            "latency_ms": [120.9, 190.6, 114.8, 330.0],
+                            "server_time_ms": [70.6, 119.9, 67.0, 193.8]})  # fmt: skip
+    arrival = np.array([t + 0.0473, t + 0.0478, t + 0.0663, t + 0.0880])
+    log_ms = np.array([67.064, 70.635, 119.900, 233.871])
+    log = pd.DataFrame({"arrival_unix_s": arrival, "end_unix_s": arrival + log_ms / 1000, "status": 200,
+                        "server_ms": log_ms})  # fmt: skip
+    joined = log_match(log, answers)
+    assert joined.tolist() == [70.635, 119.900, 67.064, 233.871]
+    header_ms = answers["server_time_ms"].to_numpy()
+    ours, (low, high, late) = percentile(header_ms, 95), percentile_bounds(header_ms, joined, 95)
+    assert late == 1 and low <= ours <= high and high - ours > 30  # the pause moved the log's P95 one place
+    assert percentile_bounds(header_ms[:3], joined[:3], 95) == (percentile(joined[:3], 95),) * 2 + (0,)
 
 
 def test_the_report_says_which_latency_each_figure_is(hot: HotRun) -> None:
