@@ -70,6 +70,22 @@ PROFILE ?= pytorch-24g
 WEB_HOST ?= 127.0.0.1
 WEB_PORT ?= 8089
 
+# A variable given on make's command line that this Makefile never reads is a typo (SEVER_METRICS=...):
+# make stops before anything runs, naming the closest known one (tools/make_variables.py). Variables of the
+# shell's environment are not checked; a new `NAME ?=` above is known without a word here.
+MAKEFILE_TEXT := $(file <$(lastword $(MAKEFILE_LIST)))
+define NEWLINE
+
+
+endef
+read_here = $(or $(findstring $$($(1)),$(MAKEFILE_TEXT)),$(findstring $(NEWLINE)$(1) ?=,$(MAKEFILE_TEXT)))
+UNKNOWN_VARIABLES := $(sort $(foreach v,$(.VARIABLES),\
+  $(if $(filter command line,$(origin $(v))),$(if $(call read_here,$(v)),,$(v)))))
+ifneq ($(UNKNOWN_VARIABLES),)
+$(error $(or $(shell $(PYTHON) tools/make_variables.py $(UNKNOWN_VARIABLES) 2>/dev/null),\
+  unknown variable $(UNKNOWN_VARIABLES): docs/reference.md lists the variables))
+endif
+
 opt = $(if $(strip $(2)),$(1) '$(strip $(2))')
 flag = $(if $(filter 1 true yes on,$(strip $(2))),$(1))
 RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call opt,--style,$(STYLE)) \
