@@ -124,8 +124,10 @@ endif
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing the project and its dependencies into $(VENV) (once)"
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@# pip's and setuptools' notices (an editable install's banner) go to a log, shown only when it fails
+	@$(PY) -m pip install -q --upgrade pip >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
+	@$(PY) -m pip install -q -e '.[dev]' >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; \
+	  echo "error: installing the project failed (above; also $(VENV)/install.log)" >&2; exit 1; }
 	@touch $(STAMP)
 
 venv: $(STAMP)
