@@ -78,7 +78,8 @@ define NEWLINE
 
 
 endef
-read_here = $(or $(findstring $$($(1)),$(MAKEFILE_TEXT)),$(findstring $(NEWLINE)$(1) ?=,$(MAKEFILE_TEXT)))
+read_here = $(or $(findstring $$($(1)),$(MAKEFILE_TEXT)),$(findstring $${$(1)},$(MAKEFILE_TEXT)),\
+  $(findstring $(NEWLINE)$(1) ?=,$(MAKEFILE_TEXT)),$(findstring def $(1)$(NEWLINE),$(MAKEFILE_TEXT)))
 UNKNOWN_VARIABLES := $(sort $(foreach v,$(.VARIABLES),\
   $(if $(filter command line,$(origin $(v))),$(if $(call read_here,$(v)),,$(v)))))
 ifneq ($(UNKNOWN_VARIABLES),)

@@ -47,6 +47,8 @@ def test_every_documented_variable_passes() -> None:
 
 def test_a_new_variable_is_known_without_a_word_in_the_check(tmp_path: Path) -> None:
     makefile = tmp_path / "Makefile"
-    makefile.write_text(MAKEFILE.read_text(encoding="utf-8") + "\nNEW_SETTING ?=\n", encoding="utf-8")
-    assert _make("-n", "clean", "NEW_SETTING=3", makefile=makefile).returncode == 0
+    read = "\nNEW_SETTING ?=\nx = ${BRACED}\nifdef ONLY_TESTED\nendif\n"
+    makefile.write_text(MAKEFILE.read_text(encoding="utf-8") + read, encoding="utf-8")
+    for known in ("NEW_SETTING=3", "BRACED=1", "ONLY_TESTED=1"):
+        assert _make("-n", "clean", known, makefile=makefile).returncode == 0, known
     assert _make("-n", "clean", "NEW_SETTIN=3", makefile=makefile).returncode == 2
