@@ -70,6 +70,23 @@ PROFILE ?= pytorch-24g
 WEB_HOST ?= 127.0.0.1
 WEB_PORT ?= 8089
 
+# A variable given on make's command line that this Makefile never reads is a typo (SEVER_METRICS=...):
+# make stops before anything runs, naming the closest known one (tools/make_variables.py). Variables of the
+# shell's environment are not checked; a new `NAME ?=` above is known without a word here.
+MAKEFILE_TEXT := $(file <$(lastword $(MAKEFILE_LIST)))
+define NEWLINE
+
+
+endef
+read_here = $(or $(findstring $$($(1)),$(MAKEFILE_TEXT)),$(findstring $${$(1)},$(MAKEFILE_TEXT)),\
+  $(findstring $(NEWLINE)$(1) ?=,$(MAKEFILE_TEXT)),$(findstring def $(1)$(NEWLINE),$(MAKEFILE_TEXT)))
+UNKNOWN_VARIABLES := $(sort $(foreach v,$(.VARIABLES),\
+  $(if $(filter command line,$(origin $(v))),$(if $(call read_here,$(v)),,$(v)))))
+ifneq ($(UNKNOWN_VARIABLES),)
+$(error $(or $(shell $(PYTHON) tools/make_variables.py $(UNKNOWN_VARIABLES) 2>/dev/null),\
+  unknown variable $(UNKNOWN_VARIABLES): docs/reference.md lists the variables))
+endif
+
 opt = $(if $(strip $(2)),$(1) '$(strip $(2))')
 flag = $(if $(filter 1 true yes on,$(strip $(2))),$(1))
 RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call opt,--style,$(STYLE)) \
@@ -108,8 +125,10 @@ endif
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing the project and its dependencies into $(VENV) (once)"
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@# pip's and setuptools' notices (an editable install's banner) go to a log, shown only when it fails
+	@$(PY) -m pip install -q --upgrade pip >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
+	@$(PY) -m pip install -q -e '.[dev]' >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; \
+	  echo "error: installing the project failed (above; also $(VENV)/install.log)" >&2; exit 1; }
 	@touch $(STAMP)
 
 venv: $(STAMP)

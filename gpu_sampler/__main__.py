@@ -23,6 +23,11 @@ from gpu_sampler.tls import CaBundleError, TlsSettings, read_ca_bundle, server_c
 
 TOKEN_ENV = "GPU_SAMPLER_TOKEN"
 METRICS_HEADERS_ENV = "OCRCAP_METRICS_HEADERS"
+# Without NVML the sidecar can still serve the card of a DCGM exporter on this machine: that comes first.
+SIDECAR_NO_DRIVER = (
+    "no NVIDIA driver on this machine (NVML library not found): serve a DCGM exporter's card with"
+    " --source dcgm:http://127.0.0.1:9400/metrics, or run the sidecar on the GPU machine (--source fake: a demo)"
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -116,8 +121,8 @@ def server_control(args: argparse.Namespace, tls: TlsSettings) -> ServerControl 
 def build(args: argparse.Namespace) -> Sidecar:
     if not is_loopback(args.host) and not args.token:
         raise SamplerError(
-            f"refusing to bind {args.host} without a token: add --token T (or set ${TOKEN_ENV}), "
-            "or bind 127.0.0.1"
+            f"refusing to bind {args.host} without a token: add --token T (or set ${TOKEN_ENV}; the run sends it"
+            " as OCRCAP_GPU_TOKEN), or bind 127.0.0.1"
         )
     if not args.interval_s > 0 or not args.scrape_interval_s > 0:
         raise SamplerError("--interval-s and --scrape-interval-s must be > 0: e.g. --interval-s 0.05")
@@ -133,10 +138,7 @@ def build(args: argparse.Namespace) -> Sidecar:
             reader.check()
         except SamplerError as err:
             if str(err) == NO_DRIVER:
-                raise SamplerError(
-                    "no NVIDIA driver on this machine (NVML library not found): run the sidecar on the "
-                    "GPU machine, or use --source fake for a demo"
-                ) from None
+                raise SamplerError(SIDECAR_NO_DRIVER) from None
             raise
     sidecar = Sidecar(
         reader,

@@ -121,6 +121,18 @@ class SidecarClient:
             elapsed_s=float(data.get("elapsed_s", 0.0)),
         )
 
+    def _token_line(self) -> str:
+        """The sidecar's 401: none sent and a wrong one are different fixes."""
+        if not self.token:
+            return (
+                f"GPU sidecar at {self.url} wants a token and no token was sent: set OCRCAP_GPU_TOKEN or pass"
+                " --gpu-token (the sidecar's --token or $GPU_SAMPLER_TOKEN)"
+            )
+        return (
+            f"GPU sidecar at {self.url} refused the token (HTTP 401): set OCRCAP_GPU_TOKEN (or --gpu-token) to the"
+            " one it was started with (its --token or $GPU_SAMPLER_TOKEN)"
+        )
+
     def _call(
         self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
     ) -> dict[str, Any]:
@@ -140,9 +152,7 @@ class SidecarClient:
                 return answer
         except urllib.error.HTTPError as err:
             if err.code == 401:
-                raise SamplerError(
-                    f"GPU sidecar at {self.url} refused the token (HTTP 401): pass the token it was started with"
-                ) from None
+                raise SamplerError(self._token_line()) from None
             if err.code == 404 and path.startswith("/steps/"):
                 raise _NotFound from None
             if err.code == 404 and path.startswith("/server"):

@@ -35,7 +35,10 @@ from runfolder import GpuSample
 log = logging.getLogger(__name__)
 
 MIB = 1024.0 * 1024.0
-NO_DRIVER = "no NVIDIA driver on this machine (NVML library not found): use GPU=sidecar:URL on the GPU machine or GPU=none"
+NO_DRIVER = (
+    "no NVIDIA driver on this machine (NVML library not found): read the GPU machine's card with"
+    " GPU=sidecar:URL (its sidecar) or GPU=dcgm:URL (its DCGM exporter), or run with GPU=none"
+)
 
 T = TypeVar("T")
 

@@ -19,6 +19,7 @@ from reports.answer import answer_lines
 from reports.output import ReportError, compare_folders, gateway_note, write_report
 from reports.sweep import write_sweep
 from reports.verdict import verdict_line
+from runfolder import shown_path
 
 USER_ERROR_EXIT = 2
 WORSE_EXIT = 1  # compare --fail-if-worse: B is worse than A
@@ -78,9 +79,9 @@ def print_answer(report: Path) -> None:
         print("\n".join(answer_lines(summary)))
     config = folder / CONFIG_FILE
     if config.is_file():
-        print(f"config: {config}")
+        print(f"config: {shown_path(config)}")
     gateway = folder / GATEWAY_FILE
-    note = f"gateway: {gateway}" if gateway.is_file() else gateway_note(folder)
+    note = f"gateway: {shown_path(gateway)}" if gateway.is_file() else gateway_note(folder)
     if note:
         print(note)
 
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except user_errors() as exc:
         print(f"reports: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
-    print(f"report: {path}")
+    print(f"report: {shown_path(path)}")
     if status == WORSE_EXIT:
         print("reports: B is worse than A: exit 1 (--fail-if-worse)", file=sys.stderr)
     return status

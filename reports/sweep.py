@@ -143,7 +143,7 @@ def config_text(sweep_name: str, table: pd.DataFrame, chosen: Pick, run_config: 
     values = {k: row[k] for k in keys if isinstance(row[k], str) and row[k]}
     own = run_config or "# (the setting's run folder has no recommended-config.yaml)\n"
     if any(k in SERVER_FLAGS for k in values):  # the swept flags replace the run's own vllm_args line
-        own = "\n".join(line for line in own.splitlines() if not line.startswith("vllm_args:")) + "\n"
+        own = _without_vllm_args(own)
     head = f"# Sweep {sweep_name}: picked {chosen.setting} (its own config below, then the swept values)\n# {why}\n"
     return (
         head
@@ -152,6 +152,18 @@ def config_text(sweep_name: str, table: pd.DataFrame, chosen: Pick, run_config: 
         + "\n".join(swept_block(values))
         + f"\npicked: {json.dumps(chosen.setting)}\n"
     )
+
+
+def _without_vllm_args(config_yaml: str) -> str:
+    """The run's config without its vllm_args line and the note above it (the swept flags replace them)."""
+    lines = config_yaml.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("vllm_args:")), None)
+    if at is None:
+        return config_yaml
+    start = at
+    while start > 0 and lines[start - 1].startswith("# "):
+        start -= 1
+    return "\n".join(lines[:start] + lines[at + 1 :]) + "\n"
 
 
 def csv_text(table: pd.DataFrame) -> str:

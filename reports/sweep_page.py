@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.axes import Axes
 
-from analysis.sweep.sheet import FAILED, IDLE_UTIL_PCT, OK, SWEEP_COLUMNS, Pick
+from analysis.sweep.sheet import FAILED, IDLE_UTIL_PCT, OK, SWEEP_COLUMNS, Pick, pick_rule
 from reports.charts import BLUE, GREEN, GREY, RED
 from reports.figures import Chart, make_chart, one_axis
 from reports.render import make_environment
@@ -98,4 +98,5 @@ def render_sweep(
         name=name, meta=meta, keys=keys, rows=rows, pick=chosen, charts=list(charts), config=config,
         slo_p95_s=slo_p95_s, failed=[r for r in rows if r["status"] == FAILED],
         picked=next((r for r in rows if r["setting"] == chosen.setting), None), idle_pct=IDLE_UTIL_PCT,
+        rule=pick_rule(slo_p95_s),
     )  # fmt: skip

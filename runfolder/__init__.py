@@ -26,16 +26,19 @@ from runfolder.schema import (
 )
 from runfolder.sink import (
     CLOSED_KEY,
+    SHOWN_FROM_ENV,
     CsvAppender,
     JsonlAppender,
     new_run_folder,
     read_manifest,
     run_closed,
+    shown_path,
     write_manifest,
 )
 
 __all__ = [
     "CLOSED_KEY",
+    "SHOWN_FROM_ENV",
     "EVENTS_FILE",
     "GATEWAY_FILE",
     "GATEWAY_VARIANT_FILE",
@@ -57,6 +60,7 @@ __all__ = [
     "StepRow",
     "columns_of",
     "new_run_folder",
+    "shown_path",
     "read_manifest",
     "run_closed",
     "write_manifest",

@@ -155,3 +155,23 @@ def run_closed(run_dir: Path) -> bool:
         return CLOSED_KEY in read_manifest(run_dir)
     except (OSError, ValueError):
         return False
+
+
+# The user's working folder, given by the run to the report's own process (which runs in the repository's):
+# the paths it prints are then shown relative to it where they lie under it.
+SHOWN_FROM_ENV = "OCRCAP_SHOWN_FROM"
+
+
+def shown_path(path: str | os.PathLike[str], base: str | None = None) -> str:
+    """`path` as the user reads it: relative to `base` (default: $OCRCAP_SHOWN_FROM) where it lies under it,
+    else as it is (without a base: as it is; a process in another folder must not guess the user's)."""
+    base = base if base is not None else os.environ.get(SHOWN_FROM_ENV, "")
+    text = os.fspath(path)
+    if not base:
+        return text
+    try:
+        relative = os.path.relpath(os.path.abspath(text), os.path.abspath(base))
+    except ValueError:  # another drive
+        return text
+    return text if relative.startswith(os.pardir) else relative
+

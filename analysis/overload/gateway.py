@@ -10,6 +10,10 @@ server.queue.wait_timeout_s -> `timeout queue`: a request waits at most this for
 server.request_timeout_s    -> `timeout server`: a server silent for longer gets the request cut, answered 504
 server.retry_after_s        -> `Retry-After` on every 503 the gateway makes (a full queue, a wait past the queue's
                                timeout, no server up) and on a server's own 503 that carries none
+circuit_breaker             -> `observe layer7 error-limit 10 on-error mark-down` on each server line: a server
+                               failing 10 requests in a row (5xx, no answer in time) is out at once, until its
+                               health check passes; its p95_ms and gpu_temp_c HAProxy cannot read: a comment
+                               names the alert rules (alerts.yaml) that watch them
 the run's server (its URL)  -> the server line's address; https: `ssl` with the run's certificate check
                                (INSECURE: `verify none`; CA_BUNDLE: that `ca-file`; else the system's CAs)
 The health check (`option httpchk GET <path>`, default /health) counts any answer but a 5xx as up: a server
@@ -37,6 +41,8 @@ DEFAULT_HEALTH_PATH = "/health"  # vLLM's and the simulator's
 BACKEND = "ocr_servers"
 CONNECT_TIMEOUT_S = 5  # not measured: the time to open a TCP connection to a server
 CHECK_INTERVAL_S = 2  # HAProxy's default `inter`, written out so that it carries its comment
+ERROR_LIMIT = 10  # HAProxy's default error-limit, written out so that it carries its comment
+BREAKER_OPTIONS = f"observe layer7 error-limit {ERROR_LIMIT} on-error mark-down"
 HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
 HEALTH_PATH = re.compile(r"/[A-Za-z0-9._~/%:@!*+,;=?&()-]*")
 COMMENT_WIDTH = 110
@@ -131,6 +137,23 @@ def check_health_path(path: str) -> str:
     return path
 
 
+@dataclass(frozen=True)
+class _Numbers:
+    """recommended-config.yaml's numbers as the gateway enforces them, and how to say where each came from."""
+
+    slots: int  # server.max_concurrency, on each server line
+    size: int  # server.queue.max_size, per replica
+    wait_s: int  # server.queue.wait_timeout_s
+    timeout_s: int  # server.request_timeout_s
+    retry_s: int  # server.retry_after_s
+    status: int  # server.reject_status
+    replicas: int
+    comments: Mapping[str, str]
+
+    def why(self, key: str) -> str:
+        return " ".join(str(self.comments.get(key) or "as recommended-config.yaml has it").split())
+
+
 def haproxy_config(
     config: Mapping[str, Any],
     comments: Mapping[str, str],
@@ -146,19 +169,23 @@ def haproxy_config(
     host, port = parse_bind(bind)
     check_health_path(health_path)
     server, queue = config["server"], config["server"]["queue"]
-    slots, size = int(server["max_concurrency"]), int(queue["max_size"])
-    wait_s, timeout_s = int(queue["wait_timeout_s"]), int(server["request_timeout_s"])
-    retry_s, status = int(server["retry_after_s"]), int(server.get("reject_status", 503))
-    n = len(upstreams)
-
-    def why(key: str) -> str:
-        return " ".join(str(comments.get(key) or "as recommended-config.yaml has it").split())
-
-    bound = size * n
-    per = f" per replica x {n} replicas" if n > 1 else ""
+    numbers = _Numbers(
+        slots=int(server["max_concurrency"]), size=int(queue["max_size"]), wait_s=int(queue["wait_timeout_s"]),
+        timeout_s=int(server["request_timeout_s"]), retry_s=int(server["retry_after_s"]),
+        status=int(server.get("reject_status", 503)), replicas=len(upstreams), comments=comments,
+    )  # fmt: skip
     where = address_of(host, port)
     lines = [line for h in header.splitlines() if h.strip() for line in _note(h, 0)]
-    lines += [
+    lines += _front(where, numbers)
+    lines += [f"backend {BACKEND}", *_health(health_path, numbers.replicas), *_admission(numbers)]
+    lines += [*_breaker(config.get("circuit_breaker")), *_servers(upstreams, numbers)]
+    return "\n".join(lines) + "\n"
+
+
+def _front(where: str, numbers: _Numbers) -> list[str]:
+    """global, defaults and the frontend: the fixed choices, and where clients connect."""
+    client_s = numbers.wait_s + numbers.timeout_s
+    return [
         *_note(f"Clients send to http://{where} instead of the server; every number below says where it came from.", 0),
         "",
         "global",
@@ -174,9 +201,9 @@ def haproxy_config(
         *_note(f"{CONNECT_TIMEOUT_S} s to open a TCP connection to a server: not measured, a fixed choice (a server"
                " that does not accept in time is tried again, then answered 503)"),
         f"    timeout connect {CONNECT_TIMEOUT_S}s",
-        *_note(f"{wait_s + timeout_s} s a client may wait for its answer: the queue's wait {wait_s} s + the request"
-               f" timeout {timeout_s} s (both below)"),
-        f"    timeout client {wait_s + timeout_s}s",
+        *_note(f"{client_s} s a client may wait for its answer: the queue's wait {numbers.wait_s} s + the request"
+               f" timeout {numbers.timeout_s} s (both below)"),
+        f"    timeout client {client_s}s",
         "",
         "frontend ocr_gateway",
         *_note(f"{where}: GATEWAY_BIND (default {DEFAULT_BIND}; python -m loadtest gateway --bind): where clients"
@@ -184,41 +211,79 @@ def haproxy_config(
         f"    bind {where}",
         f"    default_backend {BACKEND}",
         "",
-        f"backend {BACKEND}",
-    ]
-    if n > 1:
-        lines += [*_note(f"{n} replicas, each with the numbers one replica was measured with: a request goes to the"
-                         " one with the fewest in service"), "    balance leastconn"]  # fmt: skip
-    lines += [
+    ]  # fmt: skip
+
+
+def _health(health_path: str, replicas: int) -> list[str]:
+    """How requests spread over replicas, and which servers are up."""
+    lines: list[str] = []
+    if replicas > 1:
+        lines += [*_note(f"{replicas} replicas, each with the numbers one replica was measured with: a request goes"
+                         " to the one with the fewest in service"), "    balance leastconn"]  # fmt: skip
+    return [
+        *lines,
         *_note(f"health: GET {health_path} every {CHECK_INTERVAL_S} s (HAProxy's default); any answer but a 5xx is"
                " up (a server without that path answers 404: still up); a 5xx or no answer 3 times is down, until"
                " it answers twice (HAProxy's default fall 3, rise 2)"),
         f"    option httpchk GET {health_path}",
         "    http-check expect ! rstatus ^5",
-        *_note(f"{wait_s} s = server.queue.wait_timeout_s: {why('server.queue.wait_timeout_s')}. A request waits at"
-               " most this for a slot; then HAProxy answers 503."),
-        f"    timeout queue {wait_s}s",
-        *_note(f"{timeout_s} s = server.request_timeout_s: {why('server.request_timeout_s')}. A request the server"
-               " holds longer is cut and answered 504."),
-        f"    timeout server {timeout_s}s",
-        *_note(f"{bound} waiting = server.queue.max_size {size}{per}: {why('server.queue.max_size')}. One more gets"
-               f" {status} at once (server.reject_status: {why('server.reject_status')}), with Retry-After {retry_s}."),
-        f'    http-request return status {status} content-type text/plain string "busy: the queue is full, retry'
-        f' after {retry_s} s" hdr Retry-After {retry_s} if {{ queue({BACKEND}) ge {bound} }}',
-        *_note(f"Retry-After {retry_s} = server.retry_after_s: {why('server.retry_after_s')}. On every {status}"
-               " the gateway makes (a full queue, a wait past timeout queue, no server up) and on a server's own"
-               " without one."),
-        f"    http-after-response set-header Retry-After {retry_s} if {{ status {status} }}"
+    ]  # fmt: skip
+
+
+def _admission(n: _Numbers) -> list[str]:
+    """The queue: how long a request waits, how many wait, what the rest are told."""
+    bound = n.size * n.replicas
+    per = f" per replica x {n.replicas} replicas" if n.replicas > 1 else ""
+    return [
+        *_note(f"{n.wait_s} s = server.queue.wait_timeout_s: {n.why('server.queue.wait_timeout_s')}. A request waits"
+               " at most this for a slot; then HAProxy answers 503."),
+        f"    timeout queue {n.wait_s}s",
+        *_note(f"{n.timeout_s} s = server.request_timeout_s: {n.why('server.request_timeout_s')}. A request the"
+               " server holds longer is cut and answered 504."),
+        f"    timeout server {n.timeout_s}s",
+        *_note(f"{bound} waiting = server.queue.max_size {n.size}{per}: {n.why('server.queue.max_size')}. One more"
+               f" gets {n.status} at once (server.reject_status: {n.why('server.reject_status')}), with Retry-After"
+               f" {n.retry_s}."),
+        f'    http-request return status {n.status} content-type text/plain string "busy: the queue is full, retry'
+        f' after {n.retry_s} s" hdr Retry-After {n.retry_s} if {{ queue({BACKEND}) ge {bound} }}',
+        *_note(f"Retry-After {n.retry_s} = server.retry_after_s: {n.why('server.retry_after_s')}. On every"
+               f" {n.status} the gateway makes (a full queue, a wait past timeout queue, no server up) and on a"
+               " server's own without one."),
+        f"    http-after-response set-header Retry-After {n.retry_s} if {{ status {n.status} }}"
         " !{ res.hdr(retry-after) -m found }",
-        *_note(f"maxconn {slots} = server.max_concurrency: {why('server.max_concurrency')}. Requests in service at"
-               f" once on {'each replica' if n > 1 else 'the server'}; the rest wait in the queue above."),
-    ]
+    ]  # fmt: skip
+
+
+def _breaker(breaker: Mapping[str, Any] | None) -> list[str]:
+    """What HAProxy can enforce of the circuit breaker (a server failing request after request), and what it
+    cannot (a P95, a temperature), said where a reader of the file looks for it."""
+    temp = "" if not breaker or breaker.get("gpu_temp_c") is None else f" {breaker['gpu_temp_c']}"
+    cannot = (
+        f" circuit_breaker.p95_ms {breaker['p95_ms']} and gpu_temp_c{temp} HAProxy cannot read"
+        " (no percentile of its own answers, no GPU): alerts.yaml's OcrLatencyP95AboveMark and"
+        " OcrGpuTemperatureAboveMark fire at those limits."
+        if breaker
+        else ""
+    )
+    return _note(
+        f"circuit breaker: a server that answers {ERROR_LIMIT} requests in a row with a 5xx (a 501 or 505 aside)"
+        " or not in time is taken out at once (observe layer7 error-limit on-error mark-down on its line;"
+        f" {ERROR_LIMIT} is HAProxy's default error-limit, not measured); with none left the gateway answers 503"
+        " with Retry-After until the health check passes twice." + cannot
+    )
+
+
+def _servers(upstreams: Sequence[Upstream], n: _Numbers) -> list[str]:
+    """One line a server: its slots, its health check, its breaker, its TLS."""
+    lines = _note(f"maxconn {n.slots} = server.max_concurrency: {n.why('server.max_concurrency')}. Requests in"
+                  f" service at once on {'each replica' if n.replicas > 1 else 'the server'}; the rest wait in the"
+                  " queue above.")  # fmt: skip
     for i, upstream in enumerate(upstreams, start=1):
         tls = _tls(upstream)
         if tls:
             lines += _note(f"s{i}: {_tls_why(upstream)}")
-        lines.append(f"    server s{i} {upstream.address} maxconn {slots} check{tls}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"    server s{i} {upstream.address} maxconn {n.slots} check{tls} {BREAKER_OPTIONS}")
+    return lines
 
 
 def _note(text: str, indent: int = 4) -> list[str]:

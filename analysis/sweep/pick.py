@@ -151,7 +151,8 @@ def pick(table: pd.DataFrame, slo_p95_s: float) -> Pick:
         )
         idle = row_value(best, "gpu_util_mean") < IDLE_UTIL_PCT
         why += overload_line(best)
-        return Pick(setting=str(best["setting"]), why=why, closest=None, pareto=front, idle_gpu=idle)
+        return Pick(setting=str(best["setting"]), why=why, closest=None, pareto=front, idle_gpu=idle,
+                    tied=tuple(str(r["setting"]) for r in tied) if len(tied) > 1 else ())  # fmt: skip
     near = _closest(ok)
     rule = "without OOMs or preemptions" + (f" within the {slo_p95_s:g} s P95 SLO" if slo_p95_s > 0 else "")
     if near is None:

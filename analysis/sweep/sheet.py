@@ -19,9 +19,10 @@ One row per setting (`sweep_table`, columns SWEEP_COLUMNS plus one per swept key
     mem_per_request_mib  one request's peak above idle (the estimate's increment): the resize A/B's measure
     plateau_low_rps, plateau_high_rps  the plateau's 95% interval (summary.knee.plateau_interval_rps)
     driver_saturated the driver's CPU was saturated at some step (summary.knee.driver_saturated_levels)
-The pick (analysis/sweep/pick.py): the highest plateau among ok settings with no OOM and no preemption
-(and, when slo_p95_s > 0, whose P95 at the recommended level meets it); settings whose plateau cannot be
-told apart from the highest (their 95% intervals overlap) tie, and ties go to the lower P95. A pick whose GPU is
+The pick (analysis/sweep/pick.py; `pick_rule` says it in the sheet's one sentence): the highest plateau among
+ok settings with no OOM and no preemption (and, when slo_p95_s > 0, whose P95 at the recommended level meets
+it); settings whose plateau cannot be told apart from the highest (their 95% intervals overlap) tie, and
+ties go to the lower P95; their remarks say so, whichever side of the pick's their plateau lies. A pick whose GPU is
 under IDLE_UTIL_PCT busy at that level is said to be mostly idle. When no setting qualifies, none is picked
 and the closest is named: fewest OOMs per request, then fewest preemptions, then the highest plateau.
 The Pareto front: ok settings that no other ok setting beats on both throughput (higher) and P95 (lower).
@@ -60,6 +61,16 @@ class Pick:
     closest: str | None  # when none is picked: the one that came closest; else None
     pareto: tuple[str, ...]  # settings on the throughput/P95 front
     idle_gpu: bool = False  # the pick's GPU was under IDLE_UTIL_PCT busy at its recommended level
+    tied: tuple[str, ...] = ()  # the settings whose plateaus are not told apart from the highest (the pick among them)
+
+
+def pick_rule(slo_p95_s: float) -> str:
+    """The pick's rule in one sentence, as the sheet's headline says it (module doc)."""
+    slo = f", P95 within {slo_p95_s:g} s" if slo_p95_s > 0 else ""
+    return (
+        f"the highest plateau with no OOM and no preemption{slo}; plateaus whose 95% intervals overlap count as"
+        " equal, and among them the lowest P95 wins"
+    )
 
 
 def run_counts(requests: pd.DataFrame, server: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -259,7 +270,7 @@ def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFra
             idle = (
                 f"GPU {util:.0f}% busy at the recommended level: mostly idle" if util < IDLE_UTIL_PCT else ""
             )
-            below = _beside_pick(row, out, chosen)
+            below = _beside_pick(row, chosen)
             remarks.append(ruled_out or idle or below)
         over = row_value(row, "overload_oom_count")
         if over > 0 and row["setting"] != chosen.setting and status == OK:  # the pick says it in its line
@@ -268,12 +279,12 @@ def with_pick(table: pd.DataFrame, chosen: Pick, slo_p95_s: float) -> pd.DataFra
     return out
 
 
-def _beside_pick(row: Mapping[str, Any], table: pd.DataFrame, chosen: Pick) -> str:
-    """An ok setting's remark beside the pick: a lower plateau, or one not told apart with a higher P95."""
+def _beside_pick(row: Mapping[str, Any], chosen: Pick) -> str:
+    """An ok setting's remark beside the pick, by the pick's own rule: a plateau tied with the highest (so
+    the P95 decided against it), or a lower one."""
     if not chosen.setting or row["setting"] == chosen.setting:
         return ""
-    picked = table[table["setting"] == chosen.setting].to_dict("records")[0]
-    if row_value(row, "plateau_rps") > row_value(picked, "plateau_rps"):
+    if str(row["setting"]) in chosen.tied:
         return "a plateau not told apart from the pick's, at a higher P95"
     return "a lower plateau than the pick"
 

@@ -23,12 +23,14 @@ The YAML text is written here by hand so that every value keeps its comment.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 import pandas as pd
 
 from analysis.estimate.capacity import Estimate
 from analysis.knee.find import Knee
+from analysis.overload.gateway import ERROR_LIMIT
 
 TIMEOUT_MULTIPLE = 3.0
 WAIT_MULTIPLE = 2.0
@@ -184,6 +186,7 @@ def config_yaml(config: dict[str, Any], comments: dict[str, str], header: str = 
 
     lines = [f"# {_safe(h)}" for h in header.splitlines() if h.strip()]
     lines += [
+        *_block_note(ENFORCED_BY["server"]),
         "server:",
         line(2, "max_concurrency", server["max_concurrency"], "server.max_concurrency"),
         line(2, "request_timeout_s", server["request_timeout_s"], "server.request_timeout_s"),
@@ -197,6 +200,7 @@ def config_yaml(config: dict[str, Any], comments: dict[str, str], header: str = 
     if breaker:
         temp = "null" if breaker["gpu_temp_c"] is None else breaker["gpu_temp_c"]
         lines += [
+            *_block_note(_breaker_enforced_by(breaker["gpu_temp_c"] is not None)),
             "circuit_breaker:",
             line(2, "p95_ms", breaker["p95_ms"], "circuit_breaker.p95_ms"),
             line(2, "gpu_temp_c", temp, "circuit_breaker.gpu_temp_c"),
@@ -205,8 +209,37 @@ def config_yaml(config: dict[str, Any], comments: dict[str, str], header: str = 
         ]
     if "vllm_args" in config:
         flag, value = config["vllm_args"]
-        lines.append(line(0, "vllm_args", f'["{flag}", {value}]', "vllm_args"))
+        lines += [*_block_note(ENFORCED_BY["vllm_args"]), line(0, "vllm_args", f'["{flag}", {value}]', "vllm_args")]
     return "\n".join(lines) + "\n"
+
+
+# Who enforces each block: no server reads this file, so each block says where its values go.
+ENFORCED_BY = {
+    "server": "Enforced by the gateway: haproxy.cfg beside this file holds every value below (make gateway"
+    " RUN=<this folder> runs it in front of the server); a server with admission control of its own can take"
+    " them instead.",
+    "vllm_args": "The server's own flag: add it to the vllm serve command line, so that vLLM itself never runs"
+    " more sequences than the gateway lets in.",
+}
+
+
+def _breaker_enforced_by(temperature_read: bool) -> str:
+    watched = (
+        f"alerts.yaml's OcrLatencyP95AboveMark (the same {BREAKER_P95_MULTIPLE:g} x P95 margin) and OcrGpuTemperatureAboveMark (the same"
+        " limit) watch them"
+        if temperature_read
+        else f"alerts.yaml's OcrLatencyP95AboveMark (the same {BREAKER_P95_MULTIPLE:g} x P95 margin) watches p95_ms; no rule watches a"
+        " temperature the run did not read"
+    )
+    return (
+        f"Advice, in part enforced. The gateway (haproxy.cfg) takes a server out after {ERROR_LIMIT} failed"
+        " requests in a row and answers 503 with Retry-After until its health check passes. p95_ms and gpu_temp_c"
+        f" no gateway can read: {watched}; act on those alerts (shed load, add a replica)."
+    )
+
+
+def _block_note(text: str) -> list[str]:
+    return textwrap.wrap(text, 108, initial_indent="# ", subsequent_indent="# ")
 
 
 def _safe(text: str) -> str:

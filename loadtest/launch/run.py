@@ -32,7 +32,15 @@ from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
 from loadtest.traffic.payloads import build_payloads, images_sent
 from loadtest.traffic.rowlink import LOCAL_WORKER_ENV
-from runfolder import STEPS_FILE, GpuSample, new_run_folder, run_closed, write_manifest
+from runfolder import (
+    SHOWN_FROM_ENV,
+    STEPS_FILE,
+    GpuSample,
+    new_run_folder,
+    run_closed,
+    shown_path,
+    write_manifest,
+)
 from scenarios import ScenarioError
 
 CLOSED_POLL_S = 0.2  # how often the launcher looks whether the master has closed the run folder
@@ -179,7 +187,12 @@ def _wait_master(master: subprocess.Popen[bytes], run_dir: Path, when_closed: Ca
 
 def render(run_dir: Path) -> int:
     """Analysis and report, in their own process (the run folder is the only contract)."""
-    return subprocess.call([sys.executable, "-m", "reports", str(run_dir)], cwd=REPO_ROOT)
+    return subprocess.call([sys.executable, "-m", "reports", str(run_dir)], cwd=REPO_ROOT, env=_shown_here())
+
+
+def _shown_here() -> dict[str, str]:
+    """The report process's environment: it runs in the repository's folder and prints paths relative to ours."""
+    return {**os.environ, SHOWN_FROM_ENV: os.getcwd()}
 
 
 class EarlyRender:
@@ -189,7 +202,7 @@ class EarlyRender:
     def __init__(self, run_dir: Path) -> None:
         self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115 - closed in finish
         self.proc = subprocess.Popen([sys.executable, "-m", "reports", str(run_dir)], cwd=REPO_ROOT,
-                                     stdout=self.out, stderr=self.err)  # fmt: skip
+                                     stdout=self.out, stderr=self.err, env=_shown_here())  # fmt: skip
 
     def finish(self) -> int:
         """Wait for it, pass its output on, return its exit status."""
@@ -233,7 +246,7 @@ def run_method(
     idle_before = record_idle(run_dir, idle)
     write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check,
                                            idle_before_preflight=idle_before, **images_sent(cfg)))  # fmt: skip
-    print(f"run folder: {run_dir}", flush=True)
+    print(f"run folder: {shown_path(run_dir, os.getcwd())}", flush=True)
     early: list[EarlyRender] = []
     code = run_locust(cfg, run_dir, remote_workers, bind_host, master_port,
                       when_closed=lambda: early.append(EarlyRender(run_dir)))  # fmt: skip

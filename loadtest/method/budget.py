@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from analysis.common.words import planned_words, plural
 from analysis.knee.next_level import PROBE_MIN_LEVEL, level_above
 from loadtest.method.gateway import skip_reason
+from loadtest.method.glance import promise_words
 from loadtest.method.overload import RECHECK_GRACE_S
 from loadtest.method.plan import REMEASURE_BUDGET, REMEASURE_MAX_WINDOWS, remeasure_max_s
 from loadtest.method.timing import warmup_bounds
@@ -135,6 +136,11 @@ class TimeBudget:
         parts.append(f"the report {self.report_s / 60:.1f}")
         return (f"{planned_words(self.typical_s)}, at most {self.at_most_min} min"
                 f" ({', '.join(parts)})")  # fmt: skip
+
+    def glance(self) -> str:
+        """The promise as the terminal says it: "about 70 s as planned" (with ", at most N min" only where
+        that bound is within a small multiple of it: loadtest/method/glance.py); `words` has every part."""
+        return promise_words(planned_words(self.typical_s), self.typical_s, self.total_s, self.at_most_min)
 
     @property
     def at_most_min(self) -> int:

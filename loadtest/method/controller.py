@@ -127,6 +127,7 @@ class Controller(PlanDecisions):
         self.completed: list[dict[str, Any]] = []
         self.timeline: deque[tuple[float, int, float | None, float | None]] = deque(maxlen=3600)
         self.report_path: str | None = None
+        self._last_line = ""  # the last event line printed
         self.last_ok_at: float | None = None  # set when load first starts; a hung server never moves it
 
     # --- inputs ------------------------------------------------------------------------
@@ -189,9 +190,13 @@ class Controller(PlanDecisions):
         if samples:
             self.last_server = samples[-1]
 
-    def event(self, kind: str, message: str) -> None:
+    def event(self, kind: str, message: str, shown: str = "") -> None:
+        """An event, whole in events.jsonl; on the terminal `shown` where given (the line at a glance)."""
         self.events.append([Event(self.clock(), self.step_index, kind, message)])
-        progress(f"[{kind}] {message}")
+        line = f"[{kind}] {shown or message}"
+        if line != self._last_line:  # the same line twice in a row (a knee re-judged unchanged) is said once
+            progress(line)
+        self._last_line = line
 
     # --- the shape's tick ---------------------------------------------------------------
     def tick(self, user_count: int) -> tuple[int, float] | None:

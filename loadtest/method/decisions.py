@@ -21,6 +21,7 @@ from gpu_sampler import GpuMonitor
 from loadtest.method.budget import time_budget
 from loadtest.method.card_watch import CardWatch, card_line
 from loadtest.method.gateway import Gateway, skip_reason, unused_port
+from loadtest.method.glance import WHY_CHARS, first_clause, fit
 from loadtest.method.haproxy import HaproxyError
 from loadtest.method.levels import (
     LevelChoice,
@@ -73,7 +74,7 @@ class PlanDecisions:
 
     if TYPE_CHECKING:
 
-        def event(self, kind: str, message: str) -> None: ...
+        def event(self, kind: str, message: str, shown: str = "") -> None: ...
         def _update_manifest(self, **fields: Any) -> None: ...
 
     def _load(self) -> Any:
@@ -89,7 +90,7 @@ class PlanDecisions:
                 run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
                 gpus_named=self.gpus_named, card=card, max_num_seqs=cfg.max_num_seqs,
             )  # fmt: skip
-            self.event("estimate", f"{estimate.dimension}: estimate={estimate.estimate} ({estimate.reason})")
+            self._say_estimate(estimate)
             self.estimate_now, self.estimate = estimate, estimate.to_dict()
             self._update_manifest(estimate=self.estimate)
         except Exception as exc:  # the run goes on with explicit or doubling levels
@@ -106,13 +107,21 @@ class PlanDecisions:
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
                              latency_cv=_latency_cv_of(base), at_rest=self._memory_falls_back(base),
                              p95_from=choice.p95_from)  # fmt: skip
+        levels = f"levels: {', '.join(map(str, choice.levels))}"
         self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/written/phase_time.py)
             "time_budget",
-            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
-            f" the rest of the run: {budget.words()}",
+            f"{levels} ({choice.why}); climbing stops at the knee; the rest of the run: {budget.words()}",
+            shown=fit(f"{levels} ({fit(first_clause(choice.why), limit=WHY_CHARS)}); the rest of the run:"
+                      f" {budget.glance()}", "events.jsonl"),
         )
         self._update_manifest(time_budget=budget.to_dict(self.clock()))
         return choice
+
+    def _say_estimate(self, estimate: Any) -> None:
+        """The estimate's event: its whole reason in events.jsonl, its first clause on the terminal."""
+        said = f"{estimate.dimension}: estimate={estimate.estimate}"
+        self.event("estimate", f"{said} ({estimate.reason})",
+                   shown=fit(f"{said} ({first_clause(estimate.reason)})", "capacity.md"))  # fmt: skip
 
     def _choose_card(self, run: Any) -> int | None:
         """The server's card after the baseline (analysis.table.server_card's rule): printed with its evidence,
@@ -137,7 +146,7 @@ class PlanDecisions:
             return
         if restated is not None:
             self.estimate_now, self.estimate = restated, restated.to_dict()
-            self.event("estimate", f"{restated.dimension}: estimate={restated.estimate} ({restated.reason})")
+            self._say_estimate(restated)
             self._update_manifest(estimate=self.estimate)
 
     def _baseline_row(self) -> dict[str, Any] | None:

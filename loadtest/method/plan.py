@@ -207,7 +207,8 @@ def _capacity_phases(
     choice = choose_levels()
     done: list[int] = []
     confirmed: list[int] = []  # levels measured once more to confirm a knee (Knee.confirm_level)
-    queue, climbs = [(level, choice.why) for level in choice.levels], 0
+    # the why of the levels is said once ([time_budget], the manifest's levels_why), not on every step's line
+    queue, climbs = [(level, "a planned level") for level in choice.levels], 0
     while queue:
         level, why = queue.pop(0)
         seek = level >= choice.p95_from or level not in choice.levels or level in done

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import urllib.parse
 from typing import Any
 
 
@@ -56,6 +57,22 @@ def parse_bool(text: str | bool) -> bool:
     if value in ("0", "false", "no", "off", ""):
         return False
     raise ConfigError(f"bad boolean {text!r}: use true or false")
+
+
+def check_host(host: str, endpoint: str = "") -> None:
+    """HOST is the server's base URL: a path in it (HOST=http://box:8000/ocr) would be sent before ENDPOINT's
+    (POST /ocr/ocr answers 404, and that line would blame ENDPOINT)."""
+    if not host:
+        return
+    if not host.startswith(("http://", "https://")):
+        raise ConfigError(f"bad HOST={host!r}: give a base URL such as http://gpu-box:8000")
+    parts = urllib.parse.urlsplit(host)
+    route = parts.path.rstrip("/") + (f"?{parts.query}" if parts.query else "")
+    if route:
+        base, whole = f"{parts.scheme}://{parts.netloc}", route + endpoint  # a prefix goes before ENDPOINT's
+        raise ConfigError(
+            f"HOST must be the server's base URL; put {route} in ENDPOINT: HOST={base} ENDPOINT={whole}"
+        )
 
 
 def check_metrics_config(port: int, host: str) -> None:

@@ -19,6 +19,7 @@ from loadtest.settings.checks import (
     METRIC_NAME,
     ConfigError,
     check_fleet_config,
+    check_host,
     check_metrics_config,
     check_server_time_config,
     masked,
@@ -176,8 +177,7 @@ class RunConfig:
             self.level_list  # noqa: B018 - parsing is the check
         except ValueError as exc:
             raise ConfigError(f"bad LEVELS={self.levels!r}: {exc}") from None
-        if self.host and not self.host.startswith(("http://", "https://")):
-            raise ConfigError(f"bad HOST={self.host!r}: give a base URL such as http://gpu-box:8000")
+        check_host(self.host, self.endpoint)
         if not 0 < self.headroom <= 1:
             raise ConfigError(f"bad HEADROOM={self.headroom}: use a fraction in (0, 1], e.g. 0.7")
         if self.workers < 0:

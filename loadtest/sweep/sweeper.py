@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -56,7 +57,7 @@ from loadtest.sweep.grid import (
     server_keys,
 )
 from loadtest.sweep.restart import Restarted, ServerRestarter, back_to_pick, restarter_for
-from loadtest.traffic.payloads import build_payloads
+from loadtest.traffic.payloads import build_payloads, images_sent
 
 SWEEP_FILE = "sweep.json"
 SETTING_FILE = "setting.json"
@@ -97,7 +98,8 @@ def prepare(ns: argparse.Namespace) -> SweepPlan:
             check_server_values(restarter.placeholders, settings)
         sources = _per_target_sources(ns, targets)
         configs = [setting_config(base, s, sources) for s in settings]
-        check_images(configs)
+        for line in check_images(configs):
+            print(line, file=sys.stderr, flush=True)
     except BaseException:
         if restarter is not None:
             restarter.close()
@@ -155,14 +157,30 @@ def metrics_of_target(base: RunConfig, target_url: str) -> str:
     return target_url + (metrics.path or "/metrics")
 
 
-def check_images(configs: list[RunConfig]) -> None:
-    """Build each distinct image set and request once (a bad image or a resize stops the sweep here)."""
+def check_images(configs: list[RunConfig]) -> list[str]:
+    """Build each distinct image set and request once (a bad image or a resize stops the sweep here); return
+    a warning line for each max_side that changes no page (it measures what max_side=0 measures)."""
     seen: set[tuple[Any, ...]] = set()
+    warnings: list[str] = []
     for cfg in configs:
         key = (cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side, cfg.style, cfg.endpoint, cfg.field)
         if key not in seen:
             seen.add(key)
             build_payloads(cfg)
+            warnings += [line for line in [unchanged_resize(cfg)] if line and line not in warnings]
+    return warnings
+
+
+def unchanged_resize(cfg: RunConfig) -> str:
+    """The warning for a MAX_SIDE no page is larger than ("" when it resizes one, or is off)."""
+    sizes = images_sent(cfg).get("images_sent", {}).get("sizes", [])
+    if not sizes or any(s["before_px"] != s["after_px"] for s in sizes):
+        return ""
+    largest = max(max(s["before_px"]) for s in sizes)
+    return (
+        f"warning: max_side={cfg.max_side} changes no page (the largest is {largest} px on its longest side):"
+        f" it sends what max_side=0 sends; give a max_side below {largest} px to measure smaller pages"
+    )
 
 
 def new_sweep_folder(out: Path) -> Path:

@@ -80,3 +80,32 @@ def test_verify_and_drain_rows_never_set_the_timeouts() -> None:
     broken = Knee(True, 5, 4, None, "knee at level 4; saturated at one user")
     config, _ = build_config(table, broken, EST, "pytorch")
     assert config["server"]["request_timeout_s"] == 3  # from the baseline's 900 ms, as without the rows
+
+
+def test_each_block_says_what_enforces_it() -> None:
+    import inspect
+
+    import analysis.written.alerts as alerts
+
+    config, comments = build_config(TABLE, KNEE, EST, "vllm")
+    text = config_yaml(config, comments)
+    blocks = {line.split(":")[0]: i for i, line in enumerate(text.splitlines()) if line and not line.startswith((" ", "#"))}
+    lines = text.splitlines()
+
+    def note_above(block: str) -> str:
+        above = []
+        for line in reversed(lines[: blocks[block]]):
+            if not line.startswith("#"):
+                break
+            above.insert(0, line[2:])
+        return " ".join(above)
+
+    assert "Enforced by the gateway: haproxy.cfg" in note_above("server")
+    breaker = note_above("circuit_breaker")
+    assert "Advice, in part enforced" in breaker and "after 10 failed requests in a row" in breaker
+    assert "OcrLatencyP95AboveMark" in breaker and "no rule watches a temperature" in breaker  # none read here
+    assert "The server's own flag" in note_above("vllm_args")
+    source = inspect.getsource(alerts)
+    assert '"OcrLatencyP95AboveMark"' in source and '"OcrGpuTemperatureAboveMark"' in source  # the rules it names
+    hot = dict(config, circuit_breaker={**config["circuit_breaker"], "gpu_temp_c": 71})
+    assert "OcrGpuTemperatureAboveMark (the same limit)" in " ".join(config_yaml(hot, comments).replace("# ", "").split())

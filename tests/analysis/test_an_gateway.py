@@ -17,6 +17,7 @@ import pytest
 from analysis import analyze_run, load_run, write_outputs
 from analysis.__main__ import main
 from analysis.overload.gateway import (
+    BREAKER_OPTIONS,
     GatewayError,
     Upstream,
     haproxy_config,
@@ -68,7 +69,7 @@ def test_each_number_of_the_config_is_enforced_and_says_where_it_came_from() -> 
     lines = _directives(text)
     for line in ("bind 127.0.0.1:8080", "timeout queue 2s", "timeout server 7s", "timeout client 9s",
                  "timeout connect 5s", "option httpchk GET /health", "http-check expect ! rstatus ^5",
-                 "server s1 127.0.0.1:8000 maxconn 6 check", "nbthread 1"):  # fmt: skip
+                 "server s1 127.0.0.1:8000 maxconn 6 check observe layer7 error-limit 10 on-error mark-down", "nbthread 1"):  # fmt: skip
         assert line in lines, line
     reject = next(line for line in lines if line.startswith("http-request return"))
     assert reject.startswith("http-request return status 503 ") and "hdr Retry-After 1 " in reject
@@ -96,6 +97,18 @@ def test_each_number_of_the_config_is_enforced_and_says_where_it_came_from() -> 
     assert max(len(line) for line in text.splitlines() if line.lstrip().startswith("#")) <= 110
 
 
+def test_the_circuit_breaker_is_enforced_where_haproxy_can_and_the_rest_names_its_alert_rules() -> None:
+    breaker = {"p95_ms": 3450, "gpu_temp_c": 71, "window_s": 60, "action": "reject_503"}
+    text = haproxy_config({**CONFIG, "circuit_breaker": breaker}, COMMENTS, ONE)
+    assert "server s1 127.0.0.1:8000 maxconn 6 check observe layer7 error-limit 10 on-error mark-down" in _directives(text)
+    note = _note_above(text, "# maxconn")
+    for words in ("10 requests in a row with a 5xx", "HAProxy's default error-limit", "circuit_breaker.p95_ms 3450",
+                  "gpu_temp_c 71 HAProxy cannot read", "OcrLatencyP95AboveMark", "OcrGpuTemperatureAboveMark"):  # fmt: skip
+        assert words in note, (words, note)
+    without = haproxy_config(CONFIG, COMMENTS, ONE)  # an older run's config, without the block
+    assert "error-limit 10 on-error mark-down" in without and "p95_ms" not in without
+
+
 def test_a_config_without_comments_still_says_its_source() -> None:
     text = haproxy_config(CONFIG, {}, ONE)
     assert "6 = server.max_concurrency: as recommended-config.yaml has it" in _note_above(text, "server s1")
@@ -105,9 +118,10 @@ def test_several_replicas_each_get_the_measured_slots_and_share_a_queue_as_deep_
     three = [parse_server(u) for u in ("http://gpu-a:8000", "http://10.0.0.2:8000", "http://[fd00::3]:8001")]
     text = haproxy_config(CONFIG, COMMENTS, three)
     lines = _directives(text)
+    breaker = "observe layer7 error-limit 10 on-error mark-down"
     assert [line for line in lines if line.startswith("server ")] == [
-        "server s1 gpu-a:8000 maxconn 6 check", "server s2 10.0.0.2:8000 maxconn 6 check",
-        "server s3 [fd00::3]:8001 maxconn 6 check"]  # fmt: skip
+        f"server s1 gpu-a:8000 maxconn 6 check {breaker}", f"server s2 10.0.0.2:8000 maxconn 6 check {breaker}",
+        f"server s3 [fd00::3]:8001 maxconn 6 check {breaker}"]  # fmt: skip
     assert "balance leastconn" in lines and "3 replicas" in _note_above(text, "balance")
     assert next(line for line in lines if line.startswith("http-request return")).endswith("ge 36 }")
     assert "server.queue.max_size 12 per replica x 3 replicas" in _note_above(text, "http-request")
@@ -121,7 +135,7 @@ def test_https_to_the_server_checks_its_certificate_as_the_run_did() -> None:
     plain = parse_server("http://gpu-box:8000", insecure=True, ca_file="/etc/ocr/ca.pem")  # no TLS, no check
     assert (bundle.port, plain.insecure, plain.ca_file) == (443, False, "")
     lines = _directives(haproxy_config(CONFIG, COMMENTS, [insecure, bundle, system, plain]))
-    assert [line.split(" check", 1)[1] for line in lines if line.startswith("server ")] == [
+    assert [line.split(" check", 1)[1].removesuffix(f" {BREAKER_OPTIONS}") for line in lines if line.startswith("server ")] == [
         " ssl verify none sni str(gpu-box)",
         " ssl verify required ca-file /etc/ocr/ca.pem sni str(gpu-box) verifyhost gpu-box",
         " ssl verify required ca-file @system-ca",
@@ -252,6 +266,7 @@ def test_haproxy_accepts_every_config_written(make_run: Callable[..., Path], tmp
             "http://127.0.0.1:8000", "http://localhost:8001", "http://[::1]:8002")], bind="[::1]:18080"),  # fmt: skip
         "https.cfg": haproxy_config(CONFIG, COMMENTS, https, bind="0.0.0.0:18081", health_path="/v1/models"),
         "no-comments.cfg": haproxy_config(CONFIG, {}, ONE),
+        "breaker.cfg": haproxy_config({**CONFIG, "circuit_breaker": {"p95_ms": 10, "gpu_temp_c": None}}, {}, ONE),
     }
     path = make_run(extra_manifest={"config": {"host": "http://127.0.0.1:8000"}})
     write_outputs(path)

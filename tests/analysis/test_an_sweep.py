@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis.sweep.pick import pick
-from analysis.sweep.sheet import Pick, run_counts, sweep_table, with_pick
+from analysis.sweep.sheet import Pick, pick_rule, run_counts, sweep_table, with_pick
 
 CARD_MIB = 24_000.0
 
@@ -251,6 +251,13 @@ def test_plateaus_not_told_apart_tie_and_the_lower_p95_decides() -> None:
     remarks = with_pick(sweep_table(settings), chosen, 0)["remark"].tolist()
     assert remarks[0] == "a plateau not told apart from the pick's, at a higher P95", remarks
     assert "not told apart" in chosen.why and "2.05 rps (95% 1.90-2.20)" in chosen.why
+    # a tied plateau numerically below the pick's is still a tie the P95 decided, never "a lower plateau"
+    lower_tie = [*settings, setting(16, 2.00, p95_ms=600.0, band_rps=(1.85, 2.15))]
+    chosen = pick(sweep_table(lower_tie), slo_p95_s=0)
+    assert chosen.setting == "max_num_seqs=4" and set(chosen.tied) == {f"max_num_seqs={n}" for n in (2, 4, 8, 16)}
+    assert with_pick(sweep_table(lower_tie), chosen, 0)["remark"].tolist()[3] == (
+        "a plateau not told apart from the pick's, at a higher P95"
+    )
     apart = [setting(2, 2.25, p95_ms=1065.0, band_rps=(2.20, 2.30)), setting(4, 2.05, p95_ms=501.0, band_rps=(2.00, 2.10))]
     assert pick(sweep_table(apart), slo_p95_s=0).setting == "max_num_seqs=2"  # apart: the higher plateau
     unknown = [setting(2, 2.25, p95_ms=1065.0), setting(4, 2.05, p95_ms=501.0, band_rps=(1.9, 2.3))]
@@ -263,3 +270,17 @@ def test_a_saturated_driver_is_said_beside_the_pick() -> None:
     assert table["driver_saturated"].tolist() == [True, False]
     assert "driver's CPU was saturated in 2:" in pick(table, slo_p95_s=0).why
     assert "driver" not in pick(sweep_table([setting(2, 2.25)]), slo_p95_s=0).why
+
+
+def test_the_sheet_says_one_rule_and_the_page_shows_it() -> None:
+    from reports.sweep_page import render_sweep
+
+    settings = [setting(2, 2.25, p95_ms=1065.0, band_rps=(2.10, 2.40)), setting(4, 2.05, p95_ms=501.0, band_rps=(1.90, 2.20))]
+    table = sweep_table(settings)
+    chosen = pick(table, slo_p95_s=2.0)
+    rule = pick_rule(2.0)
+    assert rule == ("the highest plateau with no OOM and no preemption, P95 within 2 s; plateaus whose 95% intervals"
+                    " overlap count as equal, and among them the lowest P95 wins")  # fmt: skip
+    html = render_sweep({"keys": ["max_num_seqs"]}, with_pick(table, chosen, 2.0), chosen, [], "", 2.0, charts=[])
+    assert f'<div class="unit" id="pick-rule">{rule}' in html and "highest plateau throughput" not in html
+    assert "lowest P95 at the recommended level decides: 4" in chosen.why  # the why applies the same rule

@@ -6,6 +6,7 @@ targets."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,15 +65,13 @@ def loadtest_flags(include_hidden: bool = False) -> dict[str, set[str]]:
 
 
 def make_variables() -> set[str]:
-    """The Makefile's variables a user sets: every `NAME ?=`, and every `$(NAME)` read but never assigned
-    (WORKER_DIR, SOURCE)."""
-    text = MAKEFILE.read_text(encoding="utf-8")
-    settable = set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", text, re.M))
-    assigned = set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*:?=", text, re.M)) | set(
-        re.findall(r"^define ([A-Z][A-Z0-9_]*)", text, re.M)
-    )
-    read = set(re.findall(r"\$\(([A-Z][A-Z0-9_]*)\)", text))
-    return settable | (read - assigned - {"MAKE"})
+    """The Makefile's variables a user sets (tools/make_variables.py reads them for make's own check)."""
+    spec = importlib.util.spec_from_file_location("make_variables", ROOT / "tools" / "make_variables.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    documented: set[str] = module.documented(MAKEFILE.read_text(encoding="utf-8"))
+    return documented
 
 
 def make_targets() -> set[str]:

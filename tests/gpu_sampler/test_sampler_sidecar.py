@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from sampler_fakes import SidecarProcess, text_server
 from waits import wait_until
 
 from gpu_sampler import GpuMonitor, SamplerError, SidecarClient
+from gpu_sampler.__main__ import SIDECAR_NO_DRIVER
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -88,6 +90,18 @@ def test_off_loopback_bind_without_token_is_refused() -> None:
     assert len(lines) == 1 and "--token" in lines[0], proc.stderr
 
 
+@pytest.mark.skipif(bool(ctypes.util.find_library("nvidia-ml")), reason="this machine has NVML")
+def test_no_nvml_names_a_dcgm_exporter_first() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu_sampler", "serve", "--port", "0", "--source", "nvml"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == f"sampler: {SIDECAR_NO_DRIVER}"
+    assert line.index("--source dcgm:") < line.index("--source fake")
+
+
 def test_token_is_required_on_every_call() -> None:
     process = SidecarProcess("--source", "fake", "--port", "0", "--token", "s3cret")
     try:
@@ -101,8 +115,10 @@ def test_token_is_required_on_every_call() -> None:
             urllib.request.urlopen(request, timeout=5)
         assert info.value.code == 401
         info.value.close()
-        with pytest.raises(SamplerError, match="refused the token"):
+        with pytest.raises(SamplerError, match="refused the token .*: set OCRCAP_GPU_TOKEN"):
             SidecarClient(process.url, token="wrong").health()
+        with pytest.raises(SamplerError, match="no token was sent: set OCRCAP_GPU_TOKEN or pass --gpu-token"):
+            SidecarClient(process.url).health()
         good = SidecarClient(process.url, token="s3cret")
         assert good.health()["ok"]
         assert good.mark_step(1)["step_index"] == 1

@@ -139,8 +139,10 @@ def test_server_control_is_behind_the_token(port: int) -> None:
             urllib.request.urlopen(process.url + "/server", timeout=5)
         assert info.value.code == 401
         info.value.close()
-        with pytest.raises(SamplerError, match="refused the token"):
+        with pytest.raises(SamplerError, match="no token was sent: set OCRCAP_GPU_TOKEN or pass --gpu-token"):
             SidecarClient(process.url).restart_server({}, timeout_s=10)
+        with pytest.raises(SamplerError, match="refused the token"):
+            SidecarClient(process.url, token="wrong").restart_server({}, timeout_s=10)
         assert SidecarClient(process.url, token="s3cret").server_info()["running"] is False  # nothing started
         assert SidecarClient(process.url, token="s3cret").restart_server({}).ok
     finally:

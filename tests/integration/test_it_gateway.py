@@ -59,6 +59,7 @@ class SlotServer(ThreadingHTTPServer):
         self.slots, self.service_s = threading.Semaphore(slots), service_s
         self.lock = threading.Lock()
         self.served = self.arrived = self.most_at_once = self.health_checks = 0
+        self.fail_with = 0  # an HTTP status every POST gets instead of its answer (0: none)
         super().__init__(("127.0.0.1", 0), _Handler)
         self.scheme = "https" if tls else "http"
         if tls:  # HTTPS only: a plain-HTTP health check would never be counted
@@ -98,10 +99,10 @@ class _Handler(BaseHTTPRequestHandler):
         with srv.lock:
             srv.arrived -= 1
             srv.served += 1
-        self._answer(b'{"text": "INVOICE 2026-11-30"}')
+        self._answer(b'{"text": "INVOICE 2026-11-30"}', srv.fail_with or 200)
 
-    def _answer(self, body: bytes) -> None:
-        self.send_response(200)
+    def _answer(self, body: bytes, status: int = 200) -> None:
+        self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -275,7 +276,7 @@ def test_https_to_the_server_checks_its_certificate_with_the_runs_ca_bundle(tmp_
         [answer] = _burst(gw.port, 1)
         assert answer.status == 200 and server.served == 1, answer
         text = (run / "haproxy-gateway.cfg").read_text()
-        assert f"maxconn 2 check ssl verify required ca-file {cert.cert}" in text
+        assert f"maxconn 2 check ssl verify required ca-file {cert.cert}" in text and "on-error mark-down" in text
         gw.proc.send_signal(signal.SIGTERM)
         gw.proc.wait(timeout=15)
         wait_until(lambda: _gone(pid), 5, what=f"haproxy {pid} gone after SIGTERM")
@@ -283,5 +284,27 @@ def test_https_to_the_server_checks_its_certificate_with_the_runs_ca_bundle(tmp_
         distrusted.haproxy_pid()
         [refused] = _burst(distrusted.port, 1)
         assert (refused.status, refused.retry_after) == (503, str(config["retry_after_s"])) and server.served == 1
+    finally:
+        server.stop()
+
+
+def test_a_server_failing_request_after_request_is_taken_out_and_let_back_in(tmp_path: Path, start_gateway: Any) -> None:
+    """The circuit breaker HAProxy enforces: 10 answers in a row that are 500 (an OOM) take the server out
+    at once; the gateway then answers 503 with Retry-After without sending it anything, until its health
+    check passes twice (2 s apart) and it serves again."""
+    server = SlotServer(slots=2, service_s=0.0)
+    try:
+        run, config = _run_folder(tmp_path, server.url)
+        server.fail_with = 500
+        gw = start_gateway(run)
+        gw.haproxy_pid()
+        failed = [a.status for _ in range(10) for a in _burst(gw.port, 1)]
+        assert failed == [500] * 10 and server.served == 10
+        [out] = _burst(gw.port, 1)
+        assert (out.status, out.retry_after, server.served) == (503, str(config["retry_after_s"]), 10), out
+        server.fail_with = 0
+        back = wait_until(lambda: next((a for a in _burst(gw.port, 1) if a.status == 200), None), 15, 0.25,
+                          what="the server back in after two health checks")  # fmt: skip
+        assert back.status == 200 and server.served >= 11
     finally:
         server.stop()

@@ -75,3 +75,18 @@ def test_max_num_seqs_reaches_the_plan_of_each_setting(tmp_path):
         assert plan.restarter is not None and plan.restarter.placeholders == ("max_num_seqs",)
     finally:
         plan.restarter.close()
+
+
+def test_a_max_side_that_changes_no_page_is_warned_before_load(tmp_path, capsys):
+    """The default pages are 1000 x 700 px: max_side=1024 would send them as they are, so the sweep says so
+    (and goes on); max_side=512 resizes them and is not warned."""
+    ns = cli.build_parser().parse_args(["sweep", "--host", HOST, "--out", str(tmp_path), "--sweep",
+                                        "max_side=0,512,1024,2048"])  # fmt: skip
+    prepare(ns)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "warning: max_side=1024 changes no page (the largest is 1000 px on its longest side): it sends what"
+        " max_side=0 sends; give a max_side below 1000 px to measure smaller pages",
+        "warning: max_side=2048 changes no page (the largest is 1000 px on its longest side): it sends what"
+        " max_side=0 sends; give a max_side below 1000 px to measure smaller pages",
+    ]

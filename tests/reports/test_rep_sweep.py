@@ -257,3 +257,15 @@ def test_the_picks_haproxy_cfg_sits_beside_the_sweeps_config(tmp_path: Path) -> 
     (sweep_dir / "slots-2" / GATEWAY_FILE).unlink()
     write_sweep(sweep_dir)
     assert not (sweep_dir / GATEWAY_FILE).exists()
+
+
+def test_swept_server_flags_replace_the_vllm_args_line_and_its_note() -> None:
+    from reports.sweep import _without_vllm_args
+
+    config = {"server": {"max_concurrency": 4, "request_timeout_s": 8, "queue": {"max_size": 5, "wait_timeout_s": 5},
+                         "reject_status": 503, "retry_after_s": 3}, "vllm_args": ["--max-num-seqs", 4]}  # fmt: skip
+    text = analysis.config_yaml(config, {})
+    assert "The server's own flag" in text
+    left = _without_vllm_args(text)
+    assert "vllm_args" not in left and "The server's own flag" not in left
+    assert yaml.safe_load(left) == {"server": config["server"]}
