@@ -106,11 +106,10 @@ class PlanDecisions:
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
                              latency_cv=_latency_cv_of(base), at_rest=self._memory_falls_back(base),
                              p95_from=choice.p95_from)  # fmt: skip
-        self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/written/phase_time.py)
-            "time_budget",
-            f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee;"
-            f" the rest of the run: {budget.words()}",
-        )
+        plan = (f"soak: holds {choice.levels[0]} for {cfg.soak_s:g} s ({choice.why})" if cfg.scenario == "soak" else
+                f"levels: {', '.join(map(str, choice.levels))} ({choice.why}); climbing stops at the knee")  # fmt: skip
+        # in words; the manifest's time_budget: in numbers, for the report (analysis/written/phase_time.py)
+        self.event("time_budget", f"{plan}; the rest of the run: {budget.words()}")
         self._update_manifest(time_budget=budget.to_dict(self.clock()))
         return choice
 
