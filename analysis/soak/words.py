@@ -1,8 +1,8 @@
 """The soak's answer in lines a person reads last (`python -m reports` prints them, then `report:`):
 
-    soak: held 6 concurrent requests for 25 s (soak at 6 (the estimate)): 312 requests, 12.4 answers/s
+    soak: held 6 concurrent requests for 25 s (SOAK_LEVEL=6): 312 requests, 12.4 answers/s
     memory: creeping +72,000 MiB/h (95% interval +70,000 to +74,000), 2.0 MiB per request: the card's 18,000 MiB free are gone in 0.25 h (15 min) (between 0.24 and 0.26 h), after about 9,000 more requests
-    latency: P95 300 ms in the first tenth, 420 ms in the last (+40%): rising beyond noise
+    latency P95: 300 ms in the first tenth, 420 ms in the last (+40%): rising beyond noise
     errors: 0.0% in the first tenth, 0.0% in the last: steady
     throughput: 12.0 rps in the first tenth, 11.9 rps in the last (-1%): steady
     drift: none beyond noise  |  drift: latency rising
@@ -15,6 +15,7 @@ soak holds one level by design and has no knee and no verify phase.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,11 +40,11 @@ def hours_words(hours: float) -> str:
 
 def _held_line(soak: Mapping[str, Any]) -> str:
     level, seconds = _n(soak.get("level")), _n(soak.get("duration_s"))
-    note = str(soak.get("plan_note") or "")
+    note = re.sub(r"^soak at \d+ \((.*)\)$", r"\1", str(soak.get("plan_note") or ""))  # the plan's why alone
     reqs, rps = _n(soak.get("requests")), _n(soak.get("served_rps"))
     held = plural(int(level), "concurrent request") if not math.isnan(level) else "its level"
     done = f": {int(reqs):,} requests, {rps:.1f} answers/s" if not math.isnan(reqs) else ""
-    return f"soak: held {held}" + (f" for {about_words(seconds)}" if not math.isnan(seconds) else "") + (
+    return f"soak: held {held}" + (f" for {seconds:,.0f} s" if not math.isnan(seconds) else "") + (
         f" ({note})" if note else "") + done  # fmt: skip
 
 
@@ -85,7 +86,7 @@ def drift_lines(drift: Mapping[str, Any] | None) -> list[str]:
     """Latency, errors and throughput, first tenth beside last, then which drift."""
     if not drift or not drift.get("first"):
         return ["drift: too few requests in the soak's first or last tenth to tell"]
-    lines = [_tenths_line(drift, "latency", "p95_ms", "P95 {:,.0f} ms", "latency"),
+    lines = [_tenths_line(drift, "latency P95", "p95_ms", "{:,.0f} ms", "latency"),
              _tenths_line(drift, "errors", "error_rate", "{:.1%}", "errors"),
              _tenths_line(drift, "throughput", "throughput_rps", "{:.1f} rps", "throughput")]  # fmt: skip
     named = [f"{what} {drift.get(what)}" for what in ("latency", "errors", "throughput")

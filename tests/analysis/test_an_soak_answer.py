@@ -98,7 +98,7 @@ def test_latency_rising_and_errors_appearing_are_named() -> None:
     assert drift is not None and drift["latency"] == "rising" and drift["errors"] == "rising" and drift["drifting"]
     assert drift["first"]["p95_ms"] < 350 and drift["last"]["p95_ms"] > 550
     text = " ".join(soak_answer_lines({"level": 3, "duration_s": 100.0, "verdict": "steady", "drift": drift}))
-    assert "latency: P95" in text and "rising beyond noise" in text and "drift: latency rising, errors rising" in text
+    assert "latency P95: " in text and "rising beyond noise" in text and "drift: latency rising, errors rising" in text
 
 
 def test_a_steady_soak_drifts_nowhere() -> None:
