@@ -22,6 +22,8 @@ TENTH = 0.1
 MIN_DRIFT_SHARE = 0.10  # latency or throughput moved at least 10%
 MIN_ERROR_RATE_CHANGE = 0.01  # error rates at least 1 point apart
 MIN_TENTH_REQUESTS = 5  # fewer in a tenth: no verdict
+SERIES_BINS = 20  # the report's latency and error rate over the soak: at most this many points
+SERIES_BIN_REQUESTS = 10  # and at least this many requests a point
 
 
 def tenth_stats(latency_ms: np.ndarray, ok: np.ndarray, seconds: float) -> dict[str, Any]:
@@ -57,9 +59,28 @@ def drift_verdict(first: tuple[float, float, float], last: tuple[float, float, f
     return "steady"
 
 
+def soak_series(t_s: np.ndarray, latency_ms: np.ndarray, ok: np.ndarray, span_s: float) -> list[dict[str, Any]]:
+    """Latency and errors over the soak for the report: per equal time bin (t_s: seconds since the soak's
+    start), {"t_mid_s", "p95_ms", "p50_ms", "error_rate", "throughput_rps"}."""
+    bins = min(SERIES_BINS, int(t_s.size) // SERIES_BIN_REQUESTS)
+    if bins < 2 or span_s <= 0:
+        return []
+    width = span_s / bins
+    which = np.clip((t_s // width).astype(int), 0, bins - 1)
+    out = []
+    for b in range(bins):
+        sel = which == b
+        good = latency_ms[sel & ok].astype(np.float64)
+        n = int(sel.sum())
+        out.append({"t_mid_s": (b + 0.5) * width, "p95_ms": percentile(good, 95), "p50_ms": percentile(good, 50),
+                    "error_rate": (n - int((sel & ok).sum())) / n if n else math.nan,
+                    "throughput_rps": float(good.size) / width})  # fmt: skip
+    return out
+
+
 def soak_drift(requests: pd.DataFrame, indexes: list[int], t0: float, t1: float) -> dict[str, Any] | None:
-    """{"requests", "served_rps", "first", "last", "latency", "errors", "throughput", "drifting"} over the
-    soak window [t0, t1]; None without requests there."""
+    """{"requests", "served_rps", "first", "last", "latency", "errors", "throughput", "drifting", "series"}
+    over the soak window [t0, t1] (series: soak_series); None without requests there."""
     if requests.empty or t1 <= t0:
         return None
     rows = requests[requests["step_index"].isin(indexes) & (requests["phase"] == "step")]
@@ -76,7 +97,8 @@ def soak_drift(requests: pd.DataFrame, indexes: list[int], t0: float, t1: float)
     first_sel, last_sel = t < t0 + span, t >= t1 - span
     out: dict[str, Any] = {"requests": int(len(rows)), "served_rps": float(ok.sum()) / (t1 - t0),
                            "first": None, "last": None, "latency": "unknown", "errors": "unknown",
-                           "throughput": "unknown", "drifting": False}  # fmt: skip
+                           "throughput": "unknown", "drifting": False,
+                           "series": soak_series(t - t0, lat, ok, t1 - t0)}  # fmt: skip
     if first_sel.sum() < MIN_TENTH_REQUESTS or last_sel.sum() < MIN_TENTH_REQUESTS:
         return out
     first = tenth_stats(lat[first_sel], ok[first_sel], span)

@@ -126,3 +126,13 @@ def test_a_soaks_last_lines_are_its_own() -> None:
     assert not any(line.startswith(("answer:", "verify:", "plateau:")) for line in lines)
     old = answer_lines({"soak": {"slope_mib_per_h": 240.0, "r2": 0.93, "verdict": "creeping", "samples": 190}})
     assert old[0] == "soak: held its level" and old[1].startswith("memory: creeping +240 MiB/h")
+
+
+def test_the_series_over_the_soak_follows_latency_and_errors() -> None:
+    drift = soak_drift(_requests(100.0, 10.0, (300.0, 600.0), error_at_end=0.3), [4], T0, T0 + 100.0)
+    assert drift is not None
+    series = drift["series"]
+    assert len(series) == 20 and series[0]["t_mid_s"] == pytest.approx(2.5)
+    assert series[0]["p95_ms"] < 330 and series[-1]["p95_ms"] > 560
+    assert series[0]["error_rate"] == 0.0 and series[-1]["error_rate"] > 0.1
+    assert series[5]["throughput_rps"] == pytest.approx(10.0, rel=0.05)
