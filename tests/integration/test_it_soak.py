@@ -2,9 +2,9 @@
     leaking   each answered request leaves 2 MiB behind: the slope and the time to full within 15% of the
               truth (simulator.truth: creep_mib_per_h, hours_to_full at the rate the server answered)
     drifting  memory steady, engine steps 300% slower per minute of the server's age: memory said steady (no
-              creep claimed) and the latency drift named
+              creep claimed) and the latency drift named; held at RUN='s recommended level (a synthetic run)
     steady    (slow) neither: steady memory and no drift
-Each is `python -m loadtest run SCENARIO=soak SOAK_S=25 SOAK_LEVEL=4` against its own simulator (time scale
+Each is `python -m loadtest run SCENARIO=soak SOAK_S=25 SOAK_LEVEL=4` (or RUN=) against its own simulator (time scale
 0.5), about a minute each; the run folder's requests give the rate the server answered at (the truth's input).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,18 @@ from it_procs import run_cli
 from simulator import truth
 from simulator.truth import creep_mib_per_h, hours_to_full
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+from synth_runs import synth_run  # noqa: E402  (the analysis tests' synthetic run folders)
+
 SOAK_S, LEVEL, SCALE, LEAK_MIB = 25.0, 4, 0.5, 2.0
 RUN_TIMEOUT_S = 240.0
 
 
-def _soak(sim: Any, out: Path) -> tuple[list[str], Path]:
+def _soak(sim: Any, out: Path, level: tuple[str, ...] = ("--soak-level", str(LEVEL))) -> tuple[list[str], Path]:
     """The run's output lines after its progress, and its folder."""
     args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--server-metrics", f"{sim.url}/metrics",
             "--out", str(out), "--workers", "1", "--idle-s", "1", "--warmup-s", "1", "--cooldown-s", "4",
-            "--scenario", "soak", "--soak-s", f"{SOAK_S:g}", "--soak-level", str(LEVEL),
+            "--scenario", "soak", "--soak-s", f"{SOAK_S:g}", *level,
             "--baseline-rounds", "1", "--baseline-round-requests", "10"]  # fmt: skip  (no estimate needed)
     done = run_cli(args, RUN_TIMEOUT_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -78,8 +82,11 @@ def test_a_leaking_server_fills_its_card_when_the_truth_says(simulator_factory: 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_a_server_whose_latency_drifts_is_named_and_its_memory_steady(simulator_factory: Any, tmp_path: Path) -> None:
+    """Held at the level a previous run recommended (RUN=: a synthetic capacity run whose knee is 6)."""
     sim = simulator_factory("--profile", "pytorch-24g", "--time-scale", f"{SCALE:g}", "--latency-drift-pct-per-min", "300")
-    last = _last(_soak(sim, tmp_path)[0])
+    capacity = synth_run(tmp_path / "capacity", true_knee=6)
+    last = _last(_soak(sim, tmp_path / "soak", ("--soak-run", str(capacity)))[0])
+    assert last["soak"].startswith(f"soak: held 6 concurrent requests for 25 s (the level {capacity} recommended"), last
     assert last["memory"].startswith("memory: steady") and "could not tell a creep under" in last["memory"], last
     assert "rising beyond noise" in last["latency P95"], last
     assert last["drift"].startswith("drift: latency rising"), last
