@@ -106,7 +106,8 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S)) \
   $(call opt,--target-rps,$(TARGET_RPS)) $(call opt,--peak-factor,$(PEAK_FACTOR)) \
   $(call opt,--gpu-hour-cost,$(GPU_HOUR_COST)) $(call opt,--replicas,$(REPLICAS)) \
-  $(call opt,--gateway,$(GATEWAY))
+  $(call opt,--gateway,$(GATEWAY)) \
+  $(call opt,--soak-s,$(SOAK_S)) $(call opt,--soak-level,$(SOAK_LEVEL)) $(call opt,--soak-run,$(RUN))
 SWEEP_FLAGS = $(call opt,--sweep,$(SWEEP)) $(call opt,--targets,$(TARGETS)) \
   $(call opt,--target-gpu,$(TARGET_GPU)) $(call opt,--target-metrics,$(TARGET_METRICS)) \
   $(call opt,--server-cmd,$(SERVER_CMD)) $(call opt,--server-health,$(SERVER_HEALTH))

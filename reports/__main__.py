@@ -77,6 +77,8 @@ def print_answer(report: Path) -> None:
         summary = None
     if isinstance(summary, dict):
         print("\n".join(answer_lines(summary)))
+        if isinstance(summary.get("soak"), dict):  # a soak held a level it was given: no config of its own to point at
+            return
     config = folder / CONFIG_FILE
     if config.is_file():
         print(f"config: {shown_path(config)}")

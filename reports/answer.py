@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.common.words import plural
+from analysis.soak.words import soak_answer_lines
 from reports.points import mapping, num, whole
 from reports.render import fmt_ms, step_at, verify_note
 
@@ -109,6 +110,9 @@ def answer_lines(summary: Mapping[str, Any]) -> list[str]:
     """Every line of the answer but the paths (reports.__main__ prints those after). A verify-only run
     (`python -m loadtest verify`: a baseline and the verify window, no steps by design) answers with its
     verdict alone: it asked no capacity question."""
+    soak = summary.get("soak")
+    if isinstance(soak, Mapping):  # a soak holds one level by design: its own answer, no knee, no verify
+        return soak_answer_lines(soak)
     phases = {s.get("phase") for s in summary.get("steps") or [] if isinstance(s, Mapping)}
     if "step" not in phases and "verify" in phases:
         return [errors_line(summary), verify_line(summary)]

@@ -296,24 +296,3 @@ def plot_buckets(ax: Axes, points: Sequence[BucketPoint]) -> None:
     ax.set_ylabel(f"latency ({'s' if scale < 1 else 'ms'})")
     ax.set_ylim(bottom=0)
     legend(ax)
-
-
-def plot_soak(ax: Axes, gpu: Sequence[GpuPoint], slope_mib_per_h: float | None) -> None:
-    pts = [p for p in gpu if p.mem_used_mib is not None]
-    hours = [p.t_s / 3600 for p in pts]
-    mem = [p.mem_used_mib or 0.0 for p in pts]
-    ax.plot(hours, mem, color=BLUE, linewidth=0.8, alpha=0.7, label="GPU memory used")
-    if slope_mib_per_h is not None and hours:
-        # A least-squares line passes through the mean point, so the slope alone fixes it.
-        mean_h, mean_mem = sum(hours) / len(hours), sum(mem) / len(mem)
-        ends = [min(hours), max(hours)]
-        ax.plot(
-            ends,
-            [mean_mem + slope_mib_per_h * (h - mean_h) for h in ends],
-            color=RED,
-            linewidth=1.6,
-            label=f"fit: {slope_mib_per_h:+,.1f} MiB/h",
-        )
-    ax.set_xlabel("hours since the start of the run")
-    ax.set_ylabel("GPU memory (MiB)")
-    legend(ax, "lower right")

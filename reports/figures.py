@@ -30,6 +30,7 @@ from reports.points import (
     run_start_s,
     whole,
 )
+from reports.soak_plots import draw_soak
 
 DPI = 120
 STYLE: dict[str, Any] = {
@@ -236,22 +237,31 @@ def _timeline_chart(frames: ReportFrames, no_gpu: str) -> Chart:
 
 
 def _soak_chart(soak: Mapping[str, Any], frames: ReportFrames, no_gpu: str) -> Chart:
+    """Memory with its fitted line and time to full, latency and errors beside it (reports/soak_plots.py)."""
     t0 = run_start_s(frames.plan, frames.gpu)
     gpu = gpu_points(frames.gpu, t0) if t0 is not None else []
     measured = [s for s in plan_spans(frames.plan, t0) if s.phase == "step"] if t0 is not None else []
     if measured:  # the fit is over the measured load, not the idle and baseline phases
         gpu = [p for p in gpu if any(s.t_start_s <= p.t_s <= s.t_end_s for s in measured)]
+    start_s = measured[0].t_start_s if measured else min((p.t_s for p in gpu), default=0.0)
     slope = num(soak.get("slope_mib_per_h"))
     verdict = soak.get("verdict") or "unknown"
     r2 = num(soak.get("r2"))
     caption = f"Verdict: {verdict}; slope {slope if slope is not None else float('nan'):+,.1f} MiB/h" + (
         f", r² {r2:.2f}." if r2 is not None else "."
     )
+    hours = num(soak.get("hours_to_full"))
+    if hours is not None:
+        caption += f" At that pace the card is full {hours:.3g} h after the soak's end (dotted: the projection)."
+    drift = soak.get("drift")
+    if isinstance(drift, Mapping) and drift.get("series"):
+        caption += " Right: P95 and P50 latency, and the error rate, over the same minutes."
+    has_memory = any(p.mem_used_mib is not None for p in gpu)
     return make_chart(
         "soak",
-        "Soak: GPU memory over time and its slope",
+        "Soak: GPU memory over time, its slope and time to full; latency and errors beside it",
         caption,
-        one_axis(charts.plot_soak, gpu, slope) if any(p.mem_used_mib is not None for p in gpu) else None,
+        (lambda fig: draw_soak(fig, gpu, start_s, soak)) if has_memory else None,
         no_gpu,
-        size_in=(12.8, 4.2),
+        size_in=(12.8, 4.6),
     )

@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from analysis.soak.words import soak_answer_lines
 from analysis.table.driver import DRIVER_BUSY_PCT
 from analysis.table.open_loop import behind_schedule, rejected_from
 from analysis.written.fleet import ASSUMPTIONS, figure, fleet_rows
@@ -314,6 +315,7 @@ def build_context(
         "goodput": mapping(summary.get("goodput")) or None,
         "runaway": mapping(summary.get("runaway")) or None,
         "soak": summary.get("soak"),
+        "soak_lines": soak_answer_lines(summary["soak"]) if isinstance(summary.get("soak"), Mapping) else [],
         "events": list(summary.get("events") or [])[:MAX_EVENTS],
         "events_total": len(summary.get("events") or []),
         "rows_only": mapping(summary.get("rows_only_on_workers")),

@@ -40,6 +40,11 @@ Habits (Options; simulator/README.md "Habits of real servers"):
     other_card_mib             server_gpu_index = 1 (the server's card on the DCGM page); nothing else
     slow_first_requests/_s     nothing: the truth is the warm server's (a few slow first requests are a
                                warm-up, not capacity)
+    latency_drift_pct_per_min  recorded; the curve is the fresh server's (minute 0); latency_factor(t, m)
+                               is how much slower an engine step is m minutes after the start
+Soak (issue 50): leak_mib_per_request (a fault, `truth(..., leak_mib_per_request=M)`, recorded) makes
+memory creep by M per answered request: creep_mib_per_h(t, served_rps) = M x served_rps x 3600, and
+hours_to_full(t, mem_used_mib, served_rps) = (total_mib - mem_used_mib) / that creep.
 The walk runs once per options that change it: answer_shape, allocator and the habits that do not are
 set to their defaults before the cached walk (`_curve_options`), so a habit costs no second walk.
 """
@@ -114,18 +119,23 @@ class Truth:
     hot_temp_c: float | None = None  # with heat: where the card settles busy as at the knee
     hot_sm_clock_mhz: float | None = None  # its SM clock there (throttled past THROTTLE_C)
     hot_knee_rps: float | None = None  # throughput at the knee on that hot card
+    leak_mib_per_request: float = 0.0  # soak: memory each answered request leaves behind (a fault)
+    latency_drift_pct_per_min: float = 0.0  # soak: engine steps this much slower per minute since the start
 
 
 def truth(profile: str, width_px: int, height_px: int, **options: object) -> Truth:
     """Ground truth for `profile` and an image of width_px x height_px.
 
-    options: the `Options` fields (gateway_slots, cpu_workers, max_side, time_scale, ...) and max_tokens.
+    options: the `Options` fields (gateway_slots, cpu_workers, max_side, time_scale, ...), max_tokens and
+    leak_mib_per_request (the fault of that name, recorded for a soak).
     """
     max_tokens = options.pop("max_tokens", None)
     if max_tokens is not None and not isinstance(max_tokens, int):
         raise TypeError("max_tokens must be an int")
+    leak = float(options.pop("leak_mib_per_request", 0.0))  # type: ignore[arg-type]
     p = get_profile(profile)
-    return truth_of(p, make_options(p, **options), width_px, height_px, max_tokens)
+    found = truth_of(p, make_options(p, **options), width_px, height_px, max_tokens)
+    return replace(found, leak_mib_per_request=leak) if leak else found
 
 
 @lru_cache(maxsize=128)
@@ -138,6 +148,7 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
         error_status=o.error_status,
         server_gpu_index=1 if o.other_card_mib > 0 else 0,
         retry_after_s=o.retry_after_s,
+        latency_drift_pct_per_min=o.latency_drift_pct_per_min,
     )
     return _hot(p, o, core, width_px, height_px, max_tokens) if o.heat else core
 
@@ -340,6 +351,22 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return math.nan
     return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def latency_factor(t: Truth, minutes: float) -> float:
+    """How much slower an engine step is `minutes` after the server started (latency_drift_pct_per_min)."""
+    return 1.0 + t.latency_drift_pct_per_min / 100.0 * minutes
+
+
+def creep_mib_per_h(t: Truth, served_rps: float) -> float:
+    """The memory a soak must see creep, MiB per hour, for a server answering served_rps requests a second."""
+    return t.leak_mib_per_request * served_rps * 3600.0
+
+
+def hours_to_full(t: Truth, mem_used_mib: float, served_rps: float) -> float | None:
+    """Hours until the card is full from mem_used_mib at that creep; None when memory does not creep."""
+    creep = creep_mib_per_h(t, served_rps)
+    return (t.total_mib - mem_used_mib) / creep if creep > 0 else None
 
 
 def truths_of_settings(profile: str, width_px: int, height_px: int, key: str, values: list[object],

@@ -99,3 +99,38 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     ~80 columns of a step table one `iloc` each, and the knee reads the table at every step change."""
     columns = list(frame.columns)
     return [dict(zip(columns, values, strict=True)) for values in zip(*(frame[c].tolist() for c in columns), strict=True)]
+
+
+def t_975(df: int) -> float:
+    """Student's t 97.5% quantile (two-sided 95%) for df degrees of freedom, by its series in 1/df (Abramowitz
+    & Stegun 26.7.5: within 0.01 from df = 3, exact 12.706 / 4.303 below); inf under 1."""
+    if df < 1:
+        return math.inf
+    if df <= 2:
+        return (12.706, 4.303)[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2) + (
+        3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)  # fmt: skip
+
+
+def slope_ci95(x: FloatArray, y: FloatArray) -> tuple[float, float, float]:
+    """The least-squares slope (`linear_fit`) and its 95% interval (t with n - 2 degrees of freedom on the
+    residuals' spread): (slope, low, high); NaNs with fewer than 3 points or 2 distinct x."""
+    slope, intercept, _ = linear_fit(x, y)
+    if x.size < 3 or math.isnan(slope):
+        return math.nan, math.nan, math.nan
+    resid = y - (intercept + slope * x)
+    sxx = float(((x - x.mean()) ** 2).sum())
+    se = math.sqrt(float((resid * resid).sum()) / (x.size - 2) / sxx)
+    half = t_975(int(x.size) - 2) * se
+    return slope, slope - half, slope + half
+
+
+def wilson_ci95(hits: int, n: int) -> tuple[float, float]:
+    """Wilson's 95% interval of a proportion hits / n (sound at 0 and 1, unlike the normal one); NaNs at n = 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    z, p = 1.959964, hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -22,6 +22,10 @@ OcrGpuThrottling         DCGM_FI_DEV_CLOCK_THROTTLE_REASONS has a power or therm
                          0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake), where the
                          sampler read throttle reasons; PromQL has no bit operators, so floor(x / 2^k) % 2^n.
 OcrSmClockBelowMark      DCGM_FI_DEV_SM_CLOCK < CLOCK_MARGIN (0.9) x the lowest mean SM clock of a step.
+OcrGpuMemoryFullSoon     a soak's rule (any run with summary["soak"], with or without a recommended level):
+                         predict_linear(DCGM_FI_DEV_FB_USED[FULL_PACE_WINDOW]) FULL_WITHIN_H (4) hours ahead
+                         > the card's total MiB the soak read, for FULL_FOR_S: memory will pass the card within
+                         4 h at its last 30 min's pace; its description carries the soak's slope and time to full.
 Every rule's annotations carry the measured number and a `runbook` line: run the steps again. Pure: the
 summary dict in (analysis.written.summary), rules out; `alerts_yaml` turns them into the file's text.
 """
@@ -48,6 +52,9 @@ REJECT_FLOOR = 0.01
 GROUP = "ocr-capacity-water-marks"
 # Power and thermal throttle bits of DCGM_FI_DEV_CLOCK_THROTTLE_REASONS: bits 2-3 (0x4, 0x8), 5-7 (0xE0).
 THROTTLE_EXPR = "(floor({m} / 4) % 4) + (floor({m} / 32) % 8) > 0"
+FULL_WITHIN_H = 4  # hours: time for someone to drain and restart the server before it fills
+FULL_PACE_WINDOW = "30m"  # the recent pace predict_linear fits
+FULL_FOR_S = 600  # the projection holds 10 min: not one burst of requests
 
 
 @dataclass(frozen=True)
@@ -194,15 +201,39 @@ def _heat_rules(row: dict[str, Any], steps: list[dict[str, Any]], where: str) ->
     return rules
 
 
+def _soak_rule(summary: Mapping[str, Any]) -> list[AlertRule]:
+    """After a soak: memory will pass the card within FULL_WITHIN_H at its recent pace (DCGM's used memory)."""
+    soak = summary.get("soak")
+    total = num(soak, "mem_total_mib") if isinstance(soak, Mapping) else math.nan
+    if not isinstance(soak, Mapping) or math.isnan(total):
+        return []
+    slope, low, high = (num(soak, k) for k in ("slope_mib_per_h", "slope_low_mib_per_h", "slope_high_mib_per_h"))
+    hours = num(soak, "hours_to_full")
+    pace = f"memory {soak.get('verdict', '?')} at {_fmt(slope, '+,.0f')} MiB/h (95% interval {_fmt(low, '+,.0f')}"
+    pace += f" to {_fmt(high, '+,.0f')})" + (f", the card full in {hours:.3g} h at that pace" if not math.isnan(hours) else "")
+    limit = round(total)
+    return [AlertRule(
+        alert="OcrGpuMemoryFullSoon",
+        expr=f"max by (gpu) (predict_linear(DCGM_FI_DEV_FB_USED[{FULL_PACE_WINDOW}], {FULL_WITHIN_H * 3600})) > {limit}",
+        for_s=FULL_FOR_S,
+        summary=f"GPU memory will pass the card ({limit} MiB) within {FULL_WITHIN_H} h at its last {FULL_PACE_WINDOW}'s pace",
+        description=f"the soak (run {summary.get('run_id', '?')}) held {soak.get('level', '?')} for"
+                    f" {_fmt(num(soak, 'duration_s'), '.0f')} s: {pace}",
+        threshold=limit, measured=slope,
+    )]  # fmt: skip
+
+
 def alert_rules(summary: Mapping[str, Any]) -> list[AlertRule]:
-    """The rules from summary.json's content (analysis.written.summary): its steps, recommended level and config."""
+    """The rules from summary.json's content (analysis.written.summary): its steps, recommended level and
+    config; and after a soak, its projection of memory to the card's total."""
+    soak = _soak_rule(summary)
     steps = [s for s in summary.get("steps") or [] if isinstance(s, dict)]
     level = summary.get("recommended_level")
     if level is None or not steps:
-        return []
+        return soak
     row = row_at(pd.DataFrame(steps), int(level))
     if row is None:
-        return []
+        return soak
     where = f"at the recommended level {level} (step {row.get('step_index')}, run {summary.get('run_id', '?')})"
     vllm = summary.get("server_kind") == "vllm"
     latency = _latency_rule(row, vllm, where)
@@ -212,6 +243,7 @@ def alert_rules(summary: Mapping[str, Any]) -> list[AlertRule]:
         *_error_rules(row, steps, vllm, where),
         *_queue_rules(row, summary.get("config") or {}, vllm, where),
         *_heat_rules(row, steps, where),
+        *soak,
     ]
 
 

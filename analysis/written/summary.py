@@ -310,7 +310,7 @@ def analyze_run(
         "driver": driver,
         "latency_split": time_split(table),  # the client's round trip beside the server's own time, per step
         "config": config,
-        "soak": soak_trend(run.gpu, run.steps, run.manifest),
+        "soak": soak_trend(run.gpu, run.steps, run.manifest, run.requests),
         "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
         **proven,  # goodput, runaway, verify (analysis/table/goodput.py, analysis/overload/verify.py)
         # the replicas for TARGET_RPS, the per-replica share, the cost (analysis/written/fleet.py)

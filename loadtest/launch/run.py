@@ -23,6 +23,7 @@ from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.launch.idle import read_idle, record_idle
 from loadtest.launch.preflight import PreflightError, check_first_answer
 from loadtest.launch.procs import fail, free_port, locust_base, worker_cmd
+from loadtest.launch.soak_level import with_soak_level
 from loadtest.method.child import stop_process
 from loadtest.method.haproxy import find_haproxy
 from loadtest.settings.checks import ConfigError
@@ -48,7 +49,7 @@ CLOSED_POLL_S = 0.2  # how often the launcher looks whether the master has close
 
 def config_from_args(ns: argparse.Namespace) -> RunConfig:
     data = {f.name: getattr(ns, f"ocr_{f.name}") for f in dataclasses.fields(RunConfig)}
-    return with_env_secrets(RunConfig.from_mapping(data), dict(os.environ))
+    return with_soak_level(with_env_secrets(RunConfig.from_mapping(data), dict(os.environ)))
 
 
 def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:

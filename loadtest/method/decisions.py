@@ -107,11 +107,16 @@ class PlanDecisions:
         budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
                              latency_cv=_latency_cv_of(base), at_rest=self._memory_falls_back(base),
                              p95_from=choice.p95_from)  # fmt: skip
-        levels = f"levels: {', '.join(map(str, choice.levels))}"
+        if cfg.scenario == "soak":
+            head = f"soak: holds {choice.levels[0]} for {cfg.soak_s:g} s"
+            plan = f"{head} ({choice.why})"
+        else:
+            head = f"levels: {', '.join(map(str, choice.levels))}"
+            plan = f"{head} ({choice.why}); climbing stops at the knee"
         self.event(  # in words; the manifest's time_budget: in numbers, for the report (analysis/written/phase_time.py)
             "time_budget",
-            f"{levels} ({choice.why}); climbing stops at the knee; the rest of the run: {budget.words()}",
-            shown=fit(f"{levels} ({fit(first_clause(choice.why), limit=WHY_CHARS)}); the rest of the run:"
+            f"{plan}; the rest of the run: {budget.words()}",
+            shown=fit(f"{head} ({fit(first_clause(choice.why), limit=WHY_CHARS)}); the rest of the run:"
                       f" {budget.glance()}", "events.jsonl"),
         )
         self._update_manifest(time_budget=budget.to_dict(self.clock()))

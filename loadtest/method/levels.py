@@ -117,10 +117,7 @@ def choose_levels(cfg: RunConfig, estimate: Any, *, baseline_latency_s: float | 
         " MAX_NUM_SEQS to cap it)"
     )
     if cfg.scenario == "soak":
-        if untrusted and bound is not None and value > bound:
-            why = f"soak at {bound}: {distrust}; {_bound_words(cfg, bound, baseline_latency_s)}"
-            return LevelChoice([bound], why, extend=False)
-        return LevelChoice([max(1, value)], "soak at the estimate", extend=False)
+        return _soak_level(cfg, value, bound, distrust if untrusted else "", baseline_latency_s)
     if value and not (untrusted and bound is None):
         levels = plan_levels(value)
         why = distrust if untrusted else f"x0.25..x1.2 of the estimate {value}"
@@ -133,6 +130,23 @@ def choose_levels(cfg: RunConfig, estimate: Any, *, baseline_latency_s: float | 
     why = f"{distrust}, and the baseline gave no latency" if untrusted else "no estimate"
     doubling = LevelChoice(DOUBLING_LEVELS, f"{why}: doubling until the knee")
     return _capped(_measurable(doubling, cfg, baseline_latency_s, start_at_floor=True), cfg.max_num_seqs)
+
+
+def _soak_level(cfg: RunConfig, value: int, bound: int | None, distrust: str, latency_s: float | None) -> LevelChoice:
+    """The one level a soak holds, and where it came from: SOAK_LEVEL, RUN's recommendation (its request
+    timeout too), else the estimate, said to be one (a soak should hold the level you will deploy)."""
+    if cfg.soak_level and cfg.soak_run:
+        why = (f"the level {cfg.soak_run} recommended, with its config's request timeout"
+               f" {cfg.request_timeout_s:g} s")  # fmt: skip
+        return LevelChoice([cfg.soak_level], why, extend=False)
+    if cfg.soak_level:
+        return LevelChoice([cfg.soak_level], f"SOAK_LEVEL={cfg.soak_level}", extend=False)
+    if distrust and bound is not None and value > bound:
+        return LevelChoice([bound], f"{distrust}; {_bound_words(cfg, bound, latency_s)}", extend=False)
+    level = max(1, value)
+    why = (f"the estimate {value}, not a measured level: give SOAK_LEVEL=<n> or RUN=results/<id> to hold the"
+           " level you will deploy") if value else "no estimate: 1 user; give SOAK_LEVEL=<n> or RUN=results/<id>"  # fmt: skip
+    return LevelChoice([level], why, extend=False)
 
 
 def p95_from(cfg: RunConfig, estimate: int) -> int:

@@ -111,3 +111,14 @@ def check_fleet_config(target_rps: float | None, peak_factor: float, gpu_hour_co
             f"bad REPLICAS={replicas}: give how many replicas the balancer at HOST spreads the run over, at least 1"
             " (1: one server)"
         )
+
+
+def check_soak_config(scenario: str, soak_s: float, soak_level: int, soak_run: str) -> None:
+    """SOAK_S, SOAK_LEVEL and RUN (the run whose recommended level a soak holds) as one line each."""
+    if not soak_s > 0:
+        raise ConfigError(f"bad SOAK_S={soak_s}: give the seconds a soak holds its level (> 0), e.g. 600")
+    if soak_level < 0:
+        raise ConfigError(f"bad SOAK_LEVEL={soak_level}: give the concurrency a soak holds (>= 1), or 0 for RUN's or the estimate")
+    if (soak_level or soak_run) and scenario != "soak":
+        given = f"SOAK_LEVEL={soak_level}" if soak_level else f"RUN={soak_run}"
+        raise ConfigError(f"{given} names the level a soak holds: add SCENARIO=soak, or leave it out")

@@ -69,6 +69,11 @@ FIELD_HELP = {
     ),
     "cooldown_min_s": "shortest cooldown after a step (at most COOLDOWN_S); a cooldown also waits until every request of the step is back",
     "soak_s": "seconds SCENARIO=soak holds its level",
+    "soak_level": "the concurrency SCENARIO=soak holds (the level you will deploy); 0: RUN's recommended level, else the estimate",
+    "soak_run": (
+        "a run folder (make: RUN=results/<id>) whose recommended level, and its config's request timeout,"
+        " SCENARIO=soak holds"
+    ),
     "headroom": "fraction of GPU memory the estimate may plan for",
     "refine": "bisect until the answer is exact: the smallest level that reaches the plateau, between adjacent levels",
     "refine_budget": "most extra levels the refinement may measure (a safety cap; it stops once levels are adjacent)",

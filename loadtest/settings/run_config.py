@@ -22,6 +22,7 @@ from loadtest.settings.checks import (
     check_host,
     check_metrics_config,
     check_server_time_config,
+    check_soak_config,
     masked,
     parse_headers,
     parse_optional_float,
@@ -73,6 +74,8 @@ class RunConfig:
     cooldown_s: float = 15.0  # the cap on the wait for memory, once the step's requests are back (loadtest/method/timing.py)
     cooldown_min_s: float = 4.0  # from the cooldown's start; at most cooldown_s
     soak_s: float = 600.0
+    soak_level: int = 0  # SCENARIO=soak holds this level; 0: the level of soak_run, else the estimate
+    soak_run: str = ""  # a run folder whose recommended level (and request timeout) a soak holds (Make: RUN)
     headroom: float = 0.7
     refine: bool = True
     refine_budget: int = 12  # a safety cap for the whole run: refinement goes on until the answer is exact (adjacent levels)
@@ -222,6 +225,7 @@ class RunConfig:
         check_metrics_config(self.metrics_port, self.metrics_host)
         check_server_time_config(self.server_time_header, self.server_time_path)
         check_fleet_config(self.target_rps, self.peak_factor, self.gpu_hour_cost, self.replicas)
+        check_soak_config(self.scenario, self.soak_s, self.soak_level, self.soak_run)
 
         check_open_loop(self, ConfigError)
         limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works

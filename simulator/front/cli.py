@@ -84,12 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slow-first-requests", type=int, default=o.slow_first_requests,
                    help="the first N requests take --slow-first-s more (lazy init, a first compile)")
     p.add_argument("--slow-first-s", type=float, default=o.slow_first_s, help="their extra time (s)")
+    p.add_argument("--latency-drift-pct-per-min", type=float, default=o.latency_drift_pct_per_min,
+                   help="engine steps grow this many %% slower per minute since start (latency creeps in a soak)")
     d = Faults()
     p.add_argument("--spike-rate", type=float, default=d.spike_rate, help="fraction delayed by --spike-ms")
     p.add_argument("--spike-ms", type=float, default=d.spike_ms)
     p.add_argument("--reset-rate", type=float, default=d.reset_rate, help="fraction of connections reset")
     p.add_argument("--slow-start-s", type=float, default=d.slow_start_s, help="503 for this long after start")
-    p.add_argument("--leak-mib-per-request", type=float, default=d.leak_mib_per_request)
+    p.add_argument("--leak-mib-per-request", type=float, default=d.leak_mib_per_request,
+                   help="memory each answered request leaves behind for good (MiB; a soak's creep)")
     p.add_argument("--force-oom", type=int, default=d.force_oom, help="the next N requests fail with OOM")
     p.add_argument("--restart-on-oom", action="store_true", help="an OOM takes the server down --restart-s")
     p.add_argument("--restart-s", type=float, default=d.restart_s)

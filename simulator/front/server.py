@@ -304,8 +304,10 @@ class SimServer:
         assert self._loop is not None
         try:
             result = await self._loop.run_in_executor(
-                None, lambda: truth(self.profile.name, width, height, max_tokens=max_tokens, **options)
-            )
+                None,
+                lambda: truth(self.profile.name, width, height, max_tokens=max_tokens,
+                              leak_mib_per_request=self.plan.faults.leak_mib_per_request, **options),
+            )  # fmt: skip
         except ValueError as exc:
             raise BadInput(400, str(exc)) from None
         return web.json_response(asdict(result))

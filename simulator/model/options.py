@@ -28,6 +28,10 @@ Habits of real deployments (each changes `truth()` only where it says; see simul
     slow_first_requests       reqs   the first N requests to reach the engine take slow_first_s more (lazy
                                      init, a first compile: the engine step they join lasts that much longer)
     slow_first_s              s      that extra time (x time_scale). truth: unchanged (a warm server)
+    latency_drift_pct_per_min %/min  every engine step's GPU time grows this much per wall minute since the
+                                     server started (a cache filling, a queue growing, a card ageing), so
+                                     latency creeps over a soak. truth: recorded; the curve is the fresh
+                                     server's (minute 0); `latency_factor(truth, minutes)` says how much slower
 Settings of the server (flags of the same names; simulator.model.settings applies them to the profile):
     max_num_seqs              seqs   engine slots (vLLM --max-num-seqs), overriding max_batch; 0: the profile's
     gpu_memory_utilization    1      vllm: the pool preallocated = this x total_mib; the KV cache is what the
@@ -50,7 +54,8 @@ ANSWER_SHAPES = ("text", "constant", "markdown", "boxes", "blank")
 ALLOCATORS = ("free", "caching", "caching-empty-cache")  # see simulator.model.allocator
 # habits of real deployments (Options fields, CLI flags of the same names), and those of them that leave
 # the curve, the memory and the estimate alone (truth: `_curve_options`)
-HABITS = ("error_rate", "error_status", "first_request_mib", "other_card_mib", "slow_first_requests", "slow_first_s")
+HABITS = ("error_rate", "error_status", "first_request_mib", "other_card_mib", "slow_first_requests", "slow_first_s",
+          "latency_drift_pct_per_min")
 CURVE_FREE = ("answer_shape", "allocator", "retry_after_s", "heat",
               *(name for name in HABITS if name != "first_request_mib"))  # fmt: skip
 
@@ -72,6 +77,7 @@ class Options:
     other_card_mib: float = 0.0
     slow_first_requests: int = 0
     slow_first_s: float = 0.0
+    latency_drift_pct_per_min: float = 0.0
     max_num_seqs: int = 0  # settings of the server: see the module docstring (0: the profile's)
     gpu_memory_utilization: float = 0.0
     retry_after_s: int = 1
@@ -114,7 +120,8 @@ def _check_habits(o: Options) -> None:
     if not 400 <= o.error_status <= 599:
         raise ProfileError(f"--error-status {o.error_status} must be an HTTP error status (400-599), e.g. 502")
     for flag, value in (("--first-request-mib", o.first_request_mib), ("--other-card-mib", o.other_card_mib),
-                        ("--slow-first-requests", o.slow_first_requests), ("--slow-first-s", o.slow_first_s)):  # fmt: skip
+                        ("--slow-first-requests", o.slow_first_requests), ("--slow-first-s", o.slow_first_s),
+                        ("--latency-drift-pct-per-min", o.latency_drift_pct_per_min)):  # fmt: skip
         if value < 0:
             raise ProfileError(f"{flag} {value} must be >= 0")
 

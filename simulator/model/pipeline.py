@@ -28,7 +28,8 @@ the card, every image joining fails with a 500 OOM (and with restart_on_oom the 
 engine does no work inside [k x every, k x every + stall_s).
 Habits (Options): the first request to reach the engine loads first_request_mib once, kept (allocator);
 the first slow_first_requests requests to run make the step they join slow_first_s longer (a first compile
-holds the engine). Load-independent errors (error_rate) are drawn before the pipeline, in the HTTP layer.
+holds the engine); with latency_drift_pct_per_min every step's GPU part is x (1 + pct/100 x minutes since
+the start). Load-independent errors (error_rate) are drawn before the pipeline, in the HTTP layer.
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ class Pipeline:
             return
         n = len(self._batch.running)
         decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)
-        gpu_ms = (decode_ms + sum(j.work.prefill_ms for j in joined)) * self.thermal.slowdown()
+        gpu_ms = (decode_ms + sum(j.work.prefill_ms for j in joined)) * self.thermal.slowdown() * self._drift(t)
         host_ms = p.step_host_ms + sum(j.slow_first_ms for j in joined)
         for job in joined:
             job.slow_first_ms = 0.0  # once: a preempted sequence that rejoins is already compiled
@@ -303,6 +304,10 @@ class Pipeline:
         self._step_busy_share = gpu_ms * self._scale / (end - t) if end > t else 0.0
         self._push(end, STEP_END, self._step_serial)
         self._busy.note(busy_from, end)
+
+    def _drift(self, t: float) -> float:
+        """latency_drift_pct_per_min: the slowdown of a step starting t ms after the server started."""
+        return 1.0 + self.options.latency_drift_pct_per_min / 100.0 * t / 60_000.0
 
     def _encode(self, joined: list[Job], t: float) -> bool:
         """The vision encoder runs on the images joining this step; each one's memory (activations, its

@@ -40,6 +40,13 @@ def summary(kind: str = "vllm", **rec_values: Any) -> dict[str, Any]:
     }
 
 
+def soak_summary(kind: str = "vllm") -> dict[str, Any]:
+    """`summary` after a soak of level 4 whose memory crept 6,000 MiB/h on a 24,000 MiB card."""
+    return {**summary(kind), "soak": {"level": 4, "duration_s": 600.0, "verdict": "creeping", "mem_total_mib": 24_000.0,
+                                      "slope_mib_per_h": 6000.0, "slope_low_mib_per_h": 5800.0,
+                                      "slope_high_mib_per_h": 6200.0, "hours_to_full": 2.5}}  # fmt: skip
+
+
 def _counter(per_min: float) -> str:
     return f"0+{per_min:g}x40"
 
@@ -94,6 +101,8 @@ def series(rule: AlertRule, past: bool, vllm: bool) -> tuple[list[dict[str, str]
         return [{"series": f"DCGM_FI_DEV_GPU_TEMP{dcgm}", "values": _gauge(t + 1 if past else t)}], {"gpu": "0"}
     if name == "OcrGpuThrottling":  # 0x20 SW thermal slowdown past the mark; 0x1 GPU idle (no throttle) below
         return [{"series": f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{dcgm}", "values": _gauge(32 if past else 1)}], gpu
+    if name == "OcrGpuMemoryFullSoon":  # past: +100 MiB/min from 10,000 (24,000 in 140 min < 4 h); below: flat
+        return [{"series": f"DCGM_FI_DEV_FB_USED{dcgm}", "values": "10000+100x40" if past else _gauge(t - 1)}], {"gpu": "0"}
     if name == "OcrSmClockBelowMark":
         return [{"series": f"DCGM_FI_DEV_SM_CLOCK{dcgm}", "values": _gauge(t - 1 if past else t)}], {"gpu": "0"}
     raise AssertionError(f"no promtool case for {name}")

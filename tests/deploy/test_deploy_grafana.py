@@ -95,6 +95,14 @@ def test_the_dashboard_has_the_panels_a_run_needs() -> None:
             assert panel["targets"] and panel["datasource"]["uid"] == "${datasource}"
 
 
+def test_the_dashboard_projects_memory_to_the_card_as_the_soak_alert_does() -> None:
+    panels = {p["title"]: p for p in dashboard()["panels"]}
+    exprs = [t["expr"] for t in panels["GPU memory used"]["targets"]]
+    assert "predict_linear(DCGM_FI_DEV_FB_USED[30m], 14400) * 1024 * 1024" in exprs  # OcrGpuMemoryFullSoon's
+    full = panels["Hours until GPU memory is full"]
+    assert "deriv(DCGM_FI_DEV_FB_USED[30m])" in full["targets"][0]["expr"] and full["fieldConfig"]["defaults"]["unit"] == "h"
+
+
 def test_every_query_names_only_metrics_that_are_exported(tmp_path: Path) -> None:
     known = known_names(tmp_path)
     assert "ocrcap_step_latency_seconds" in known and "vllm:e2e_request_latency_seconds_bucket" in known

@@ -292,7 +292,10 @@ def build_run(
             "reject_status": 503,
             "retry_after_s": 2,
         },
-        "soak": {"slope_mib_per_h": 240.0, "r2": 0.93, "verdict": "creeping", "samples": 190}
+        "soak": {"slope_mib_per_h": 240.0, "r2": 0.93, "verdict": "creeping", "samples": 190,
+                 "mem_total_mib": 24576.0, "hours_to_full": 60.0,
+                 "drift": {"series": [{"t_mid_s": 10.0 * i + 5, "p95_ms": 300.0 + i, "p50_ms": 250.0,
+                                       "error_rate": 0.0 if i < 8 else 0.02} for i in range(10)]}}
         if soak
         else None,
         "slo": {"p95_s": 2.0, "level": 8, "goodput_rps": 7.3},

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from rep_fixtures import build_run
 
-from reports import charts
+from reports import charts, soak_plots
 from reports.figures import draw_png, make_chart, one_axis
 from reports.points import (
     ErrorPoint,
@@ -100,7 +100,9 @@ def test_plot_errors_stacks_kinds() -> None:
         lambda ax: charts.plot_timeline_users(ax, []),
         lambda ax: charts.plot_errors(ax, []),
         lambda ax: charts.plot_buckets(ax, []),
-        lambda ax: charts.plot_soak(ax, [], None),
+        lambda ax: soak_plots.plot_soak_memory(ax, [], 0.0, {}),
+        lambda ax: soak_plots.plot_soak_latency(ax, []),
+        lambda ax: soak_plots.plot_soak_errors(ax, []),
     ],
 )
 def test_plot_functions_accept_empty_points(draw: object) -> None:

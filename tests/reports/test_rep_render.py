@@ -94,6 +94,7 @@ def test_mixed_and_soak_add_their_charts() -> None:
     charts = build_charts(soak.summary, soak.frames())
     by_key = {c.key: c for c in charts}
     assert by_key["soak"].image_uri and "creeping" in by_key["soak"].caption
+    assert "the card is full 60 h after" in by_key["soak"].caption and "error rate" in by_key["soak"].caption
     assert "buckets" not in by_key
 
 
