@@ -78,6 +78,8 @@ def _formula(est: Estimate) -> list[str]:
             f" = {_fmt(est.increment_mib)} MiB"
         )
         other = f" - {_fmt(est.other_mem_mib)} other processes" if est.other_mem_mib else ""
+        if est.above_idle_margin is not None:
+            return _above_idle_formula(est, increment, other)
         return [
             "```",
             increment,
@@ -105,6 +107,23 @@ def _formula(est: Estimate) -> list[str]:
         "```",
         "increment = single_peak - idle; estimate = floor((total x headroom - idle) / increment)",
         "```",
+    ]
+
+
+def _above_idle_formula(est: Estimate, increment: str, other: str) -> list[str]:
+    """Idle above total x headroom, no KV cache known (analysis.estimate.capacity): the memory above idle."""
+    margin = est.above_idle_margin
+    return [
+        "```",
+        increment,
+        f"available = (total - idle) x margin     = ({_fmt(est.total_mib)}{other} - {_fmt(est.idle_mib)}) x"
+        f" {margin:g} = {_fmt(est.available_mib)} MiB",
+        f"estimate  = floor(available / increment) = {est.estimate}",
+        "```",
+        f"Idle memory is already above total x headroom ({_fmt(est.total_mib)} x {est.headroom:g}) and no KV cache"
+        f" is known, so seed 000's formula would say 0. The engine holds its memory at start: the estimate is what"
+        f" the memory above idle holds, with a margin of {margin:g} (a tenth kept for requests larger than the"
+        " baseline's), at least 1 where the baseline was answered.",
     ]
 
 
