@@ -70,6 +70,10 @@ FIELD_HELP = {
     "cooldown_min_s": "shortest cooldown after a step (at most COOLDOWN_S); a cooldown also waits until every request of the step is back",
     "soak_s": "seconds SCENARIO=soak holds its level",
     "headroom": "fraction of GPU memory the estimate may plan for",
+    "oom_risk": (
+        "a mix of page sizes (SCENARIO=mixed, a folder of sizes): the most odds that a request runs out of GPU"
+        " memory the recommended level may have, from memory per page size measured in the baseline"
+    ),
     "refine": "bisect until the answer is exact: the smallest level that reaches the plateau, between adjacent levels",
     "refine_budget": "most extra levels the refinement may measure (a safety cap; it stops once levels are adjacent)",
     "climb_budget": "when no knee shows within the planned levels, most levels added by doubling the highest",
