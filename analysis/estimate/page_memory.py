@@ -1,7 +1,10 @@
 """Memory per page size, measured in the baseline, and the odds of running out at each level (issue 49).
 
 The baseline runs one user, so each of its requests is alone on the server: its rise is the highest GPU
-reading (the server's card) between its start and its answer, over idle. Per size bucket of the run's mix:
+reading (the server's card) between its start and its answer, over idle (the idle phase's median: not a
+slope's intercept, which a mix of sizes across levels pushes up: 8,751 MiB where pages-24g idled at 7,000).
+A reading every 0.5 s (DCGM) falls inside few short requests: those it misses are left out, and a size none
+of whose requests had a reading takes its rise from the fit (`measured` False; 640x480 at 44 ms on pages-24g). Per size bucket of the run's mix:
     rise_mib          the median of its requests' rises (requests with no reading inside are left out)
     latency_alone_ms  the median latency of its answered baseline requests
     weight            its share of the run's requests (the mix as the client sent it)
@@ -16,7 +19,7 @@ has one bucket: no table, no odds, its answers as before.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +40,7 @@ class PageSize:
     baseline_requests: int  # alone, with a GPU reading inside
     rise_mib: float  # one request alone, over idle
     latency_alone_ms: float
+    measured: bool = True  # False: no reading fell inside its requests; its rise is the fit's
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ def _resized(size: PageSize, max_side: int, fit: PageMemory) -> PageSize:
         return size
     scale = max_side / max(w, h)
     mpix = round(w * scale) * round(h * scale) / 1e6
-    rise = min(size.rise_mib, fit.fixed_mib + fit.mib_per_mpix * mpix)
+    rise = min(size.rise_mib, max(0.0, fit.fixed_mib + fit.mib_per_mpix * mpix))
     latency = size.latency_alone_ms * min(1.0, mpix / size.mpix)
     return PageSize(f"{round(w * scale)}x{round(h * scale)}", mpix, size.weight, size.baseline_requests, rise,
                     max(latency, 1e-3))  # fmt: skip
@@ -80,28 +84,40 @@ def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame,
     or no GPU-memory readings."""
     if estimate.idle_mib is None or not estimate.total_mib or card.empty or estimate.memory_case == "caching_allocator":
         return None
-    buckets = requests["bucket"].astype(str)
-    shares = buckets.value_counts(normalize=True)
-    if sum(1 for b in shares.index if _SIZE.match(b)) < MIN_SIZES:
+    if not is_mixed(requests):
         return None
+    shares = requests["bucket"].astype(str).value_counts(normalize=True)
+    idle_idx = steps.loc[steps["phase"] == "idle", "step_index"].tolist() if not steps.empty else []
+    idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()
+    idle_mib = float(idle.median()) if not idle.empty else float(estimate.idle_mib)
     base_idx = steps.loc[steps["phase"] == "baseline", "step_index"].tolist() if not steps.empty else []
     base = requests[requests["step_index"].isin(base_idx) & requests["ok"].astype(bool)]
-    rises = _rises(base, card, float(estimate.idle_mib))
-    sizes = []
+    rises = _rises(base, card, idle_mib)
+    sizes: list[PageSize] = []
+    unread: list[PageSize] = []
     for bucket, share in shares.items():
         match = _SIZE.match(str(bucket))
-        got = rises.get(str(bucket), [])
-        if not match or not got:
+        latency = base.loc[base["bucket"].astype(str) == str(bucket), "latency_ms"]
+        if not match or latency.empty or share <= 0:
             continue
-        latency = base.loc[base["bucket"].astype(str) == bucket, "latency_ms"]
-        sizes.append(PageSize(str(bucket), int(match.group(1)) * int(match.group(2)) / 1e6, float(share), len(got),
-                              float(np.median(got)), float(latency.median())))  # fmt: skip
+        got = rises.get(str(bucket), [])
+        size = PageSize(str(bucket), int(match.group(1)) * int(match.group(2)) / 1e6, float(share), len(got),
+                        float(np.median(got)) if got else 0.0, float(latency.median()), measured=bool(got))  # fmt: skip
+        (sizes if got else unread).append(size)
     if len(sizes) < MIN_SIZES:
         return None
-    sizes.sort(key=lambda s: s.mpix)
     fixed, slope = _fit(sizes)
-    free = float(estimate.total_mib) - (estimate.other_mem_mib or 0.0) - float(estimate.idle_mib)
+    sizes += [replace(s, rise_mib=max(0.0, (fixed or 0.0) + (slope or 0.0) * s.mpix)) for s in unread]
+    sizes.sort(key=lambda s: s.mpix)
+    free = float(estimate.total_mib) - (estimate.other_mem_mib or 0.0) - idle_mib
     return PageMemory(tuple(sizes), free, fixed, slope)
+
+
+def is_mixed(requests: pd.DataFrame) -> bool:
+    """The run sent pages of two sizes or more (SCENARIO=mixed, a folder of sizes)."""
+    if requests.empty or "bucket" not in requests.columns:
+        return False
+    return sum(1 for b in requests["bucket"].astype(str).unique() if _SIZE.match(b)) >= MIN_SIZES
 
 
 def _rises(base: pd.DataFrame, card: pd.DataFrame, idle_mib: float) -> dict[str, list[float]]:

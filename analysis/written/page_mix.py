@@ -60,13 +60,16 @@ def level_rows(page: PageMemory, table: pd.DataFrame, requests: pd.DataFrame, od
         elif bound is not None and bound > risk:
             note = f"no OOM in {len(mine)} requests bounds the rate only at {bound:.1%} (3/n), above {risk:g}"
         rows.append({"step_index": int(step["step_index"]), "level": level, "oom_odds": p, "requests": len(mine),
-                     "ooms": len(ooms), "ooms_by_size": {str(k): int(v) for k, v in ooms["bucket"].value_counts().items()},
+                     "ooms": len(ooms), "ooms_by_size": _by_size(ooms),
                      "rate_bound_95": bound, "note": note})  # fmt: skip
     return rows
 
 
-def mix_summary(page: PageMemory, table: pd.DataFrame, requests: pd.DataFrame, risk: float) -> dict[str, Any]:
-    """summary.json's `page_mix`: the sizes, the odds per level, the safe level and the resizes."""
+def mix_summary(page: PageMemory, table: pd.DataFrame, requests: pd.DataFrame, risk: float,
+                knee_level: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """summary.json's `page_mix`: the sizes, the odds per level, the safe level and the resizes; the best
+    resize is the largest side whose safe level reaches `knee_level` (resize no more than needed), else
+    the one with the highest safe level."""
     measured = [int(v) for v in table["level"]] if not table.empty else []
     top = max(TOP_LEVEL_FLOOR, 2 * max(measured, default=1))
     odds = page.odds(top)
@@ -75,21 +78,27 @@ def mix_summary(page: PageMemory, table: pd.DataFrame, requests: pd.DataFrame, r
     largest = max(page.sizes, key=lambda s: s.rise_mib)
     for side in RESIZE_SIDES:
         resized = safe_level(page.odds(top, side), risk)
-        peak = min(largest.rise_mib, (page.fixed_mib or 0.0) + (page.mib_per_mpix or 0.0) * _mpix_at(largest.bucket, side))
+        peak = min(largest.rise_mib, max(0.0, (page.fixed_mib or 0.0) + (page.mib_per_mpix or 0.0) * _mpix_at(largest.bucket, side)))
         resizes.append({"max_side": side, "safe_level": resized,
                         "largest_rise_change": peak / largest.rise_mib - 1 if largest.rise_mib > 0 else 0.0})  # fmt: skip
     lifting = [r for r in resizes if r["safe_level"] > safe]
-    best = max(lifting, key=lambda r: (r["safe_level"], r["max_side"])) if lifting else None
-    # the largest side that already gives the best level: resize no more than needed
-    if best is not None:
-        best = max((r for r in lifting if r["safe_level"] == best["safe_level"]), key=lambda r: r["max_side"])
+    enough = [r for r in lifting if knee_level is not None and r["safe_level"] >= knee_level]
+    best = max(enough, key=lambda r: r["max_side"]) if enough else None
+    if best is None and lifting:
+        best = max(lifting, key=lambda r: (r["safe_level"], r["max_side"]))
     seen = requests[_oom_mask(requests)] if not requests.empty else requests
     return {
         **page.to_dict(), "oom_risk": risk, "oom_odds": odds[: max(max(measured, default=0), safe) + 1],
         "safe_level": safe, "limiting_size": largest.bucket, "levels": level_rows(page, table, requests, odds, risk),
-        "ooms_by_size": {str(k): int(v) for k, v in seen["bucket"].value_counts().items()} if not seen.empty else {},
+        "ooms_by_size": _by_size(seen),
         "resizes": resizes, "best_resize": best,
     }  # fmt: skip
+
+
+def _by_size(ooms: pd.DataFrame) -> dict[str, int]:
+    """OOMs per page size, the sizes with none left out."""
+    counts = ooms["bucket"].astype(str).value_counts() if not ooms.empty else pd.Series(dtype="int64")
+    return {str(k): int(v) for k, v in counts.items() if v > 0}
 
 
 def _mpix_at(bucket: str, side: int) -> float:
@@ -115,17 +124,20 @@ def bound_by_the_mix(knee: Knee, mix: dict[str, Any]) -> Knee:
     odds = mix["levels"] and {r["level"]: r["oom_odds"] for r in mix["levels"]}
     if level <= safe:
         why = f" Safe for the mix too: the odds of running out of memory at {level} are at most {risk:g} (safe up to {safe})."
+        resize = resize_words(mix, safe)
+        if resize and safe == level:  # the mix's memory is what stops the next level
+            why += f" The {mix['limiting_size']} pages set that limit; the resize that lifts it: {resize}."
         return replace(knee, reason=knee.reason + why)
     seen = (odds or {}).get(level)
     at = f" ({seen:.2%} a request)" if seen is not None else ""
-    why = (f" Bound by the mix's memory, not the knee: at {level} the odds that a request runs out of memory{at}"
+    why = (f"Bound by the mix's memory, not the knee (the knee allows {level}): at {level} the odds that a request runs out of memory{at}"
            f" are above OOM_RISK {risk:g}; the highest level within it is {safe}, limited by the {mix['limiting_size']}"
            " pages.")  # fmt: skip
     resize = resize_words(mix, safe)
     if resize:
         why += f" The resize that lifts it: {resize} (prove it with make sweep SWEEP='max_side=0,{mix['best_resize']['max_side']}')."
     value = max(1, safe)
-    return replace(knee, recommended_level=value, reason=knee.reason + why, confidence=(value, value), at_least=False)
+    return replace(knee, recommended_level=value, reason=f"{why} {knee.reason}", confidence=(value, value), at_least=False)
 
 
 def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
@@ -136,7 +148,8 @@ def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
     lines = ["", "## Memory per page size (measured alone in the baseline)", "",
              "| size | weight in the mix | MiB per request | latency alone ms | baseline requests |", "|---|---|---|---|---|"]  # fmt: skip
     for s in mix["sizes"]:
-        lines.append(f"| {s['bucket']} | {s['weight']:.0%} | {s['rise_mib']:,.0f} | {s['latency_alone_ms']:,.0f} |"
+        fit = "" if s["measured"] else " (from the fit: no reading fell inside its requests)"
+        lines.append(f"| {s['bucket']} | {s['weight']:.0%} | {s['rise_mib']:,.0f}{fit} | {s['latency_alone_ms']:,.0f} |"
                      f" {s['baseline_requests']} |")  # fmt: skip
     if mix["mib_per_mpix"] is not None:
         lines += ["", f"Fit: {mix['fixed_mib']:,.0f} MiB + {mix['mib_per_mpix']:,.0f} MiB per megapixel."]

@@ -18,7 +18,7 @@ from analysis.estimate.capacity import (
     parse_levels,
 )
 from analysis.estimate.memory_slope import restate_estimate
-from analysis.estimate.page_memory import page_memory
+from analysis.estimate.page_memory import is_mixed, page_memory
 from analysis.knee.find import Knee, find_knee
 from analysis.overload.verify import own_failure_share, split_by_gateway, verify_summary, with_gateway
 from analysis.soak.trend import slo_level, soak_trend
@@ -227,13 +227,17 @@ def workers_without_final_count(manifest: dict[str, Any]) -> list[str]:
 
 def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: float | None) -> Estimate:
     """The estimate from the baseline on the server's card (the controller's choice), re-stated by the
-    steps' slope where it disagrees (analysis.estimate.memory_slope): the plan's last word and the report's agree."""
+    steps' slope where it disagrees (analysis.estimate.memory_slope): the plan's last word and the report's agree.
+    Not for a mix of page sizes: the levels' peaks follow which pages happened to be in service, not a slope
+    (its memory per size: analysis.estimate.page_memory)."""
     seqs = manifest_setting(run.manifest, "max_num_seqs")
     estimate: Estimate = estimate_from_baseline(
         run.requests, run.steps, run.gpu, run.server, headroom, total_mib,
         gpus_named=gpus_named(run.manifest), card=manifest_card(run.manifest),
         max_num_seqs=seqs if isinstance(seqs, int) else 0,  # MAX_NUM_SEQS: the plan capped with it too
     )  # fmt: skip
+    if is_mixed(run.requests):
+        return estimate
     card = run_card(run.gpu, run.steps, run.manifest)
     before = card.loc[card["step_index"] == PREFLIGHT_STEP_INDEX, "mem_used_mib"].dropna()
     restated = restate_estimate(estimate, table, float(before.median()) if not before.empty else None)
@@ -268,7 +272,7 @@ def held_to_the_mix(run: RunData, table: pd.DataFrame, estimate: Estimate, knee:
     page = page_memory(run.requests, run.steps, run_card(run.gpu, run.steps, run.manifest), estimate)
     if page is None:
         return knee, None
-    mix = mix_summary(page, table, run.requests, risk)
+    mix = mix_summary(page, table, run.requests, risk, knee.recommended_level)
     return bound_by_the_mix(knee, mix), mix
 
 

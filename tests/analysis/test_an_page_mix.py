@@ -52,13 +52,14 @@ def _baseline_run() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     idle of 7000 MiB, then a step of 4 with mostly small pages (the mix's weights: 3 small to 1 large)."""
     steps = pd.DataFrame([{"step_index": 0, "phase": "idle", "level": 0}, {"step_index": 1, "phase": "baseline", "level": 1},
                           {"step_index": 2, "phase": "step", "level": 4}])  # fmt: skip
-    rows, samples, t = [], [], 100.0
+    rows, t = [], 100.0
+    samples = [{"t_unix_s": 90.0 + k, "step_index": 0, "mem_used_mib": 7000.0 + k % 2} for k in range(5)]
     for k in range(12):
         bucket, rise, latency_ms = ("2000x1500", 1000.0, 800.0) if k % 4 == 3 else ("600x500", 200.0, 200.0)
         rows.append({"step_index": 1, "t_start_unix_s": t, "latency_ms": latency_ms, "bucket": bucket, "ok": True,
                      "failure_kind": ""})  # fmt: skip
-        samples += [{"t_unix_s": t + dt, "mem_used_mib": 7000.0 + rise} for dt in (0.05, 0.1)]
-        samples.append({"t_unix_s": t + latency_ms / 1000 + 0.05, "mem_used_mib": 7000.0})
+        samples += [{"t_unix_s": t + dt, "step_index": 1, "mem_used_mib": 7000.0 + rise} for dt in (0.05, 0.1)]
+        samples.append({"t_unix_s": t + latency_ms / 1000 + 0.05, "step_index": 1, "mem_used_mib": 7000.0})
         t += 1.0
     for k in range(24):
         rows.append({"step_index": 2, "t_start_unix_s": t + k, "latency_ms": 300.0, "bucket": "600x500", "ok": True,
@@ -78,6 +79,16 @@ def test_memory_per_page_size_from_the_baselines_requests_alone() -> None:
     assert small.weight == pytest.approx(33 / 36) and large.latency_alone_ms == 800.0
     assert page.mib_per_mpix == pytest.approx(800 / 2.7) and page.fixed_mib == pytest.approx(200 - 0.3 * 800 / 2.7)
     assert page.free_mib == 3000.0
+
+
+def test_a_size_no_reading_fell_inside_takes_its_rise_from_the_fit() -> None:
+    requests, steps, card = _baseline_run()
+    short = pd.DataFrame([{"step_index": 1, "t_start_unix_s": 150.0 + k, "latency_ms": 20.0, "bucket": "1000x1000",
+                           "ok": True, "failure_kind": ""} for k in range(3)])  # fmt: skip
+    page = page_memory(pd.concat([requests, short]), steps, card, EST)
+    assert page is not None and [s.bucket for s in page.sizes] == ["600x500", "1000x1000", "2000x1500"]
+    unread = page.sizes[1]
+    assert not unread.measured and unread.rise_mib == pytest.approx(page.fixed_mib + page.mib_per_mpix * 1.0)
 
 
 def test_one_size_or_a_caching_allocator_has_no_table() -> None:
