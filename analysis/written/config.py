@@ -206,6 +206,8 @@ def config_yaml(config: dict[str, Any], comments: dict[str, str], header: str = 
     if "vllm_args" in config:
         flag, value = config["vllm_args"]
         lines.append(line(0, "vllm_args", f'["{flag}", {value}]', "vllm_args"))
+    if "max_image_side" in config:  # a mix of page sizes: the resize that lifts its safe level (analysis.written.page_mix)
+        lines.append(line(0, "max_image_side", config["max_image_side"], "max_image_side"))
     return "\n".join(lines) + "\n"
 
 

@@ -170,3 +170,23 @@ def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
                   " a preprocessing step before the server (recommended-config.yaml's max_image_side); prove it with"
                   f" `make sweep SWEEP='max_side=0,{mix['best_resize']['max_side']}'`."]  # fmt: skip
     return lines
+
+
+def config_for_the_mix(config: dict[str, Any], comments: dict[str, str], mix: dict[str, Any] | None,
+                       knee: Knee) -> None:  # fmt: skip
+    """recommended-config.yaml for a mixed run, in place: max_concurrency's source where the mix bound it,
+    and max_image_side where a resize lifts the safe level (HAProxy cannot resize: said where it goes)."""
+    if not mix:
+        return
+    if knee.recommended_level is not None and knee.recommended_level == mix["safe_level"] and knee.reason.startswith("Bound"):
+        comments["server.max_concurrency"] = (f"the highest level whose odds of running out of memory for the run's"
+                                              f" mix are at most OOM_RISK {mix['oom_risk']:g} (below the knee)")  # fmt: skip
+    best = mix.get("best_resize")
+    if not best:
+        return
+    config["max_image_side"] = int(best["max_side"])
+    comments["max_image_side"] = (
+        f"resize pages to at most this long side: safe level {best['safe_level']} instead of {mix['safe_level']}"
+        " (from the fit of MiB per megapixel); HAProxy cannot resize: the client or a preprocessing step in front"
+        f" of the server does; max_concurrency is for pages as sent. Prove it: make sweep SWEEP='max_side=0,{best['max_side']}'"
+    )

@@ -32,7 +32,7 @@ from analysis.table.steps import baseline_summary, bucket_table, step_table
 from analysis.written.config import build_config
 from analysis.written.diagnosis import diagnose
 from analysis.written.fleet import FLEET_SETTINGS, fleet_summary
-from analysis.written.page_mix import DEFAULT_OOM_RISK, bound_by_the_mix, mix_summary
+from analysis.written.page_mix import DEFAULT_OOM_RISK, bound_by_the_mix, config_for_the_mix, mix_summary
 from analysis.written.phase_time import phase_times
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -295,6 +295,7 @@ def analyze_run(
     kind = server_kind(run)
     diagnosis = diagnose(table, estimate, knee).to_dict()
     config, comments = build_config(table, knee, estimate, kind)
+    config_for_the_mix(config, comments, mix, knee)
     steps, proven = goodput_and_verify(run, steps, config, slo_p95_s)  # every row: the verify window's too
     table = table.merge(steps[["step_index", *GOODPUT_COLUMNS]], on="step_index", how="left", suffixes=("_", ""))
     table = table.drop(columns=[f"{c}_" for c in GOODPUT_COLUMNS if f"{c}_" in table.columns])

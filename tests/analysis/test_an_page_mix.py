@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -132,3 +133,24 @@ def test_a_level_with_no_oom_in_few_requests_is_not_called_safe() -> None:
     row = mix_summary(page, table, requests, 0.001)["levels"][0]
     assert row["oom_odds"] == 0.0 and row["rate_bound_95"] == pytest.approx(0.03)
     assert "bounds the rate only at 3.0% (3/n)" in row["note"]
+
+
+def test_the_config_gets_max_image_side_and_says_haproxy_cannot_resize() -> None:
+    from analysis.written.config import config_yaml
+    from analysis.written.page_mix import config_for_the_mix
+
+    sizes = (PageSize("640x480", 0.31, 0.7, 5, 150.0, 150.0), PageSize("4000x3000", 12.0, 0.3, 3, 4000.0, 2000.0))
+    mix = mix_summary(PageMemory(sizes, 17576.0, 50.0, 330.0), pd.DataFrame([{"step_index": 3, "phase": "step", "level": 8}]),
+                      pd.DataFrame(columns=["step_index", "bucket", "failure_kind"]), 0.001, knee_level=10)  # fmt: skip
+    held = bound_by_the_mix(_knee(10), mix)
+    config = {"server": {"max_concurrency": held.recommended_level, "request_timeout_s": 5,
+                         "queue": {"max_size": 4, "wait_timeout_s": 2}, "reject_status": 503, "retry_after_s": 1}}  # fmt: skip
+    comments: dict[str, str] = {}
+    config_for_the_mix(config, comments, mix, held)
+    assert config["max_image_side"] == mix["best_resize"]["max_side"] and mix["best_resize"]["safe_level"] >= 10
+    text = config_yaml(config, comments)
+    assert f"max_image_side: {config['max_image_side']}" in text and "HAProxy cannot resize" in text
+    assert "OOM_RISK 0.001" in comments["server.max_concurrency"]
+    none: dict[str, Any] = {"server": {}}
+    config_for_the_mix(none, {}, None, held)
+    assert "max_image_side" not in none
