@@ -165,6 +165,9 @@ def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
     for r in mix["resizes"]:
         lines.append(f"- resized to at most {r['max_side']} px: safe level {r['safe_level']}"
                      f" ({r['largest_rise_change']:+.0%} memory for the largest page)")  # fmt: skip
+    if "verify_ooms_by_size" in mix:
+        seen = ", ".join(f"{k}: {v}" for k, v in mix["verify_ooms_by_size"].items()) or "none"
+        lines += ["", f"Verify window (it sends the run's own mix): OOMs by size: {seen}."]
     if mix["best_resize"]:
         lines += ["", f"Best: {resize_words(mix, mix['safe_level'])}. HAProxy cannot resize: resize in the client or"
                   " a preprocessing step before the server (recommended-config.yaml's max_image_side); prove it with"
@@ -190,3 +193,22 @@ def config_for_the_mix(config: dict[str, Any], comments: dict[str, str], mix: di
         " (from the fit of MiB per megapixel); HAProxy cannot resize: the client or a preprocessing step in front"
         f" of the server does; max_concurrency is for pages as sent. Prove it: make sweep SWEEP='max_side=0,{best['max_side']}'"
     )
+
+
+def with_mix_odds(steps: pd.DataFrame, mix: dict[str, Any] | None) -> pd.DataFrame:
+    """The step table with `oom_odds` (the mix's odds at each row's level) for a mixed run; as it is otherwise."""
+    if not mix or steps.empty:
+        return steps
+    odds = {r["level"]: r["oom_odds"] for r in mix["levels"]}
+    every = mix["oom_odds"]
+    return steps.assign(oom_odds=[odds.get(int(v), every[int(v) - 1] if 0 < int(v) <= len(every) else None)
+                                  for v in steps["level"]])  # fmt: skip
+
+
+def verify_ooms_by_size(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, int]:
+    """OOMs of the verify window by page size (it sends the run's own mix: the same image set)."""
+    if steps.empty or requests.empty:
+        return {}
+    verify = steps.loc[steps["phase"] == "verify", "step_index"].tolist()
+    mine = requests[requests["step_index"].isin(verify)]
+    return _by_size(mine[_oom_mask(mine)])

@@ -32,7 +32,14 @@ from analysis.table.steps import baseline_summary, bucket_table, step_table
 from analysis.written.config import build_config
 from analysis.written.diagnosis import diagnose
 from analysis.written.fleet import FLEET_SETTINGS, fleet_summary
-from analysis.written.page_mix import DEFAULT_OOM_RISK, bound_by_the_mix, config_for_the_mix, mix_summary
+from analysis.written.page_mix import (
+    DEFAULT_OOM_RISK,
+    bound_by_the_mix,
+    config_for_the_mix,
+    mix_summary,
+    verify_ooms_by_size,
+    with_mix_odds,
+)
 from analysis.written.phase_time import phase_times
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -273,6 +280,7 @@ def held_to_the_mix(run: RunData, table: pd.DataFrame, estimate: Estimate, knee:
     if page is None:
         return knee, None
     mix = mix_summary(page, table, run.requests, risk, knee.recommended_level)
+    mix["verify_ooms_by_size"] = verify_ooms_by_size(run.requests, run.steps)
     return bound_by_the_mix(knee, mix), mix
 
 
@@ -292,6 +300,7 @@ def analyze_run(
     told_seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS as the run was told (rule 2b)
     knee = find_knee(table, max_num_seqs=told_seqs if isinstance(told_seqs, int) and told_seqs > 0 else 0)
     knee, mix = held_to_the_mix(run, table, estimate, knee, risk)
+    steps = with_mix_odds(steps, mix)  # steps.csv's oom_odds column, a mixed run's only
     kind = server_kind(run)
     diagnosis = diagnose(table, estimate, knee).to_dict()
     config, comments = build_config(table, knee, estimate, kind)
