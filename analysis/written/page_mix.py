@@ -127,7 +127,7 @@ def bound_by_the_mix(knee: Knee, mix: dict[str, Any]) -> Knee:
         resize = resize_words(mix, safe)
         if resize and safe == level:  # the mix's memory is what stops the next level
             why += f" The {mix['limiting_size']} pages set that limit; the resize that lifts it: {resize}."
-        return replace(knee, reason=knee.reason + why)
+        return replace(knee, reason=knee.reason + why + _seen_words(mix, level))
     seen = (odds or {}).get(level)
     at = f" ({seen:.2%} a request)" if seen is not None else ""
     why = (f"Bound by the mix's memory, not the knee (the knee allows {level}): at {level} the odds that a request runs out of memory{at}"
@@ -137,6 +137,7 @@ def bound_by_the_mix(knee: Knee, mix: dict[str, Any]) -> Knee:
     if resize:
         why += f" The resize that lifts it: {resize} (prove it with make sweep SWEEP='max_side=0,{mix['best_resize']['max_side']}')."
     value = max(1, safe)
+    why += _seen_words(mix, value)
     return replace(knee, recommended_level=value, reason=f"{why} {knee.reason}", confidence=(value, value), at_least=False)
 
 
@@ -173,6 +174,12 @@ def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
                   " a preprocessing step before the server (recommended-config.yaml's max_image_side); prove it with"
                   f" `make sweep SWEEP='max_side=0,{mix['best_resize']['max_side']}'`."]  # fmt: skip
     return lines
+
+
+def _seen_words(mix: dict[str, Any], level: int) -> str:
+    """What the measured step at `level` can say on its own (rule of three), where it cannot call it safe."""
+    notes = [r["note"] for r in mix["levels"] if r["level"] == level and r["note"]]
+    return f" At {level} as measured: {notes[-1]}." if notes else ""
 
 
 def config_for_the_mix(config: dict[str, Any], comments: dict[str, str], mix: dict[str, Any] | None,

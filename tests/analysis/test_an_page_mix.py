@@ -133,6 +133,8 @@ def test_a_level_with_no_oom_in_few_requests_is_not_called_safe() -> None:
     row = mix_summary(page, table, requests, 0.001)["levels"][0]
     assert row["oom_odds"] == 0.0 and row["rate_bound_95"] == pytest.approx(0.03)
     assert "bounds the rate only at 3.0% (3/n)" in row["note"]
+    mix = mix_summary(page, table, requests, 0.001)
+    assert "At 4 as measured: no OOM in 100 requests bounds the rate only at 3.0%" in bound_by_the_mix(_knee(4), mix).reason
 
 
 def test_the_config_gets_max_image_side_and_says_haproxy_cannot_resize() -> None:
