@@ -121,18 +121,17 @@ def bound_by_the_mix(knee: Knee, mix: dict[str, Any]) -> Knee:
     level, safe, risk = knee.recommended_level, int(mix["safe_level"]), mix["oom_risk"]
     if level is None:
         return knee
-    odds = mix["levels"] and {r["level"]: r["oom_odds"] for r in mix["levels"]}
+    every = mix["oom_odds"]  # level 1, 2, ...
     if level <= safe:
         why = f" Safe for the mix too: the odds of running out of memory at {level} are at most {risk:g} (safe up to {safe})."
         resize = resize_words(mix, safe)
         if resize and safe == level:  # the mix's memory is what stops the next level
             why += f" The {mix['limiting_size']} pages set that limit; the resize that lifts it: {resize}."
         return replace(knee, reason=knee.reason + why + _seen_words(mix, level))
-    seen = (odds or {}).get(level)
-    at = f" ({seen:.2%} a request)" if seen is not None else ""
+    at = f" ({every[level - 1]:.2%} a request)" if level <= len(every) else ""
     why = (f"Bound by the mix's memory, not the knee (the knee allows {level}): at {level} the odds that a request runs out of memory{at}"
            f" are above OOM_RISK {risk:g}; the highest level within it is {safe}, limited by the {mix['limiting_size']}"
-           " pages.")  # fmt: skip
+           " pages" + (" (not even 1: 1 is what the card can do at all)." if safe < 1 else "."))  # fmt: skip
     resize = resize_words(mix, safe)
     if resize:
         why += f" The resize that lifts it: {resize} (prove it with make sweep SWEEP='max_side=0,{mix['best_resize']['max_side']}')."
