@@ -86,10 +86,13 @@ def test_a_size_no_reading_fell_inside_takes_its_rise_from_the_fit() -> None:
     requests, steps, card = _baseline_run()
     short = pd.DataFrame([{"step_index": 1, "t_start_unix_s": 150.0 + k, "latency_ms": 20.0, "bucket": "1000x1000",
                            "ok": True, "failure_kind": ""} for k in range(3)])  # fmt: skip
-    page = page_memory(pd.concat([requests, short]), steps, card, EST)
-    assert page is not None and [s.bucket for s in page.sizes] == ["600x500", "1000x1000", "2000x1500"]
-    unread = page.sizes[1]
+    never = pd.DataFrame([{"step_index": 2, "t_start_unix_s": 300.0, "latency_ms": 900.0, "bucket": "3000x2000",
+                           "ok": True, "failure_kind": ""}])  # drawn only under load  # fmt: skip
+    page = page_memory(pd.concat([requests, short, never]), steps, card, EST)
+    assert page is not None and [s.bucket for s in page.sizes] == ["600x500", "1000x1000", "2000x1500", "3000x2000"]
+    unread, rare = page.sizes[1], page.sizes[3]
     assert not unread.measured and unread.rise_mib == pytest.approx(page.fixed_mib + page.mib_per_mpix * 1.0)
+    assert not rare.measured and rare.latency_alone_ms == 900.0 and rare.rise_mib > 1000.0
 
 
 def test_one_size_or_a_caching_allocator_has_no_table() -> None:
