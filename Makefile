@@ -22,6 +22,7 @@ FRAMEWORK_METRIC ?=
 STEP_S ?=
 COOLDOWN_S ?=
 HEADROOM ?=
+OOM_RISK ?=
 OUT ?=
 SLO_P95_S ?=
 JSON_PATH ?=
@@ -95,6 +96,7 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--workers,$(WORKERS)) $(call opt,--gpu,$(GPU)) $(call opt,--server-metrics,$(SERVER_METRICS)) \
   $(call opt,--framework-metric,$(FRAMEWORK_METRIC)) \
   $(call opt,--step-s,$(STEP_S)) $(call opt,--cooldown-s,$(COOLDOWN_S)) $(call opt,--headroom,$(HEADROOM)) \
+  $(call opt,--oom-risk,$(OOM_RISK)) \
   $(call opt,--out,$(OUT)) $(call opt,--slo-p95-s,$(SLO_P95_S)) $(call opt,--json-path,$(JSON_PATH)) \
   $(call opt,--cer-fail-above,$(CER_FAIL_ABOVE)) $(call opt,--ca-bundle,$(CA_BUNDLE)) \
   $(call opt,--max-num-seqs,$(MAX_NUM_SEQS)) $(call opt,--preflight-timeout-s,$(PREFLIGHT_TIMEOUT_S)) \

@@ -167,6 +167,25 @@ def plot_memory(
     legend(ax, "lower right")
 
 
+def plot_oom_odds(
+    ax: Axes, odds: Sequence[float], risk: float, safe_level: int, seen: Sequence[tuple[int, float]] = ()
+) -> None:
+    """A mix of page sizes: the odds that a request runs out of memory per level (odds[0] is level 1),
+    OOM_RISK, the safe level, and the share of requests that did run out in each measured step."""
+    levels = list(range(1, len(odds) + 1))
+    ax.plot(levels, [100.0 * p for p in odds], marker="o", markersize=3, color=BLUE, label="odds for the mix")
+    if seen:
+        ax.plot([x for x, _ in seen], [100.0 * y for _, y in seen], linestyle="none", marker="x", color=RED,
+                markersize=7, label="OOMs seen (share of the step's requests)")  # fmt: skip
+    ax.axhline(100.0 * risk, color=ORANGE, linestyle="-.", linewidth=1.2, label=f"OOM_RISK {risk:g}")
+    if safe_level > 0:
+        ax.axvline(safe_level, color=GREEN, linewidth=1, linestyle=":", label=f"safe level {safe_level}")
+    ax.set_xlabel("concurrent requests (level)")
+    ax.set_ylabel("requests that run out of memory (%)")
+    ax.set_ylim(bottom=0)
+    legend(ax)
+
+
 def plot_kv_cache(ax: Axes, points: Sequence[LevelPoint], headroom: float | None = None) -> None:
     xs, ys = _xy(points, "kv_cache_peak_frac", 100.0)
     ax.plot(xs, ys, marker="o", markersize=4, color=BLUE, label="KV-cache usage peak")

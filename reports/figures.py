@@ -164,6 +164,19 @@ def build_charts(summary: Mapping[str, Any], frames: ReportFrames) -> list[Chart
             else "No GPU memory readings in the measured steps.",
         )
     )
+    mix = summary.get("page_mix")
+    if isinstance(mix, Mapping) and mix.get("oom_odds"):
+        seen = [(int(r["level"]), r["ooms"] / r["requests"]) for r in mix.get("levels") or [] if r.get("requests")]
+        out.append(
+            make_chart(
+                "oom_odds",
+                "The odds of running out of memory against level",
+                "A mix of page sizes: the chance that a request finds the card full, from memory per size measured"
+                " alone (N requests in service are N draws of the mix), beside the OOMs each step saw.",
+                one_axis(charts.plot_oom_odds, mix["oom_odds"], float(mix["oom_risk"]), int(mix["safe_level"]), seen),
+                "",
+            )
+        )
     if _has(points, "kv_cache_peak_frac"):
         out.append(
             make_chart(

@@ -170,6 +170,7 @@ OPTIONAL_COLUMNS = (
     "p95_ci_low_ms",
     "gpu_mem_peak_mib",
     "gpu_mem_rise_mib",
+    "oom_odds",  # a mix of page sizes (analysis/written/page_mix.py)
     "other_mem_mib",
     "framework_peak_mib",
     "gpu_util_mean_pct",
@@ -214,6 +215,10 @@ def estimate_formula(estimate: Mapping[str, Any]) -> str:
         idle, inc = num(estimate.get("idle_mib")), num(estimate.get("increment_mib"))
         other = num(estimate.get("other_mem_mib"))
         others = f" − {other:,.0f} MiB other processes" if other else ""
+        margin = num(estimate.get("above_idle_margin"))
+        if None not in (total, idle, inc) and margin is not None:  # idle above total x headroom (analysis.estimate.capacity)
+            return (f"floor(({total:,.0f} MiB{others} − {idle:,.0f} MiB idle) × {margin:g} / {inc:,.0f} MiB) = {est}"
+                    f" (idle is above {total:,.0f} MiB × {headroom:g}: the memory above idle, {margin:g} of it)")  # fmt: skip
         if None not in (total, headroom, idle, inc):
             return f"floor(({total:,.0f} MiB × {headroom:g}{others} − {idle:,.0f} MiB) / {inc:,.0f} MiB) = {est}"
     if estimate.get("dimension") == "kv_cache":

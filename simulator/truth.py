@@ -31,6 +31,7 @@ runaway_rate draws runaways in the walk (seeded apart from the lengths); stalls 
 (the curve is the cool card's): hot_temp_c, hot_sm_clock_mhz and hot_knee_rps say what a card settled at the
 knee's busy share does. Per level: GPU-busy share, peak memory, preemptions (knee_gpu_util_pct, peak_mem_mib,
 preemptions of the Truth).
+A mix of page sizes: `mix_truth` (simulator.model.page_mix documents its odds).
 Habits (Options; simulator/README.md "Habits of real servers"):
     error_rate, error_status   recorded as they are; the curve and the knee do not change (errors are
                                drawn before any work, at the same rate at every load)
@@ -57,6 +58,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simulator.model.options import CURVE_FREE, Options, make_options
+from simulator.model.page_mix import PageSize, oom_odds, page_sizes
 from simulator.model.pipeline import Failed, Finished, Pipeline
 from simulator.model.profiles import Profile, get_profile
 from simulator.model.settings import settle
@@ -385,3 +387,35 @@ def pick_of(truths: dict[str, Truth], slo_p95_s: float = 0.0) -> str | None:
     ok = {name: t for name, t in truths.items()
           if not t.oom and not t.preemptions and (slo_p95_s <= 0 or p95_s(t) <= slo_p95_s)}  # fmt: skip
     return max(ok, key=lambda name: ok[name].plateau_rps) if ok else None
+
+
+@dataclass(frozen=True, slots=True)
+class MixTruth:
+    """The truth of a mix of page sizes (simulator.model.page_mix): each size's memory and time alone, the
+    odds that a request runs out of memory at each level, and the highest level within a risk."""
+
+    profile: str
+    sizes: tuple[PageSize, ...]
+    free_mib: float  # total - reserved - idle: what requests may hold
+    oom_odds: dict[int, float]  # level -> P(a request at that level runs out of memory)
+
+    def safe_level(self, risk: float) -> int:
+        """The highest level whose odds (and every lower level's) are at most `risk`; 0 if level 1's are not."""
+        safe = 0
+        for level in sorted(self.oom_odds):
+            if self.oom_odds[level] > risk:
+                break
+            safe = level
+        return safe
+
+
+def mix_truth(profile: str, mix: list[tuple[int, int, float]], levels: range | list[int], **options: object) -> MixTruth:
+    """The truth for SCENARIO=mixed's buckets [(width, height, weight)] on a pytorch profile: odds per level
+    computed the documented way (simulator.model.page_mix); options as `truth`'s (max_side resizes)."""
+    p = get_profile(profile)
+    if p.kind != "pytorch":
+        raise ValueError(f"{profile} pre-allocates its memory: the mix's odds are for a pytorch profile")
+    o = make_options(p, **options)
+    sizes = page_sizes(p, o, mix)
+    free = p.total_mib - p.reserved_mib - (p.idle_mib + o.first_request_mib)
+    return MixTruth(p.name, sizes, free, {n: oom_odds(sizes, free, n) for n in levels})

@@ -34,6 +34,12 @@ the cooldown after it. They tell three cases apart, each named in the reason (`m
 Without the reading before the pre-flight a kept request looks like preallocated memory.
 With the server's PID, other processes' memory on its card (`other_mem_mib`) is left out of every
 reading and counted as taken: available = total x headroom - other processes - idle.
+Memory above idle: where idle (with other processes) is already above total x headroom and no KV cache is
+known (an engine pre-allocated 90% of the card but exports no pool, or no SERVER_METRICS was given), seed
+000's formula says 0 though the card holds more. The estimate is then what the memory above idle holds,
+analysis.estimate.prealloc's activation bound with ABOVE_IDLE_MARGIN (0.9):
+    estimate  = floor((total - other processes - idle) x 0.9 / increment)
+at least 1 where the baseline was answered (the same rule as a pre-allocating engine's bounds).
 """
 
 from __future__ import annotations
@@ -48,7 +54,16 @@ import pandas as pd
 # re-exported: callers take them from here
 from analysis.estimate.estimate_record import DEFAULT_HEADROOM as DEFAULT_HEADROOM
 from analysis.estimate.estimate_record import Estimate as Estimate
-from analysis.estimate.prealloc import Bound, activation_bound, bind, engine_bound, engine_limits, kv_bound
+from analysis.estimate.prealloc import (
+    ABOVE_IDLE_MARGIN,
+    AT_LEAST_ONE,
+    Bound,
+    activation_bound,
+    bind,
+    engine_bound,
+    engine_limits,
+    kv_bound,
+)
 from analysis.estimate.prealloc import cap_by_server as cap_by_server
 from analysis.table.server_card import PREFLIGHT_STEP_INDEX as PREFLIGHT_STEP_INDEX
 from analysis.table.server_card import gpu_of as gpu_of
@@ -81,6 +96,8 @@ def estimate_capacity(
             "none", None, idle_mib, single_peak_mib, increment, total_mib, available, headroom,
             reason=f"single-request peak {single_peak_mib:.0f} MiB is not above idle {idle_mib:.0f} MiB",
         )  # fmt: skip
+    if available < 0:  # idle already past the headroom: the memory above idle (module doc)
+        return _above_idle(idle_mib, single_peak_mib, total_mib, headroom, other_mib)
     estimate = max(0, math.floor(available / increment))
     others = f" - {other_mib:.0f} MiB other processes" if other_mib else ""
     reason = (
@@ -88,11 +105,36 @@ def estimate_capacity(
         f" per request) = {estimate}"
     )
     if estimate == 0:
-        reason += "; idle memory already uses the headroom: lower the model's footprint or raise --headroom"
+        reason += "; idle memory leaves less than one request inside the headroom: lower the model's footprint or raise --headroom"
     return Estimate(
         "gpu_memory", estimate, idle_mib, single_peak_mib, increment, total_mib, available, headroom,
         reason=reason, other_mem_mib=other_mib or None,
     )  # fmt: skip
+
+
+def _above_idle(idle_mib: float, peak_mib: float, total_mib: float, headroom: float, other_mib: float) -> Estimate:
+    """Idle is above total x headroom: what the memory above idle holds, with ABOVE_IDLE_MARGIN (module doc)."""
+    above = activation_bound(idle_mib, peak_mib, total_mib, 0.0, other_mib=other_mib, margin=ABOVE_IDLE_MARGIN,
+                             idle_words="idle")  # fmt: skip
+    assert above is not None  # the caller checked the increment is positive
+    free = (total_mib - other_mib - idle_mib) * ABOVE_IDLE_MARGIN
+    reason = (
+        f"idle {idle_mib:.0f} MiB{' with other processes' if other_mib else ''} is above {total_mib:.0f} MiB x"
+        f" {headroom:g} (seed 000's formula would say 0) and no KV cache is known: the engine holds its memory"
+        f" at start, so the estimate is what the memory above idle holds, {ABOVE_IDLE_MARGIN:g} of it planned"
+        f" for: {above.formula}"
+    )
+    return Estimate(
+        "gpu_memory", above.requests, idle_mib, peak_mib, peak_mib - idle_mib, total_mib, free, headroom,
+        reason=reason, other_mem_mib=other_mib or None, above_idle_margin=ABOVE_IDLE_MARGIN,
+    )  # fmt: skip
+
+
+def at_least_one(found: Estimate, answered: bool) -> Estimate:
+    """A GPU-memory estimate of 0 where the baseline was answered is 1: the server held one request."""
+    if found.estimate != 0 or not answered:
+        return found
+    return replace(found, estimate=1, reason=found.reason + AT_LEAST_ONE)
 
 
 def estimate_from_kv_cache(
@@ -220,7 +262,7 @@ def _estimate_from_baseline(
             above = activation_bound(idle_mib, peak_mib, total_mib, readings.noise_mib, reserved, readings.other_mib)
             return bind(_above_the_pool(kv, readings, total_mib), _bounds(kv, limits, above), answered)
         if found is not None:
-            return found
+            return at_least_one(found, answered)
     if kv is not None:
         case = "preallocated" if "preallocated" in why_not_gpu else ""
         flat = replace(kv, single_peak_mib=peak_mib, reason=f"{why_not_gpu}; {kv.reason}", memory_case=case)

@@ -53,6 +53,9 @@ class Estimate:
     # a pre-allocating engine (analysis.estimate.prealloc): each known bound with its numbers, and the binding one
     bounds: tuple[Bound, ...] = ()
     binding: str = ""
+    # idle above total x headroom, no KV cache known: the share of the memory above idle planned for
+    # (analysis.estimate.capacity's memory above idle); None: seed 000's headroom formula
+    above_idle_margin: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         plain = {k: _plain(v) for k, v in asdict(self).items()}

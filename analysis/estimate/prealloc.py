@@ -10,13 +10,18 @@ What limits it is the smallest of three bounds, each known or not:
                          limit where its /metrics exports it (the smaller; gpu_sampler.scrape's
                          ENGINE_LIMIT_GAUGES: trtllm-serve's trtllm_max_batch_size_static, Triton's
                          nv_trt_llm_request_metrics{request_type="max"}; vLLM 0.32 exports none)
-    activation_memory  = floor((total - reserved - other processes - idle) / rise)
+    activation_memory  = floor((total - reserved - other processes - idle) x margin / rise)
                          rise = the baseline's peak - idle: what one request takes OUTSIDE the pool
                          (the vision encoder's activations for its image), visible only where it is above
                          the idle's noise; what is left above the pool holds that many at once
+                         (margin 1.0 here: the pool's own limits bound it too)
     estimate           = the smallest known bound (the binding one), at least 1 where the baseline
                          answered a request: the server held one, whatever the arithmetic says
 Seed 001's OOMs at --max-num-seqs 64 and 32 were the third bound: the KV pool had room for hundreds.
+The same rule gives the estimate on a card whose idle memory is above total x headroom with no KV cache
+known (an engine that pre-allocates but exports no pool, or no SERVER_METRICS): seed 000's formula says 0
+there, so analysis.estimate.capacity takes the memory above idle with ABOVE_IDLE_MARGIN (no pool's limit
+bounds it, so the margin keeps a tenth of what is free for the requests that take more than the baseline's).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.estimate.estimate_record import ACTIVATION_MEMORY, ENGINE_LIMIT, KV_CACHE, Bound, Estimate
+
+ABOVE_IDLE_MARGIN = 0.9  # share of the memory above idle planned for where no KV cache is known
+AT_LEAST_ONE = " (at least 1: the server answered the baseline's request, one at a time)"
 
 
 def kv_bound(kv: Estimate) -> Bound | None:
@@ -52,18 +60,22 @@ def activation_bound(
     noise_mib: float,
     reserved_mib: float = 0.0,
     other_mib: float = 0.0,
+    margin: float = 1.0,
+    idle_words: str = "idle with the pool",
 ) -> Bound | None:
     """Requests whose per-request rise (the baseline's peak over the idle that includes the pool) fits in
-    what is left of the card; None where one request does not visibly raise the memory."""
+    `margin` of what is left of the card; None where one request does not visibly raise the memory."""
     rise = peak_mib - idle_mib
     if rise <= noise_mib:
         return None
     left = total_mib - reserved_mib - other_mib - idle_mib
-    requests = max(0, math.floor(left / rise))
+    requests = max(0, math.floor(left * margin / rise))
     taken = "".join(f" - {mib:.0f} MiB {what}" for mib, what in ((reserved_mib, "reserved"), (other_mib, "other processes")) if mib)
+    times = f" x {margin:g}" if margin != 1.0 else ""
     formula = (
-        f"floor(({total_mib:.0f} MiB total{taken} - {idle_mib:.0f} MiB idle with the pool) / {rise:.0f} MiB per"
-        f" request above the pool (baseline's peak {peak_mib:.0f} - idle)) = {requests}"
+        f"floor(({total_mib:.0f} MiB total{taken} - {idle_mib:.0f} MiB {idle_words}){times} / {rise:.0f} MiB per"
+        f" request above {'the pool' if 'pool' in idle_words else 'idle'} (baseline's peak {peak_mib:.0f} - idle))"
+        f" = {requests}"
     )
     return Bound(ACTIVATION_MEMORY, requests, formula)
 
@@ -76,10 +88,8 @@ def bind(kv: Estimate, bounds: list[Bound | None], answered: bool) -> Estimate:
         return kv
     binding = min(known, key=lambda b: b.requests)
     value = binding.requests
-    floor_words = ""
-    if value < 1 and answered:
-        value = 1
-        floor_words = " (at least 1: the server answered the baseline's request, one at a time)"
+    floor_words = AT_LEAST_ONE if value < 1 and answered else ""
+    value = max(value, 1) if answered else value
     named = "; ".join(f"{b.name.replace('_', ' ')} {b.requests}: {b.formula}" for b in known)
     reason = (
         f"{kv.reason}; a pre-allocating engine (its idle memory includes the KV pool): the smallest of {named}."

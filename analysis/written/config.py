@@ -210,6 +210,9 @@ def config_yaml(config: dict[str, Any], comments: dict[str, str], header: str = 
     if "vllm_args" in config:
         flag, value = config["vllm_args"]
         lines += [*_block_note(ENFORCED_BY["vllm_args"]), line(0, "vllm_args", f'["{flag}", {value}]', "vllm_args")]
+    if "max_image_side" in config:  # a mix of page sizes: the resize that lifts its safe level (analysis.written.page_mix)
+        lines += [*_block_note(ENFORCED_BY["max_image_side"]),
+                  line(0, "max_image_side", config["max_image_side"], "max_image_side")]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -218,6 +221,9 @@ ENFORCED_BY = {
     "server": "Enforced by the gateway: haproxy.cfg beside this file holds every value below (make gateway"
     " RUN=<this folder> runs it in front of the server); a server with admission control of its own can take"
     " them instead.",
+    "max_image_side": "Enforced by whatever resizes pages before the server (the client, or a preprocessing"
+    " step in front of it): HAProxy cannot resize; the run's MAX_SIDE sends pages resized so, and make sweep"
+    " SWEEP='max_side=0,N' proves it.",
     "vllm_args": "The server's own flag: add it to the vllm serve command line, so that vLLM itself never runs"
     " more sequences than the gateway lets in.",
 }

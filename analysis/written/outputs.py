@@ -23,6 +23,7 @@ from analysis.written.alerts import alert_rules, alerts_yaml, runbook
 from analysis.written.config import config_yaml
 from analysis.written.diagnosis import comparison_rows
 from analysis.written.fleet import fleet_lead, fleet_markdown
+from analysis.written.page_mix import mix_markdown
 from analysis.written.summary import Analysis, analyze_run
 from runfolder import GATEWAY_FILE
 
@@ -78,6 +79,8 @@ def _formula(est: Estimate) -> list[str]:
             f" = {_fmt(est.increment_mib)} MiB"
         )
         other = f" - {_fmt(est.other_mem_mib)} other processes" if est.other_mem_mib else ""
+        if est.above_idle_margin is not None:
+            return _above_idle_formula(est, increment, other)
         return [
             "```",
             increment,
@@ -105,6 +108,23 @@ def _formula(est: Estimate) -> list[str]:
         "```",
         "increment = single_peak - idle; estimate = floor((total x headroom - idle) / increment)",
         "```",
+    ]
+
+
+def _above_idle_formula(est: Estimate, increment: str, other: str) -> list[str]:
+    """Idle above total x headroom, no KV cache known (analysis.estimate.capacity): the memory above idle."""
+    margin = est.above_idle_margin
+    return [
+        "```",
+        increment,
+        f"available = (total - idle) x margin     = ({_fmt(est.total_mib)}{other} - {_fmt(est.idle_mib)}) x"
+        f" {margin:g} = {_fmt(est.available_mib)} MiB",
+        f"estimate  = floor(available / increment) = {est.estimate}",
+        "```",
+        f"Idle memory is already above total x headroom ({_fmt(est.total_mib)} x {est.headroom:g}) and no KV cache"
+        f" is known, so seed 000's formula would say 0. The engine holds its memory at start: the estimate is what"
+        f" the memory above idle holds, with a margin of {margin:g} (a tenth kept for requests larger than the"
+        " baseline's), at least 1 where the baseline was answered.",
     ]
 
 
@@ -177,23 +197,38 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         "- Memory grows linearly with concurrency (one increment per request in flight).",
         "- No cross-request cache and no dynamic batching; with batching or CUDA graphs, measure a per-batch"
         " increment instead.",
-        "- Every request uses the same image size (the baseline's).",
-        "- The headroom covers activation peaks, allocator fragmentation and the occasional large image.",
+        *_size_assumptions(summary.get("page_mix")),
     ]
-    rows = comparison_rows(capacity_rows(result.table), est)  # the verify rows are no level
-    if rows:
-        unit = "KV fraction" if est.dimension == "kv_cache" else "MiB"
-        spec = ".3f" if est.dimension == "kv_cache" else ".0f"
-        lines += ["", "## Measured vs estimated", "",
-                  f"| level | phase | estimated ({unit}) | measured peak ({unit}) | P95 ms | throughput rps |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
-        for r in rows:
-            lines.append(f"| {r['level']} | {r['phase']} | {_fmt(r['predicted'], spec)} | {_fmt(r['measured'], spec)}"
-                         f" | {_fmt(r['p95_ms'])} | {_fmt(r['throughput_rps'], '.2f')} |")  # fmt: skip
-        knee, diag = summary["knee"], summary["diagnosis"]
-        lines += ["", f"Knee: {knee['reason']}", "", f"Diagnosis ({diag['case']}): {diag['text']}"]
+    lines += mix_markdown(summary.get("page_mix"))
+    lines += _measured_lines(result)
     lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
     return "\n".join(lines) + "\n"
+
+
+def _measured_lines(result: Analysis) -> list[str]:
+    """capacity.md's measured vs estimated table, the knee and the diagnosis; [] before any step."""
+    est, summary = result.estimate, result.summary
+    rows = comparison_rows(capacity_rows(result.table), est)  # the verify rows are no level
+    if not rows:
+        return []
+    unit = "KV fraction" if est.dimension == "kv_cache" else "MiB"
+    spec = ".3f" if est.dimension == "kv_cache" else ".0f"
+    lines = ["", "## Measured vs estimated", "",
+             f"| level | phase | estimated ({unit}) | measured peak ({unit}) | P95 ms | throughput rps |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['level']} | {r['phase']} | {_fmt(r['predicted'], spec)} | {_fmt(r['measured'], spec)}"
+                     f" | {_fmt(r['p95_ms'])} | {_fmt(r['throughput_rps'], '.2f')} |")  # fmt: skip
+    knee, diag = summary["knee"], summary["diagnosis"]
+    return lines + ["", f"Knee: {knee['reason']}", "", f"Diagnosis ({diag['case']}): {diag['text']}"]
+
+
+def _size_assumptions(mix: dict[str, Any] | None) -> list[str]:
+    if mix:
+        return ["- Pages differ in size: memory per request is measured per size (below), and the recommended level"
+                " is held to the odds that the mix runs the card out of memory."]  # fmt: skip
+    return ["- Every request uses the same image size (the baseline's).",
+            "- The headroom covers activation peaks, allocator fragmentation and the occasional large image."]  # fmt: skip
 
 
 def _write(path: Path, text: str) -> None:

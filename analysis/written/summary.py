@@ -18,6 +18,7 @@ from analysis.estimate.capacity import (
     parse_levels,
 )
 from analysis.estimate.memory_slope import restate_estimate
+from analysis.estimate.page_memory import is_mixed, page_memory
 from analysis.knee.find import Knee, find_knee
 from analysis.overload.verify import own_failure_share, split_by_gateway, verify_summary, with_gateway
 from analysis.soak.trend import slo_level, soak_trend
@@ -31,6 +32,14 @@ from analysis.table.steps import baseline_summary, bucket_table, step_table
 from analysis.written.config import build_config
 from analysis.written.diagnosis import diagnose
 from analysis.written.fleet import FLEET_SETTINGS, fleet_summary
+from analysis.written.page_mix import (
+    DEFAULT_OOM_RISK,
+    bound_by_the_mix,
+    config_for_the_mix,
+    mix_summary,
+    verify_ooms_by_size,
+    with_mix_odds,
+)
 from analysis.written.phase_time import phase_times
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -225,13 +234,17 @@ def workers_without_final_count(manifest: dict[str, Any]) -> list[str]:
 
 def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: float | None) -> Estimate:
     """The estimate from the baseline on the server's card (the controller's choice), re-stated by the
-    steps' slope where it disagrees (analysis.estimate.memory_slope): the plan's last word and the report's agree."""
+    steps' slope where it disagrees (analysis.estimate.memory_slope): the plan's last word and the report's agree.
+    Not for a mix of page sizes: the levels' peaks follow which pages happened to be in service, not a slope
+    (its memory per size: analysis.estimate.page_memory)."""
     seqs = manifest_setting(run.manifest, "max_num_seqs")
     estimate: Estimate = estimate_from_baseline(
         run.requests, run.steps, run.gpu, run.server, headroom, total_mib,
         gpus_named=gpus_named(run.manifest), card=manifest_card(run.manifest),
         max_num_seqs=seqs if isinstance(seqs, int) else 0,  # MAX_NUM_SEQS: the plan capped with it too
     )  # fmt: skip
+    if is_mixed(run.requests):
+        return estimate
     card = run_card(run.gpu, run.steps, run.manifest)
     before = card.loc[card["step_index"] == PREFLIGHT_STEP_INDEX, "mem_used_mib"].dropna()
     restated = restate_estimate(estimate, table, float(before.median()) if not before.empty else None)
@@ -248,6 +261,29 @@ def analyze(
     return analyze_run(run, headroom, slo_p95_s, generated_unix_s).summary
 
 
+def _settings(run: RunData, headroom: float | None, slo_p95_s: float | None) -> tuple[float, float | None, float]:
+    """Headroom, SLO and OOM risk as given, else the manifest's, else their defaults (0 SLO means unset)."""
+    if headroom is None:
+        told = manifest_setting(run.manifest, "headroom")
+        headroom = float(told) if isinstance(told, int | float) else DEFAULT_HEADROOM
+    if slo_p95_s is None:
+        told = manifest_setting(run.manifest, "slo_p95_s")
+        slo_p95_s = float(told) if isinstance(told, int | float) and told > 0 else None  # 0 means unset
+    risk = manifest_setting(run.manifest, "oom_risk")
+    return headroom, slo_p95_s, float(risk) if isinstance(risk, int | float) and risk > 0 else DEFAULT_OOM_RISK
+
+
+def held_to_the_mix(run: RunData, table: pd.DataFrame, estimate: Estimate, knee: Knee, risk: float) -> tuple[Knee, dict[str, Any] | None]:
+    """A mixed run's knee bound by the odds of running out of memory for its mix (analysis.written.page_mix);
+    a fixed-size run's knee as it is, and no page mix."""
+    page = page_memory(run.requests, run.steps, run_card(run.gpu, run.steps, run.manifest), estimate)
+    if page is None:
+        return knee, None
+    mix = mix_summary(page, table, run.requests, risk, knee.recommended_level)
+    mix["verify_ooms_by_size"] = verify_ooms_by_size(run.requests, run.steps)
+    return bound_by_the_mix(knee, mix), mix
+
+
 def analyze_run(
     run: RunData,
     headroom: float | None = None,
@@ -255,30 +291,37 @@ def analyze_run(
     generated_unix_s: float | None = None,
 ) -> Analysis:
     """`analyze`, keeping the step table, estimate, knee and config comments for the writers."""
-    if headroom is None:
-        told = manifest_setting(run.manifest, "headroom")
-        headroom = float(told) if isinstance(told, int | float) else DEFAULT_HEADROOM
-    if slo_p95_s is None:
-        told = manifest_setting(run.manifest, "slo_p95_s")
-        slo_p95_s = float(told) if isinstance(told, int | float) and told > 0 else None  # 0 means unset
+    headroom, slo_p95_s, risk = _settings(run, headroom, slo_p95_s)
     gpu = gpu_info(run)
     steps = step_table(run)  # every measured row, the verify phase's too (steps.csv, the report)
     table = capacity_rows(steps)  # the capacity answer: baseline and steps only
     steps = with_capacity_levels(steps, table)  # an open-loop step's level: its requests in flight
     estimate = run_estimate(run, table, headroom, gpu["total_mib"])
-    buckets = bucket_table(run)
     told_seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS as the run was told (rule 2b)
     knee = find_knee(table, max_num_seqs=told_seqs if isinstance(told_seqs, int) and told_seqs > 0 else 0)
+    knee, mix = held_to_the_mix(run, table, estimate, knee, risk)
+    steps = with_mix_odds(steps, mix)  # steps.csv's oom_odds column, a mixed run's only
     kind = server_kind(run)
-    diagnosis = diagnose(table, estimate, knee)
-    missing = missing_parts(run, knee)
+    diagnosis = diagnose(table, estimate, knee).to_dict()
     config, comments = build_config(table, knee, estimate, kind)
+    config_for_the_mix(config, comments, mix, knee)
     steps, proven = goodput_and_verify(run, steps, config, slo_p95_s)  # every row: the verify window's too
     table = table.merge(steps[["step_index", *GOODPUT_COLUMNS]], on="step_index", how="left", suffixes=("_", ""))
     table = table.drop(columns=[f"{c}_" for c in GOODPUT_COLUMNS if f"{c}_" in table.columns])
     if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"
         ends = run.steps["t_end_unix_s"] if not run.steps.empty else pd.Series(dtype="float64")
         generated_unix_s = float(ends.max()) if not ends.empty else 0.0
+    summary = _summary(run, table, steps, estimate, knee, {
+        "generated_unix_s": generated_unix_s, "server_kind": kind, "gpu": gpu, "config": config, "diagnosis": diagnosis,
+        "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None, "page_mix": mix, **proven,
+    })  # fmt: skip
+    return Analysis(jsonable(summary), steps, estimate, knee, comments)
+
+
+def _summary(run: RunData, table: pd.DataFrame, steps: pd.DataFrame, estimate: Estimate, knee: Knee,
+             computed: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """summary.json's dict, from what analyze_run computed (`computed`: its settings-dependent parts)."""
+    missing = missing_parts(run, knee)
     workers = manifest_setting(run.manifest, "workers")
     driver = driver_load(table).to_dict(
         workers if isinstance(workers, int) and workers > 0 else None, server_on_driver(run.manifest)
@@ -288,31 +331,33 @@ def analyze_run(
         if run.events.empty
         else run.events[["t_unix_s", "step_index", "kind", "message"]].to_dict("records")
     )
-    summary = {
+    return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "run_id": run.run_dir.name,
-        "generated_unix_s": generated_unix_s,
+        "generated_unix_s": computed.pop("generated_unix_s"),
         "complete": not missing,
         "missing": missing,
         "manifest": dict(run.manifest),
-        "server_kind": kind,
-        "gpu": gpu,
+        "server_kind": computed.pop("server_kind"),
+        "gpu": computed.pop("gpu"),
         "server_gpu": server_gpu(run),
         "estimate": estimate.to_dict(),
         "baseline": baseline_summary(run),
         "steps": steps.to_dict("records"),
-        "buckets": buckets.to_dict("records"),
+        "buckets": bucket_table(run).to_dict("records"),
         "knee": knee.to_dict(),
         "recommended_level": knee.recommended_level,
         "answer": answer_text(knee),
-        "diagnosis": diagnosis.to_dict(),
+        "diagnosis": computed.pop("diagnosis"),
         "driver_saturated_levels": driver["levels"],  # steps whose driver CPU was >= 85% (analysis/table/driver.py)
         "driver": driver,
         "latency_split": time_split(table),  # the client's round trip beside the server's own time, per step
-        "config": config,
+        "config": computed.pop("config"),
         "soak": soak_trend(run.gpu, run.steps, run.manifest, run.requests),
-        "slo": slo_level(table, slo_p95_s) if slo_p95_s is not None else None,
-        **proven,  # goodput, runaway, verify (analysis/table/goodput.py, analysis/overload/verify.py)
+        "slo": computed.pop("slo"),
+        # goodput, runaway, verify (analysis/table/goodput.py, analysis/overload/verify.py); the page mix's
+        # odds and safe level (analysis/written/page_mix.py)
+        **computed,
         # the replicas for TARGET_RPS, the per-replica share, the cost (analysis/written/fleet.py)
         "fleet": fleet_summary(table, knee, {k: manifest_setting(run.manifest, k) for k in FLEET_SETTINGS}, run.server),
         "events": events,
@@ -320,4 +365,3 @@ def analyze_run(
         "rows_only_on_workers": rows_only_on_workers(run.manifest),
         "workers_without_final_count": workers_without_final_count(run.manifest),
     }
-    return Analysis(jsonable(summary), steps, estimate, knee, comments)

@@ -75,6 +75,10 @@ FIELD_HELP = {
         " SCENARIO=soak holds"
     ),
     "headroom": "fraction of GPU memory the estimate may plan for",
+    "oom_risk": (
+        "a mix of page sizes (SCENARIO=mixed, a folder of sizes): the most odds that a request runs out of GPU"
+        " memory the recommended level may have, from memory per page size measured in the baseline"
+    ),
     "refine": "bisect until the answer is exact: the smallest level that reaches the plateau, between adjacent levels",
     "refine_budget": "most extra levels the refinement may measure (a safety cap; it stops once levels are adjacent)",
     "climb_budget": "when no knee shows within the planned levels, most levels added by doubling the highest",

@@ -77,6 +77,7 @@ class RunConfig:
     soak_level: int = 0  # SCENARIO=soak holds this level; 0: the level of soak_run, else the estimate
     soak_run: str = ""  # a run folder whose recommended level (and request timeout) a soak holds (Make: RUN)
     headroom: float = 0.7
+    oom_risk: float = 0.001  # a mixed run: the most odds of running out of memory a recommended level may have
     refine: bool = True
     refine_budget: int = 12  # a safety cap for the whole run: refinement goes on until the answer is exact (adjacent levels)
     climb_budget: int = 3  # levels doubled past the plan when no knee shows within it
@@ -183,6 +184,8 @@ class RunConfig:
         check_host(self.host, self.endpoint)
         if not 0 < self.headroom <= 1:
             raise ConfigError(f"bad HEADROOM={self.headroom}: use a fraction in (0, 1], e.g. 0.7")
+        if not 0 < self.oom_risk < 1:
+            raise ConfigError(f"bad OOM_RISK={self.oom_risk}: use a share of requests in (0, 1), e.g. 0.001")
         if self.workers < 0:
             raise ConfigError(f"bad WORKERS={self.workers}: use 0 (run in the master) or more")
         for name in ("step_s", "warmup_s", "cooldown_s", "idle_s", "request_timeout_s", "reject_pause_s",

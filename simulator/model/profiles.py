@@ -249,6 +249,24 @@ PROFILES: dict[str, Profile] = {
         encoder_mib_per_mpix=180.0,
         max_image_px=1_200_000,
     ),
+    # Issue 49: a vision-language model whose memory per request grows with the page's pixels (its vision
+    # tokens' activations, ~300 MiB a megapixel) and that fails a request at once with "CUDA out of memory"
+    # when the card is full; 24 batch slots and a compute roofline near 12 sequences. With SCENARIO=mixed's
+    # default pages (640x480 to 4000x3000: ~150 to ~4,000 MiB) the odds of running out (simulator.model.page_mix)
+    # bind well below the throughput's knee; resized to 1536 px its pages take a fraction of that.
+    "pages-24g": Profile(
+        name="pages-24g",
+        kind="pytorch",
+        model_name="sim-vlm-pages",
+        idle_mib=7000.0,
+        step_base_ms=3.0,
+        step_per_seq_ms=0.15,
+        step_compute_ms_per_seq=0.4,
+        max_batch=24,
+        base_mib_per_request=50.0,
+        act_mib_per_mpix=300.0,
+        mib_per_token=0.02,
+    ),
     # pytorch-24g on a card that heats with load and throttles past 83 C (simulator.model.thermal).
     "hot-24g": Profile(name="hot-24g", kind="pytorch", model_name="sim-ocr-1b", heat=True),
 }

@@ -15,6 +15,8 @@ from analysis import (
     parse_levels,
     plan_levels,
 )
+from analysis.written.outputs import capacity_markdown
+from analysis.written.summary import analyze_run
 
 
 def test_seed_formula() -> None:
@@ -26,9 +28,43 @@ def test_seed_formula() -> None:
     assert est.to_dict()["estimate"] == 13
 
 
-def test_idle_already_past_headroom_gives_zero_with_advice() -> None:
+def test_idle_already_past_headroom_takes_the_memory_above_idle_with_its_margin() -> None:
     est = estimate_capacity(idle_mib=20000, single_peak_mib=20500, total_mib=24000, headroom=0.7)
-    assert est.estimate == 0 and "headroom" in est.reason
+    assert est.estimate == 7  # floor((24000 - 20000) x 0.9 / 500) = floor(7.2); seed 000's formula said 0
+    assert est.above_idle_margin == 0.9 and est.available_mib == pytest.approx(3600)
+    assert "above 24000 MiB x 0.7" in est.reason and "x 0.9 / 500 MiB" in est.reason
+
+
+def test_idle_inside_the_headroom_keeps_seed_000s_formula_even_at_zero() -> None:
+    est = estimate_capacity(idle_mib=16500, single_peak_mib=17000, total_mib=24000, headroom=0.7)
+    assert est.estimate == 0 and est.above_idle_margin is None  # 300 MiB left inside the headroom: < 1 request
+    assert "headroom" in est.reason
+
+
+def test_a_card_preallocated_to_90_percent_without_server_metrics_gets_what_its_free_memory_holds(
+    make_run: Callable[..., Path],
+) -> None:
+    """Issue 49: 90% of a 24 GiB card held at start, 180 MiB per request above it, no /metrics: between 0.7
+    and 1.0 of the requests the free memory holds (seed 000's formula said 0)."""
+    total, idle, rise = 24576.0, 0.9 * 24576.0, 180.0
+    run = load_run(make_run(kind="pytorch", idle_mib=idle, inc_mib=rise, total_mib=total))
+    est = estimate_from_baseline(run.requests, run.steps, run.gpu, run.server)
+    holds = (total - idle) / rise  # 13.7
+    assert est.dimension == "gpu_memory" and est.above_idle_margin == 0.9
+    assert 0.7 * holds <= est.estimate <= holds, (est.estimate, holds, est.reason)
+    text = capacity_markdown(run, analyze_run(run))
+    assert "available = (total - idle) x margin" in text and "a margin of 0.9" in text
+
+
+def test_a_full_card_that_answered_is_at_least_one(make_run: Callable[..., Path]) -> None:
+    run = load_run(make_run(kind="pytorch", idle_mib=24400.0, inc_mib=150.0, total_mib=24576.0, levels=(1,),
+                            true_knee=1))  # fmt: skip
+    est = estimate_from_baseline(run.requests, run.steps, run.gpu, run.server)
+    assert est.estimate == 1 and "at least 1" not in est.reason  # floor(176 x 0.9 / 150) = 1
+    full = load_run(make_run("full", kind="pytorch", idle_mib=24480.0, inc_mib=90.0, total_mib=24576.0,
+                             levels=(1,), true_knee=1))  # fmt: skip
+    held = estimate_from_baseline(full.requests, full.steps, full.gpu, full.server)  # floor(96 x 0.9 / 90) = 0
+    assert held.estimate == 1 and "at least 1" in held.reason
 
 
 def test_no_increment_is_no_estimate() -> None:

@@ -64,3 +64,25 @@ def test_trtllm_serves_max_batch_size_names_the_engine_limit_16_without_max_num_
     capacity = (folder / "capacity.md").read_text()
     line = "| engine's own limit on requests at once **(binding)** | 16 | the server's trtllm_max_batch_size_static 16 |"
     assert line in capacity, capacity
+
+
+@pytest.mark.timeout(180)
+def test_a_90_percent_preallocated_card_without_server_metrics_gets_what_its_free_memory_holds(tmp_path: Path) -> None:
+    """Issue 49: the same card with no SERVER_METRICS (no KV cache known). Seed 000's formula said 0 ("idle
+    memory already uses the headroom"); the estimate is now the memory above idle with its 0.9 margin,
+    between 0.7 and 1.0 of the requests the free memory holds, the margin named in capacity.md."""
+    sim = start_simulator("--profile", PROFILE, "--time-scale", f"{SCALE}")
+    try:
+        args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--out", str(tmp_path), "--workers", "1",
+                *SHORT]  # fmt: skip
+        done = run_cli(args, 150.0)
+    finally:
+        stop(sim.proc)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    folder = next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+    est = json.loads((folder / "summary.json").read_text())["estimate"]
+    true = truth(PROFILE, 1000, 700, time_scale=SCALE)
+    holds = (true.total_mib - true.idle_mib) / true.increment_mib  # 2458 / 126: 19.5
+    assert est["dimension"] == "gpu_memory" and est["above_idle_margin"] == 0.9, est["reason"]
+    assert 0.7 * holds <= est["estimate"] <= holds, (est["estimate"], holds, est["reason"])
+    assert "available = (total - idle) x margin" in (folder / "capacity.md").read_text()

@@ -167,3 +167,14 @@ def test_gpu_points_bin_long_runs_but_keep_the_peak() -> None:
     assert 900 <= len(points) <= 1001
     assert max(p.mem_used_mib or 0 for p in points) == 7000.0
     assert points[0].t_s < 2.5 and points[-1].t_s > 2497
+
+
+def test_plot_oom_odds_draws_the_odds_the_risk_the_safe_level_and_what_was_seen() -> None:
+    fig, ax = _axis()
+    charts.plot_oom_odds(ax, [0.0, 0.0, 0.0005, 0.013, 0.05], 0.001, 3, [(4, 0.01)])
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["odds for the mix"].get_xdata()) == [1, 2, 3, 4, 5]
+    assert lines["odds for the mix"].get_ydata()[3] == pytest.approx(1.3)
+    assert lines["OOM_RISK 0.001"].get_ydata()[0] == pytest.approx(0.1)
+    assert list(lines["safe level 3"].get_xdata()) == [3, 3]
+    assert list(lines["OOMs seen (share of the step's requests)"].get_ydata()) == [1.0]

@@ -185,3 +185,21 @@ def test_a_preallocating_engines_formula_names_its_bounds_not_the_kv_arithmetic(
                            {"name": "activation_memory", "requests": 19, "formula": "floor(2458 / 126) = 19"}]}  # fmt: skip
     text = estimate_formula(estimate)
     assert text.startswith("min(kv cache 570, activation memory 19) = 19") and "binding: activation memory" in text
+
+
+def test_an_estimate_from_the_memory_above_idle_shows_its_margin_not_the_headroom() -> None:
+    from reports.render import estimate_formula
+
+    estimate = {"dimension": "gpu_memory", "estimate": 12, "total_mib": 24576.0, "idle_mib": 22118.0,
+                "increment_mib": 180.0, "headroom": 0.7, "above_idle_margin": 0.9}  # fmt: skip
+    text = estimate_formula(estimate)
+    assert text.startswith("floor((24,576 MiB − 22,118 MiB idle) × 0.9 / 180 MiB) = 12"), text
+    plain = estimate_formula({**estimate, "above_idle_margin": None, "idle_mib": 6000.0, "estimate": 62})
+    assert plain.startswith("floor((24,576 MiB × 0.7 − 6,000 MiB) / 180 MiB) = 62"), plain
+
+
+def test_a_mixed_runs_step_table_shows_the_odds_of_running_out() -> None:
+    from reports.render import shown_columns
+
+    assert "oom_odds" in shown_columns([{"oom_odds": 0.0005}, {"oom_odds": None}])
+    assert "oom_odds" not in shown_columns([{"level": 4}])

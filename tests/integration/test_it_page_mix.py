@@ -1,0 +1,49 @@
+"""Issue 49's check against the simulator's pages-24g with SCENARIO=mixed (memory per request grows with
+pixels; a request fails at once with "CUDA out of memory" when the card is full): memory per page size
+measured in the baseline as the profile has it, the recommended level within OOM_RISK by the truth's own
+odds (simulator.model.page_mix), the size that limits it and the resize that lifts it named, in
+summary.json, capacity.md, recommended-config.yaml and report.html. About 100 s: behind `slow`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from it_procs import run_cli, start_simulator, stop
+
+from simulator.truth import mix_truth
+
+MIX = [(640, 480, 4.0), (1024, 768, 3.0), (2048, 1536, 2.0), (4000, 3000, 1.0)]  # SCENARIO=mixed's default
+SHORT = ["--idle-s", "2", "--verify", "false", "--step-s", "4", "--warmup-s", "1", "--cooldown-s", "3",
+         "--cooldown-min-s", "1", "--baseline-rounds", "3", "--baseline-round-requests", "20", "--levels", "2,4,8"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_a_mixed_run_is_held_to_its_odds_of_running_out_and_names_the_resize(tmp_path: Path) -> None:
+    sim = start_simulator("--profile", "pages-24g", "--time-scale", "0.25")
+    try:
+        args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--scenario", "mixed",
+                "--out", str(tmp_path), "--workers", "1", *SHORT]  # fmt: skip
+        done = run_cli(args, 400.0)
+    finally:
+        stop(sim.proc)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    folder = next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+    summary = json.loads((folder / "summary.json").read_text())
+    mix, true = summary["page_mix"], mix_truth("pages-24g", MIX, range(1, 41))
+    measured = {s["bucket"]: s["rise_mib"] for s in mix["sizes"] if s["measured"]}
+    for size in true.sizes:
+        name = f"{size.width_px}x{size.height_px}"
+        if name in measured:
+            assert measured[name] == pytest.approx(size.increment_mib, rel=0.1), (name, measured)
+    recommended = summary["recommended_level"]
+    assert 1 <= recommended <= mix["safe_level"], (recommended, mix["safe_level"])
+    assert true.oom_odds[recommended] <= 0.005, (recommended, true.oom_odds)
+    assert mix["limiting_size"] == "4000x3000" and mix["best_resize"] is not None
+    assert mix["best_resize"]["safe_level"] > mix["safe_level"]
+    config = (folder / "recommended-config.yaml").read_text()
+    assert f"max_image_side: {mix['best_resize']['max_side']}" in config and "HAProxy cannot resize" in config
+    assert "## Memory per page size" in (folder / "capacity.md").read_text()
+    assert 'id="page-mix"' in (folder / "report.html").read_text()
