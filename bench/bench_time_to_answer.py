@@ -128,7 +128,8 @@ def run_all(seeds: int, first_seed: int = 0, curves: list[Curve] | None = None) 
 
 
 def _kind(curve: Curve) -> str:
-    habit = "errors" if curve.error_rate else "slow-first" if curve.slow_first_requests else ""
+    habit = "errors-busy" if curve.error_rate and curve.driver_lag else "falls" if curve.fall_per_user else ""
+    habit = habit or ("errors" if curve.error_rate else "slow-first" if curve.slow_first_requests else "")
     habit = habit or ("slow" if curve.single_s >= 2.0 else "lengths" if curve.length_sigma > 0 else "")
     if habit:
         return f"habit:{habit}"

@@ -205,10 +205,10 @@ def _clean_total(clean: list[dict[str, Any]]) -> Outcomes:
     return total
 
 
-def steady_loss(clean: list[dict[str, Any]], p: dict[str, Any]) -> bool:
-    """Whether the clean points (the baseline's included) hold failures that never rose significantly above
-    the levels below them (rule 1 let every one of them pass): a constant loss, at least `min_failures`."""
-    return len(clean) >= 2 and _clean_total(clean).failed >= p["min_failures"]
+def steady_loss(clean: list[dict[str, Any]], at_least: int) -> bool:
+    """Whether the clean points (the baseline's included) hold at least `at_least` failures, none of which
+    rose significantly above the levels below them (rule 1 let every one of them pass): a constant loss."""
+    return len(clean) >= 2 and _clean_total(clean).failed >= at_least
 
 
 THROUGHPUT_FIELDS = ("throughput_rps", "throughput_se_rps", "throughput_ci_low_rps", "throughput_ci_high_rps")
@@ -238,7 +238,7 @@ def answers_back_row(row: dict[str, Any]) -> dict[str, Any]:
 def steady_errors(clean: list[dict[str, Any]], p: dict[str, Any]) -> str:
     """Words for failures among the clean points (the baseline's included) that never rose significantly
     above the levels below: a constant loss (a balancer's drops), which the reason names, not a knee."""
-    if not steady_loss(clean, p):
+    if not steady_loss(clean, p["min_failures"]):
         return ""
     total = _clean_total(clean)
     first, last = clean[0], clean[-1]

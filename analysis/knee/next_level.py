@@ -40,6 +40,10 @@ looked at in this order (1-3), or narrow with 4 left to check:
    whole budget; a level on the bar itself (a smooth curve's, at 94.9%) gets no second look. Never
    when the engine's limit set the answer (rule 2b). Above the answer nothing is asked: a level there
    within an error of the bar already widens the interval past +-1 (rule 3).
+5. the interval is within +-1 level and the level below it separated, but the answer still scaled like its
+   users and the next level measured above it is more than HIDDEN_GAP (1.5) times it: a curve falling past
+   its peak may hide the peak in between (`_hidden_peak`); the midpoint is measured, once (a new level: the
+   plan refines again, and a fall it shows is searched: rule 2c of analysis/knee/find.py).
 On the bench's family (bench/curves.py) the noisy smooth curves' misses were of kinds 1 and 2 more
 than 3: a top level short of the true plateau, and a lucky plateau level pulling the bar up. Rule 4's
 were the exact answers of noisy sharp servers: 1% of requests failing (errors-hockey-13: 13 read 0.7
@@ -64,20 +68,22 @@ from analysis.knee.knee_points import points_of
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     """The next level to measure: next to a fallen curve's peak while a side of it is not adjacent (rule 2c,
-    analysis/knee/fall.py: a higher peak may lie there); else inside `refine_between`: the engine's limit (the server's own, else
-    MAX_NUM_SEQS) when it lies inside and is unmeasured, else the level the throughput below names
-    (`_reach_guess`), else the bisection midpoint; None when the
-    bracket is adjacent or measured. A knee's `confirm_level` (few failures, too few requests) is
-    measured once more first: the one measured level this returns."""
+    analysis/knee/fall.py: a higher peak may lie there); else inside `refine_between`: the engine's limit
+    (the server's own, else MAX_NUM_SEQS) when it lies inside and is unmeasured, else the level the throughput
+    below names (`_reach_guess`), else the bisection midpoint; None when the bracket is adjacent or measured
+    (a peak that may hide above the answer is remeasure_level's rule 5). A knee's `confirm_level` (few failures, too few requests) is measured once more first: the one
+    measured level this returns."""
     if knee.confirm_level is not None:
         return knee.confirm_level
     measured = set() if table.empty else {int(v) for v in table.loc[table["phase"] == "step", "level"]}
     if knee.peak_level is not None:  # a curve falling past its peak: the levels next to it first
-        peak = peak_gap_level(knee.peak_level, knee.peak_between, measured)
-        if peak is not None:
-            return peak
-    if knee.refine_between is None:
-        return None
+        return peak_gap_level(knee.peak_level, knee.peak_between, measured)
+    return _inside_bracket(table, knee, measured) if knee.refine_between is not None else None
+
+
+def _inside_bracket(table: pd.DataFrame, knee: Knee, measured: set[int]) -> int | None:
+    """The next level inside `refine_between` (next_refine_level), None when it is adjacent or measured."""
+    assert knee.refine_between is not None
     low, high = knee.refine_between
     limit = knee.engine_limit or knee.server_limit  # the server's own, else MAX_NUM_SEQS (rule 2b)
     if limit is not None and low < limit < high and limit not in measured:
@@ -257,6 +263,38 @@ def _unseparated(
     return Remeasure(int(row["level"]), window_s, why)
 
 
+HIDDEN_GAP = 1.5  # the level above the answer this many times it or more: a peak may hide between them
+LINEAR_TOL = 0.1  # the answer still scales like its users: its time per request per user within 10% of below's
+
+
+def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeasure | None:
+    """Rule 5 of remeasure_level: the midpoint between a latency knee's answer R and the next level measured above it, K, when K is more
+    than HIDDEN_GAP x R and R still scaled like its users (each user's time per request, R / T(R) by Little's
+    law, within LINEAR_TOL of the level's below): the curve rose straight up to R, so its corner lies in
+    (R, K], and a curve that falls past its peak can hide a peak there that the plateau read at K and above
+    never shows (issue 48: Ray Serve, 8 users 7.7 rps, 16 users 9.1, its 12 users' 11.4 never measured; the
+    answer 9). On a hockey stick with R its slots this costs one level, never more: K is then at most 1.5 R.
+    None where the engine's limit bounds the answer (rule 2b: past it users only queue), or under a busy driver."""
+    rec = knee.recommended_level
+    measured = {int(v) for v in table.loc[table["phase"] == "step", "level"]}
+    if knee.criterion != "latency" or rec is None or knee.engine_limit is not None or knee.server_limit is not None:
+        return None
+    above = sorted(level for level in measured if level > rec)
+    if not above or above[0] <= HIDDEN_GAP * rec or {rec, above[0]} & set(knee.driver_saturated_levels):
+        return None
+    points = [r for r in points_of(table, knee.answers_back)[0] if int(r["level"]) <= rec]
+    per_user = [int(r["level"]) / num(r, "throughput_rps") for r in points[-2:] if num(r, "throughput_rps") > 0]
+    if len(per_user) < 2 or int(points[-1]["level"]) != rec or per_user[1] > (1 + LINEAR_TOL) * per_user[0]:
+        return None
+    mid = (rec + above[0]) // 2
+    window_s = min(num(points[-1], "duration_s"), max_window_s)
+    if mid in measured or not window_s > 0:
+        return None
+    why = (f"the answer {rec} still scaled like its users and nothing is measured up to {above[0]}: a throughput"
+           f" that falls past its peak may hide one there; measuring {mid} for {window_s:.0f} s")  # fmt: skip
+    return Remeasure(mid, window_s, why)
+
+
 def remeasure_level(
     table: pd.DataFrame, knee: Knee, max_window_s: float, above: bool = True, **params: Any
 ) -> Remeasure | None:
@@ -278,7 +316,7 @@ def remeasure_level(
     at_top = high >= max(int(r["level"]) for r in steps)  # rule 1's case, the interval narrow or wide
     climb = above and not busy and at_top and knee.peak_level is None
     if low >= rec - 1 and high <= rec + 1 and not climb:
-        return _unseparated(steps, knee, max_window_s, share)
+        return _unseparated(steps, knee, max_window_s, share) or _hidden_peak(table, knee, max_window_s)
     head = f"the answer {rec} is {low}-{high} at 95%"
     if above and busy and at_top:  # rule 1 withheld: say why
         head += (f" (none measured above the highest level: the driver's CPU was near saturation at level"
