@@ -11,6 +11,10 @@ answer lengths, drawn from random.Random(TRUTH_SEED), so its knee does not move 
         When the OOM comes before the compute saturates, the curve ends at oom - 1 still growing by more
         than 5% a user, so the knee is oom - 1: the most users the card holds (oom-first-24g).
     plateau_rps = mean throughput(C) over C >= knee_concurrency.
+    peak_rps = max throughput(C); fall_share = 1 - the lowest throughput(C) walked past the peak / peak_rps:
+        0 where the curve stays flat past its knee, the share overload costs where it falls (falling-24g's
+        step_ms_per_waiting: plateau_rps is then the fallen levels' mean, and the knee still the first C
+        reaching 95% of the peak).
     The walk stops at C = 2 x knee + 4 (the knee of the points so far: for a batch-limited profile that
     is 2 x slots + 4, as before), or at c_max = 2 x slots + 4 capped below the OOM concurrency and the
     gateway's capacity (slots + queue). The early stop keeps vllm-far (256 slots) to 26 levels instead of
@@ -114,6 +118,8 @@ class Truth:
     hot_temp_c: float | None = None  # with heat: where the card settles busy as at the knee
     hot_sm_clock_mhz: float | None = None  # its SM clock there (throttled past THROTTLE_C)
     hot_knee_rps: float | None = None  # throughput at the knee on that hot card
+    peak_rps: float = 0.0  # the highest throughput walked
+    fall_share: float = 0.0  # 1 - the lowest throughput walked past the peak / peak_rps (0: flat past the knee)
 
 
 def truth(profile: str, width_px: int, height_px: int, **options: object) -> Truth:
@@ -196,6 +202,8 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
     beyond = [pt.throughput_rps for pt in ok if pt.concurrency >= knee]
     plateau = sum(beyond) / len(beyond)
     at_knee = next(pt for pt in ok if pt.concurrency == knee)
+    peak_rps = max(pt.throughput_rps for pt in ok)
+    past = [pt.throughput_rps for pt in ok if pt.concurrency > max(ok, key=lambda q: q.throughput_rps).concurrency]
     peak_mib = max(idle, *(pt.peak_mem_mib for pt in ok))
     return Truth(
         profile=p.name,
@@ -226,6 +234,8 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
         runaway_rate=o.runaway_rate,
         stall_every_s=o.stall_every_s,
         stall_s=o.stall_s,
+        peak_rps=peak_rps,
+        fall_share=1.0 - min(past) / peak_rps if past and peak_rps > 0 else 0.0,
     )
 
 
