@@ -264,13 +264,13 @@ def _unseparated(
 
 
 HIDDEN_GAP = 1.5  # the level above the answer this many times it or more: a peak may hide between them
-LINEAR_TOL = 0.1  # the answer still scales like its users: its time per request per user within 10% of below's
+LINEAR_TOL = 0.1  # the answer still scales like its users: each one's time per request within 10% of one alone's
 
 
 def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeasure | None:
     """Rule 5 of remeasure_level: the midpoint between a latency knee's answer R and the next level measured above it, K, when K is more
     than HIDDEN_GAP x R and R still scaled like its users (each user's time per request, R / T(R) by Little's
-    law, within LINEAR_TOL of the level's below): the curve rose straight up to R, so its corner lies in
+    law, within LINEAR_TOL of one user's alone, the baseline's): the curve rose straight up to R, so its corner lies in
     (R, K], and a curve that falls past its peak can hide a peak there that the plateau read at K and above
     never shows (issue 48: Ray Serve, 8 users 7.7 rps, 16 users 9.1, its 12 users' 11.4 never measured; the
     answer 9). On a hockey stick with R its slots this costs one level, never more: K is then at most 1.5 R.
@@ -283,7 +283,8 @@ def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeas
     if not above or above[0] <= HIDDEN_GAP * rec or {rec, above[0]} & set(knee.driver_saturated_levels):
         return None
     points = [r for r in points_of(table, knee.answers_back)[0] if int(r["level"]) <= rec]
-    per_user = [int(r["level"]) / num(r, "throughput_rps") for r in points[-2:] if num(r, "throughput_rps") > 0]
+    ends = [points[0], points[-1]] if points else []  # one user alone (the baseline) and the answer
+    per_user = [int(r["level"]) / num(r, "throughput_rps") for r in ends if num(r, "throughput_rps") > 0]
     if len(per_user) < 2 or int(points[-1]["level"]) != rec or per_user[1] > (1 + LINEAR_TOL) * per_user[0]:
         return None
     mid = (rec + above[0]) // 2
