@@ -140,12 +140,22 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
     core = _walked(p, _curve_options(o), width_px, height_px, max_tokens)
     core = replace(
         core,
+        **_peak_and_fall(core.curve),
         error_rate=o.error_rate,
         error_status=o.error_status,
         server_gpu_index=1 if o.other_card_mib > 0 else 0,
         retry_after_s=o.retry_after_s,
     )
     return _hot(p, o, core, width_px, height_px, max_tokens) if o.heat else core
+
+
+def _peak_and_fall(curve: tuple[CurvePoint, ...]) -> dict[str, float]:
+    """peak_rps and fall_share of the walked curve's OOM-free levels (the module docstring)."""
+    ok = [pt for pt in curve if pt.failures == 0] or list(curve)
+    peak = max(ok, key=lambda pt: pt.throughput_rps)
+    past = [pt.throughput_rps for pt in ok if pt.concurrency > peak.concurrency]
+    fall = 1.0 - min(past) / peak.throughput_rps if past and peak.throughput_rps > 0 else 0.0
+    return {"peak_rps": peak.throughput_rps, "fall_share": fall}
 
 
 def _hot(p: Profile, o: Options, core: Truth, w: int, h: int, max_tokens: int | None) -> Truth:
@@ -202,8 +212,6 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
     beyond = [pt.throughput_rps for pt in ok if pt.concurrency >= knee]
     plateau = sum(beyond) / len(beyond)
     at_knee = next(pt for pt in ok if pt.concurrency == knee)
-    peak_rps = max(pt.throughput_rps for pt in ok)
-    past = [pt.throughput_rps for pt in ok if pt.concurrency > max(ok, key=lambda q: q.throughput_rps).concurrency]
     peak_mib = max(idle, *(pt.peak_mem_mib for pt in ok))
     return Truth(
         profile=p.name,
@@ -234,8 +242,6 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
         runaway_rate=o.runaway_rate,
         stall_every_s=o.stall_every_s,
         stall_s=o.stall_s,
-        peak_rps=peak_rps,
-        fall_share=1.0 - min(past) / peak_rps if past and peak_rps > 0 else 0.0,
     )
 
 

@@ -54,13 +54,11 @@ independent windows, counts added), not its latest: the first window is data too
    2b. Where the engine's limit L is known (the server shows it, else MAX_NUM_SEQS), the answer is at most
    the lowest clean level at or above L, unless the level above it scaled as if its users ran
    (analysis/estimate/engine_limit.py): past L users only queue, whatever few percent they add.
-   2c. Where the throughput falls past its peak (a clean point above the peak below it beyond noise:
-   analysis/knee/fall.py), the fallen points are left out of rule 2: the answer is the first level reaching
-   95% of the peak's, the plateau is seen, the reason says by how much it fell, and the unmeasured levels
-   next to the peak are measured first (next_level.next_refine_level).
-   2d. Where a steady loss runs through the clean points (rule 1 let their failures pass, at least
-   `min_failures` of them), every point's throughput counts answers back, failures with successes
-   (failure_rule.answers_back_row): a level's chance share of a balancer's drops does not move it.
+   2c. A throughput falling past its peak (analysis/knee/fall.py): the fallen points are left out of rule 2,
+   the plateau is seen, the reason says by how much it fell; the levels next to the peak are measured first.
+   2d. Failures among the clean points (a loss that did not grow with load): every point's throughput counts
+   answers back, failures with successes (failure_rule.answers_back_row), so a level's chance share of them
+   does not move it.
    A point with fewer than `min_requests` (20) requests is flagged and never the plateau or the
    recommendation (it can still fail: errors are errors); when trusting such a point measured once would
    change the answer, it is to be measured once more (`Knee.confirm_level`), pooled as in rule 1. When only the baseline and a step far above
