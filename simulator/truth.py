@@ -138,9 +138,11 @@ def truth(profile: str, width_px: int, height_px: int, **options: object) -> Tru
 def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None = None) -> Truth:
     """`truth` for a `Profile` object: also for a variant of a registered one (dataclasses.replace)."""
     core = _walked(p, _curve_options(o), width_px, height_px, max_tokens)
+    peak_rps, fall_share = _peak_and_fall(core.curve)
     core = replace(
         core,
-        **_peak_and_fall(core.curve),
+        peak_rps=peak_rps,
+        fall_share=fall_share,
         error_rate=o.error_rate,
         error_status=o.error_status,
         server_gpu_index=1 if o.other_card_mib > 0 else 0,
@@ -149,13 +151,13 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
     return _hot(p, o, core, width_px, height_px, max_tokens) if o.heat else core
 
 
-def _peak_and_fall(curve: tuple[CurvePoint, ...]) -> dict[str, float]:
-    """peak_rps and fall_share of the walked curve's OOM-free levels (the module docstring)."""
+def _peak_and_fall(curve: tuple[CurvePoint, ...]) -> tuple[float, float]:
+    """(peak_rps, fall_share) of the walked curve's OOM-free levels (the module docstring)."""
     ok = [pt for pt in curve if pt.failures == 0] or list(curve)
     peak = max(ok, key=lambda pt: pt.throughput_rps)
     past = [pt.throughput_rps for pt in ok if pt.concurrency > peak.concurrency]
     fall = 1.0 - min(past) / peak.throughput_rps if past and peak.throughput_rps > 0 else 0.0
-    return {"peak_rps": peak.throughput_rps, "fall_share": fall}
+    return peak.throughput_rps, fall
 
 
 def _hot(p: Profile, o: Options, core: Truth, w: int, h: int, max_tokens: int | None) -> Truth:
