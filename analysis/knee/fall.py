@@ -10,8 +10,8 @@ lowers the bar, and the answer with it (issue 48: answered 9 where the limit was
     fallen     = a clean point above the peak whose throughput lies below the peak's by more than
                  FALL_Z (2.5) standard errors of the two and by more than FALL_MIN_SHARE (5%) of the peak
     the curve falls when some point fell; then
-    plateau    = rule 2 on the clean points below the first fallen level (the fallen ones left out): the
-                 answer is the first level reaching 95% of the peak's throughput, the truth's own rule
+    plateau    = rule 2 on the clean points up to the peak (those above it are the fall's, even within its
+                 noise): the answer is the first level reaching 95% of the peak's throughput, the truth's rule
     peak gap   = the measured levels on either side of the peak: the peak lies between the highest level
                  still rising and the first that fell, so an unmeasured level next to it may be higher
                  (Ray's 12 between 8 and 16); the plan measures the midpoint of the wider side before
