@@ -221,10 +221,11 @@ def answers_back_row(row: dict[str, Any]) -> dict[str, Any]:
     Throughput counts successes. A balancer that drops 1% of answers at every load takes a level's share of
     them by chance: a window of ~64 requests that drew 2 (3.1%) reads 2% under its neighbours, and on a
     sharp server that put the limit's level just under 95% of the plateau (issue 48: recommended 7 where the
-    limit is 6, 3 runs of 4). Scaled by answers back over successes, the chance share leaves the comparison;
-    exact where a failure holds its user as long as an answer (the answer was lost on its way back), and
-    over by the failure's share where it came back at once (then the successes' throughput was not moved,
-    and the scale adds that level's chance share instead of removing it). The successes' throughput stays
+    limit is 6, 3 runs of 4). Scaled by answers back over successes, the chance share leaves the comparison:
+    exact where a failure holds its user as long as an answer does (the answer lost on its way back; or a
+    fast 502 and the closed-loop user's pause after it, REJECT_PAUSE_S 0.5 s, beside ~0.5 s answers), under
+    where it holds it longer, over where it holds it for less (a fast failure with no pause: the successes'
+    throughput was not moved, and the scale adds that level's chance share). The successes' throughput stays
     in `throughput_ok_rps`."""
     ok, failed, cut = num(row, "ok_requests"), num(row, "failed_requests"), num(row, "cut_requests")
     if not ok > 0 or not failed > 0:
