@@ -10,7 +10,11 @@ request takes C / T(C) seconds on average (Little's law), drawn lognormal with `
 Truth: the smallest C whose T(C) reaches 95% of the highest T(C) below oom_at (simulator.truth's rule).
 Habits (`habits()`, issue 21), none of which moves the truth: `error_rate` (load-independent 502s at every
 level and in the baseline, drawn apart so that the other curves' requests stay those of their seeds),
-a large `single_s` (slow service times), `slow_first_requests` of the baseline taking `slow_first_s` more.
+a large `single_s` (slow service times), `slow_first_requests` of the baseline taking `slow_first_s` more,
+`driver_lag` (a saturated driver: each request sent late by an exponential pause of this share of its mean
+latency, drawn apart, and every row's driver CPU at 100%; issue 48). One habit moves the curve, and its truth
+with it: `fall_per_user` (issue 48: Ray Serve's router backing off, vLLM's preemptions under KV pressure):
+past `slots` each added user costs this share of the peak's throughput, down to FALL_FLOOR of it.
 
 `run_plan` drives the real plan (loadtest.method.plan.plan_phases with its real callbacks: analysis.find_knee,
 analysis.next_refine_level, analysis.probe_level, analysis.remeasure_level) and measures each step as the suite would: every user's requests in the
@@ -42,6 +46,7 @@ from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 
 KNEE_SHARE = 0.95
+FALL_FLOOR = 0.3  # a falling curve loses at most this much less than all of its peak
 OOM_FAIL_MS = 5.0  # an allocator failure answers in milliseconds
 TOKENS_PER_ANSWER = 300  # a curve with answer lengths: the mean answer's completion tokens
 
@@ -61,6 +66,8 @@ class Curve:
     length_sigma: float = 0.0  # > 0: each answer's length drawn lognormal (mean 1) and its latency follows it,
     #                           noise_sigma then the noise left on top (an OCR server: a dense page, a long answer)
     says_tokens: bool = True  # the answers carry their completion tokens (False: the same server, counted)
+    fall_per_user: float = 0.0  # past `slots`, each added user costs this share of the peak (0: flat)
+    driver_lag: float = 0.0  # a saturated driver: each request sent late by this share of its mean latency
 
     @property
     def latency_sigma(self) -> float:
@@ -69,7 +76,8 @@ class Curve:
 
     def throughput_rps(self, users: int) -> float:
         c = min(users, self.slots, (self.oom_at - 1) if self.oom_at else users)
-        return c / (self.single_s * (1 - self.bend + self.bend * c))
+        fallen = max(FALL_FLOOR, 1.0 - self.fall_per_user * max(0, users - self.slots))
+        return fallen * c / (self.single_s * (1 - self.bend + self.bend * c))
 
     def truth(self) -> int:
         top = (self.oom_at - 1) if self.oom_at else 2 * self.slots + 4
@@ -101,8 +109,9 @@ class VirtualRun:
 
 
 def _requests(
-    curve: Curve, users: int, window_s: float, rng: np.random.Generator, slow_first: int = 0
-) -> pd.DataFrame:
+    curve: Curve, users: int, window_s: float, rng: np.random.Generator, slow_first: int = 0,
+    lag: np.random.Generator | None = None,
+) -> pd.DataFrame:  # fmt: skip
     """Every request that overlaps [0, window_s] in a closed loop of `users` at steady state; the first
     `slow_first` requests of user 0 in the window take curve.slow_first_s more."""
     served = min(users, curve.oom_at - 1) if curve.oom_at else users
@@ -125,6 +134,8 @@ def _requests(
             oks.append(not failing)
             lengths.append(round(TOKENS_PER_ANSWER * length) if curve.length_sigma > 0 and curve.says_tokens else math.nan)
             t += lat + (0.5 if failing else 0.0)
+            if lag is not None:  # a saturated driver sends the user's next request late
+                t += float(lag.exponential(curve.driver_lag * mean_s))
     ok = np.array(oks, dtype=bool)
     n = ok.size
     return pd.DataFrame({
@@ -140,13 +151,18 @@ def measure(curve: Curve, users: int, window_s: float, phase: str, index: int, s
     req = _window_requests(curve, users, window_s, phase, index, seed)
     step = {"step_index": index, "phase": phase, "level": users, "t_start_unix_s": 0.0,
             "t_end_unix_s": window_s, "status": "complete", "note": ""}  # fmt: skip
-    return analysis.step_row(req.reset_index(drop=True), step)
+    host = None
+    if curve.driver_lag > 0:  # the driver's CPU at 100% through the window, as its host samples would say
+        times = np.arange(0.0, window_s, 1.0)
+        host = pd.DataFrame({"t_unix_s": times, "step_index": index, "host_role": "driver", "cpu_pct": 100.0})
+    return analysis.step_row(req.reset_index(drop=True), step, host=host)
 
 
 def _window_requests(curve: Curve, users: int, window_s: float, phase: str, index: int, seed: int) -> pd.DataFrame:
     """The requests of one measured window, tagged as the suite tags them (the step current when each started)."""
     rng = np.random.default_rng([seed, index, users])
-    req = _requests(curve, users, window_s, rng, curve.slow_first_requests if phase == "baseline" else 0)
+    lag = np.random.default_rng([seed, index, users, 2]) if curve.driver_lag > 0 else None  # drawn apart
+    req = _requests(curve, users, window_s, rng, curve.slow_first_requests if phase == "baseline" else 0, lag)
     if curve.error_rate > 0:  # its own draws: the other curves' requests stay those of their seeds
         dropped = np.random.default_rng([seed, index, users, 1]).random(len(req)) < curve.error_rate
         dropped &= req["ok"].to_numpy()
@@ -325,6 +341,9 @@ def habits() -> list[Curve]:
     rate does not grow with load); slow service times (8 s a request alone, a VLM writing a page: windows
     and warm-ups shorter than one request must still measure); two slow first requests in the baseline
     (+20 s each: lazy initialisation, a first compile), which must not set every step's request target;
+    1% failing on a sharp server of 1 s requests measured by a saturated driver (issue 48: its chance share at
+    the limit's level must not move the answer); throughput falling past the limit (issue 48: the answer is
+    the level reaching the peak's, not the fallen levels' mean);
     answers of lengths as varied as noisy-24g's (lognormal sigma 0.4, latency following each answer's length,
     0.1 of noise on top), whose completion tokens the run reads throughput by (analysis/table/answer_length.py)."""
     curves = [
@@ -340,6 +359,18 @@ def habits() -> list[Curve]:
         Curve("slowfirst-hockey-5-estNone", 5, **slow_first),  # type: ignore[arg-type]
         Curve("slowfirst-hockey-8-est8", 8, estimate=8, **slow_first),  # type: ignore[arg-type]
         Curve("slowfirst-smooth-8-estNone", 12, bend=0.15, **slow_first),  # type: ignore[arg-type]
+    ]
+    busy = {"single_s": 1.0, "error_rate": 0.01, "driver_lag": 0.03}  # issue 48's flaky balancer, 2 cores at 100%
+    curves += [
+        Curve("errors-busy-hockey-6-est8", 6, estimate=8, **busy),  # type: ignore[arg-type]
+        Curve("errors-busy-hockey-6-estNone", 6, **busy),  # type: ignore[arg-type]
+        Curve("errors-busy-smooth-8-est8", 12, bend=0.15, estimate=8, **busy),  # type: ignore[arg-type]
+    ]
+    curves += [  # issue 48's Ray Serve (two replicas of 6, 1 s a request), thrashing servers
+        Curve("falls-hockey-12-estNone", 12, single_s=1.0, fall_per_user=0.05),
+        Curve("falls-hockey-12-est12", 12, single_s=1.0, fall_per_user=0.05, estimate=12),
+        Curve("falls-hockey-6-est18", 6, fall_per_user=0.08, estimate=18),
+        Curve("falls-smooth-8-estNone", 12, bend=0.15, fall_per_user=0.04),
     ]
     lengths = {"noise_sigma": 0.1, "length_sigma": 0.4}  # noisy-24g's answers: sigma 0.4, latency following them
     curves += [

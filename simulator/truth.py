@@ -11,6 +11,10 @@ answer lengths, drawn from random.Random(TRUTH_SEED), so its knee does not move 
         When the OOM comes before the compute saturates, the curve ends at oom - 1 still growing by more
         than 5% a user, so the knee is oom - 1: the most users the card holds (oom-first-24g).
     plateau_rps = mean throughput(C) over C >= knee_concurrency.
+    peak_rps = max throughput(C); fall_share = 1 - the lowest throughput(C) walked past the peak / peak_rps:
+        0 where the curve stays flat past its knee, the share overload costs where it falls (falling-24g's
+        step_ms_per_waiting: plateau_rps is then the fallen levels' mean, and the knee still the first C
+        reaching 95% of the peak).
     The walk stops at C = 2 x knee + 4 (the knee of the points so far: for a batch-limited profile that
     is 2 x slots + 4, as before), or at c_max = 2 x slots + 4 capped below the OOM concurrency and the
     gateway's capacity (slots + queue). The early stop keeps vllm-far (256 slots) to 26 levels instead of
@@ -123,6 +127,8 @@ class Truth:
     hot_knee_rps: float | None = None  # throughput at the knee on that hot card
     leak_mib_per_request: float = 0.0  # soak: memory each answered request leaves behind (a fault)
     latency_drift_pct_per_min: float = 0.0  # soak: engine steps this much slower per minute since the start
+    peak_rps: float = 0.0  # the highest throughput walked
+    fall_share: float = 0.0  # 1 - the lowest throughput walked past the peak / peak_rps (0: flat past the knee)
 
 
 def truth(profile: str, width_px: int, height_px: int, **options: object) -> Truth:
@@ -144,8 +150,11 @@ def truth(profile: str, width_px: int, height_px: int, **options: object) -> Tru
 def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: int | None = None) -> Truth:
     """`truth` for a `Profile` object: also for a variant of a registered one (dataclasses.replace)."""
     core = _walked(p, _curve_options(o), width_px, height_px, max_tokens)
+    peak_rps, fall_share = _peak_and_fall(core.curve)
     core = replace(
         core,
+        peak_rps=peak_rps,
+        fall_share=fall_share,
         error_rate=o.error_rate,
         error_status=o.error_status,
         server_gpu_index=1 if o.other_card_mib > 0 else 0,
@@ -153,6 +162,15 @@ def truth_of(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: 
         latency_drift_pct_per_min=o.latency_drift_pct_per_min,
     )
     return _hot(p, o, core, width_px, height_px, max_tokens) if o.heat else core
+
+
+def _peak_and_fall(curve: tuple[CurvePoint, ...]) -> tuple[float, float]:
+    """(peak_rps, fall_share) of the walked curve's OOM-free levels (the module docstring)."""
+    ok = [pt for pt in curve if pt.failures == 0] or list(curve)
+    peak = max(ok, key=lambda pt: pt.throughput_rps)
+    past = [pt.throughput_rps for pt in ok if pt.concurrency > peak.concurrency]
+    fall = 1.0 - min(past) / peak.throughput_rps if past and peak.throughput_rps > 0 else 0.0
+    return peak.throughput_rps, fall
 
 
 def _hot(p: Profile, o: Options, core: Truth, w: int, h: int, max_tokens: int | None) -> Truth:

@@ -54,6 +54,11 @@ independent windows, counts added), not its latest: the first window is data too
    2b. Where the engine's limit L is known (the server shows it, else MAX_NUM_SEQS), the answer is at most
    the lowest clean level at or above L, unless the level above it scaled as if its users ran
    (analysis/estimate/engine_limit.py): past L users only queue, whatever few percent they add.
+   2c. A throughput falling past its peak (analysis/knee/fall.py): the fallen points are left out of rule 2,
+   the plateau is seen, the reason says by how much it fell; the levels next to the peak are measured first.
+   2d. Failures among the clean points (a loss that did not grow with load): every point's throughput counts
+   answers back, failures with successes (failure_rule.answers_back_row), so a level's chance share of them
+   does not move it.
    A point with fewer than `min_requests` (20) requests is flagged and never the plateau or the
    recommendation (it can still fail: errors are errors); when trusting such a point measured once would
    change the answer, it is to be measured once more (`Knee.confirm_level`), pooled as in rule 1. When only the baseline and a step far above
@@ -85,6 +90,7 @@ import pandas as pd
 from analysis.common.stats import num, records
 from analysis.estimate.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.knee.failure_rule import outcomes_of, steady_errors
+from analysis.knee.fall import Fall, find_fall
 from analysis.knee.knee_points import Walk, points_of, request_count, walk_points
 from analysis.knee.plateau import confidence_interval, plateau_interval, recommend
 from analysis.table.answer_length import basis_words
@@ -124,6 +130,10 @@ class Knee:
     driver_saturated_levels: tuple[int, ...] = field(default=())  # driver CPU >= 85% (analysis/table/driver.py)
     engine_limit: int | None = None  # the engine's limit the answer stays within (rule 2b), where known
     plateau_interval_rps: tuple[float, float] | None = None  # 95% band of plateau_rps (analysis.knee.plateau)
+    answers_back: bool = False  # a steady loss: levels compared on answers back (failure_rule.answers_back_row)
+    peak_level: int | None = None  # where the throughput falls past its peak (rule 2c, analysis/knee/fall.py)
+    fall_share: float | None = None  # the share of the peak's throughput lost above it
+    peak_between: tuple[int, int] | None = None  # measured levels around the peak, a side not adjacent
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -146,6 +156,10 @@ class Knee:
             "driver_saturated_levels": list(self.driver_saturated_levels),
             "engine_limit": self.engine_limit,
             "plateau_interval_rps": list(self.plateau_interval_rps) if self.plateau_interval_rps else None,
+            "answers_back": self.answers_back,
+            "peak_level": self.peak_level,
+            "fall_share": self.fall_share,
+            "peak_between": list(self.peak_between) if self.peak_between else None,
         }
 
 
@@ -168,9 +182,10 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     if not steps:
         return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)
     w = walk_points(table, p)
-    knee = _decide(table, w, p, flagged, max_num_seqs)
-    if knee.plateau_rps is not None and w.clean:
-        _, thr, se = _clean_arrays(w.clean)
+    knee = replace(_decide(table, w, p, flagged, max_num_seqs), answers_back=w.answers_back)
+    kept = _before_fall(w)[0].clean
+    if knee.plateau_rps is not None and kept:
+        _, thr, se = _clean_arrays(kept)
         knee = replace(knee, plateau_interval_rps=plateau_interval(thr, se, p))
     if w.confirm_level is not None and knee.criterion == "errors" and knee.knee_level == w.confirm_level:
         few = outcomes_of(w.failing).failed if w.failing is not None else 0
@@ -200,21 +215,44 @@ def _clean_arrays(clean: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, 
     return levels, thr, se
 
 
+def _before_fall(w: Walk) -> tuple[Walk, Fall | None]:
+    """(the walk with its clean points up to the peak, the fall) where the throughput falls past its peak
+    (rule 2c: analysis/knee/fall.py); (w, None) where it does not. The points above the peak are the fall's
+    even within noise of it: averaged in, the first of them read Ray Serve's plateau 1% low and 11 users
+    (true 92% of the peak) reached its bar (bench falls-hockey-12, seeds 0-9: 2 runs of 10)."""
+    if len(w.clean) < 2:
+        return w, None
+    fall = find_fall(*_clean_arrays(w.clean))
+    if fall is None:
+        return w, None
+    return replace(w, clean=[r for r in w.clean if int(r["level"]) <= fall.peak_level]), fall
+
+
+def _with_fall(knee: Knee, fall: Fall | None) -> Knee:
+    """The knee with the fall's fields and words (rule 2c), where the curve falls."""
+    if fall is None:
+        return knee
+    return replace(knee, reason=f"{knee.reason}; {fall.words()}", peak_level=fall.peak_level,
+                   fall_share=fall.share, peak_between=fall.peak_between)  # fmt: skip
+
+
 def _decide(table: pd.DataFrame, w: Walk, p: dict[str, Any], flagged: tuple[int, ...], max_num_seqs: int) -> Knee:
     limit = server_limit(table)
     engine = engine_limit(table, max_num_seqs, limit)
     known = engine.level if engine is not None else None
     if not w.clean:
         return replace(_no_clean_level(w, p, flagged, limit), engine_limit=known)
+    w, fall = _before_fall(w)
     levels, thr, se = _clean_arrays(w.clean)
     rec, plateau, peak = recommend(levels, thr, se, p)
     capped = cap_level(w.clean, engine)
     cap = capped[0] if capped is not None else None
     if capped is not None and rec > capped[0]:
         interval = confidence_interval(levels, thr, se, p, cap)
-        return _plateau_knee(w, capped[0], peak, interval, flagged, limit, engine, capped[1])
-    if plateau:
-        return _plateau_knee(w, rec, peak, confidence_interval(levels, thr, se, p, cap), flagged, limit, engine)
+        return _with_fall(_plateau_knee(w, capped[0], peak, interval, flagged, limit, engine, capped[1]), fall)
+    if plateau or fall is not None:  # past a fall the peak is behind: the plateau is seen
+        knee = _plateau_knee(w, rec, peak, confidence_interval(levels, thr, se, p, cap), flagged, limit, engine)
+        return _with_fall(knee, fall)
     top = w.clean[-1]
     if w.failing is not None:
         return replace(_error_knee(w, top, p, flagged, limit), engine_limit=known)

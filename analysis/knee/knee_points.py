@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.common.stats import num, records
-from analysis.knee.failure_rule import Outcomes, outcomes_of, point_failure
+from analysis.knee.failure_rule import Outcomes, answers_back_row, outcomes_of, point_failure, steady_loss
 from analysis.knee.pooled import pooled_row
 
 BASELINE_TRUSTED_REQUESTS = 10  # a baseline is a point from this many answers; it ends there at the fewest
@@ -31,10 +31,13 @@ def request_count(row: dict[str, Any]) -> int:
     return 0 if math.isnan(value) else int(value)
 
 
-def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def points_of(table: pd.DataFrame, answers_back: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """(one point per level: the baseline and step rows, a level's measurements pooled, sorted by level;
-    the baseline row)."""
+    the baseline row). `answers_back`: each measurement's throughput counted on answers back before pooling
+    (failure_rule.answers_back_row: a steady loss's levels, Knee.answers_back)."""
     rows = [] if table.empty else records(table)
+    if answers_back:
+        rows = [answers_back_row(r) if r["phase"] in ("baseline", "step") else r for r in rows]
     base_rows = [r for r in rows if r["phase"] == "baseline"]
     baseline = base_rows[-1] if base_rows else None
     measured: dict[int, list[dict[str, Any]]] = {}
@@ -56,11 +59,21 @@ class Walk:
     failing: dict[str, Any] | None
     failure: str
     confirm_level: int | None = None  # the failing level, to be measured once more
+    answers_back: bool = False  # a steady loss among the clean points: throughput counted on answers back
 
 
 def walk_points(table: pd.DataFrame, p: dict[str, Any]) -> Walk:
-    """Rule 1 on the step table's points with the knee's parameters `p`."""
-    points, baseline = points_of(table)
+    """Rule 1 on the step table's points with the knee's parameters `p`; where the clean points hold any failure
+    (rule 1 let them pass: a loss that did not grow with load, failure_rule.steady_loss), the same walk on points
+    whose throughput counts answers back (rule 1 reads counts alone, so its failing point and clean set are the
+    same). From the first such failure, not from `min_failures`: a run whose second failure switched it over
+    moved every level at once (bench errors-busy-smooth-8-est8, seed 29: answered 10, then "at least 20")."""
+    walk = _walk(table, p, answers_back=False)
+    return _walk(table, p, answers_back=True) if steady_loss(walk.clean, 1) else walk
+
+
+def _walk(table: pd.DataFrame, p: dict[str, Any], answers_back: bool) -> Walk:
+    points, baseline = points_of(table, answers_back)
     failing, failure, few = None, "", False
     # the reference: the baseline pooled with the clean points below the one judged (rule 1)
     seeded = baseline is not None and all(r is not baseline for r in points)
@@ -78,7 +91,7 @@ def walk_points(table: pd.DataFrame, p: dict[str, Any]) -> Walk:
         level = int(failing["level"])
         if int(((table["phase"] == "step") & (table["level"].astype(int) == level)).sum()) == 1:
             confirm = level
-    return Walk(points, baseline, clean, failing, failure, confirm)
+    return Walk(points, baseline, clean, failing, failure, confirm, answers_back)
 
 
 def _trusted_count(row: dict[str, Any], baseline: dict[str, Any] | None, p: dict[str, Any]) -> int:

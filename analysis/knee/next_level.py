@@ -4,6 +4,52 @@ the bar (a sequential test's one look: remeasure_level's rule 4).
 
 All read the knee that analysis.knee.find found on the steps so far; the plan (loadtest/method/plan.py) asks them
 between steps, so a run goes straight at the answer instead of sweeping a grid.
+
+remeasure_level's rules. The answer is the first level whose throughput reaches 95% (`knee_share`) of the plateau, the plateau
+the mean of the throughputs near the highest. So the interval is wide for one of these reasons,
+looked at in this order (1-3), or narrow with 4 left to check:
+1. it reaches the highest level measured: the plateau rests on that level alone, which may still be
+   climbing; a level above it is measured (1.5x, for a step's window): the plan then refines again;
+   also when the interval is within +-1 (a noisy smooth curve read its top level low, levels 3 and 4
+   of a knee at 7, and answered 3 at 3-4): on seeds 20-59 smooth-noisy hit 96.0% -> 96.5% and smooth
+   99.8% -> 100%, in the same time (2.60 virtual minutes a run against 2.59);
+   once a run (`above` False after it): the plateau then rests on two levels, and a second climb
+   would chase their noise (a smooth server's run on a loaded machine went 17, 26, 39 on a knee at 12);
+   never when a level above the answer was measured with the driver's CPU near saturation
+   (Knee.driver_saturated_levels): a busy driver reads less throughput than the server gives, so
+   those levels' shortfall of the bar says nothing of a plateau still climbing, and a level above
+   them only loads the driver more (simulated vLLM under four test shards: knee 11, first level 46,
+   a climb to 69); rules 2-3 narrow it on the levels measured instead;
+2. the plateau's highest throughput is the luckiest of several (a winner's curse: the highest of
+   several noisy readings is the most likely to be high) and sets the bar: it is measured again, once,
+   for LUCKIEST_WINDOWS (2) of its own windows, at most `max_window_s`: pooled, a third of its luck is
+   left. Chosen on seeds 20-59 of the bench (bench_time_to_answer.py --first-seed 20 --seeds 40): the
+   whole `max_window_s` hit as often (99.4% of the family and habits) in 2.79 virtual minutes a run
+   against 2.59; one window (a half left) hit 99.2%;
+3. the answer's own throughput may fall short of the bar, or a lower level's reach it: the level that
+   decides the wider side (_deciding_row) is measured again. Pooled with a new window of w seconds on
+   top of its d, its error shrinks by sqrt(d / (d + w)): w is what brings it REMEASURE_Z (2) errors
+   from the bar, at least d (half its variance) and at most `max_window_s` (the plan's budget).
+4. the interval is within +-1 level, but the measured level just below the answer (else two below)
+   reaches the bar, or falls short of it by less than SEPARATE_Z (1) of its standard errors: the
+   interval counts that level as close enough, yet on a sharp server (a fixed number of slots) the
+   answer is exact, and a level below it read low by noise makes the answer one too high, one read high
+   (drawn across the bar) one too low. It is measured once more, once (a sequential test's one look):
+   for what brings it SEPARATE_Z errors from the bar, at least its own window and at most
+   SEPARATE_WINDOWS (3) of them, so a short step on a steady server costs a few seconds, never the
+   whole budget; a level on the bar itself (a smooth curve's, at 94.9%) gets no second look. Never
+   when the engine's limit set the answer (rule 2b). Above the answer nothing is asked: a level there
+   within an error of the bar already widens the interval past +-1 (rule 3).
+5. the interval is within +-1 level and the level below it separated, but the answer still scaled like its
+   users and the next level measured above it is more than HIDDEN_GAP (1.5) times it: a curve falling past
+   its peak may hide the peak in between (`_hidden_peak`); the midpoint is measured, once (a new level: the
+   plan refines again, and a fall it shows is searched: rule 2c of analysis/knee/find.py).
+On the bench's family (bench/curves.py) the noisy smooth curves' misses were of kinds 1 and 2 more
+than 3: a top level short of the true plateau, and a lucky plateau level pulling the bar up. Rule 4's
+were the exact answers of noisy sharp servers: 1% of requests failing (errors-hockey-13: 13 read 0.7
+errors under the bar, answer 14) and 8 s requests (slow-hockey-4: 4 read 0.4 errors under, answer 5);
+it was chosen on seeds 20-59 (bench_time_to_answer.py --first-seed 20 --seeds 40), where a bar of 1.5
+errors fixed nothing more at more time.
 """
 
 from __future__ import annotations
@@ -15,22 +61,30 @@ import numpy as np
 import pandas as pd
 
 from analysis.common.stats import num
+from analysis.knee.fall import peak_gap_level
 from analysis.knee.find import Knee
 from analysis.knee.knee_points import points_of
 
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
-    """The next level to measure inside `refine_between`: the engine's limit (the server's own, else
-    MAX_NUM_SEQS) when it lies inside and is unmeasured, else the level the throughput below names
-    (`_reach_guess`), else the bisection midpoint; None when the
-    bracket is adjacent or measured. A knee's `confirm_level` (few failures, too few requests) is
-    measured once more first: the one measured level this returns."""
+    """The next level to measure: next to a fallen curve's peak while a side of it is not adjacent (rule 2c,
+    analysis/knee/fall.py: a higher peak may lie there); else inside `refine_between`: the engine's limit
+    (the server's own, else MAX_NUM_SEQS) when it lies inside and is unmeasured, else the level the throughput
+    below names (`_reach_guess`), else the bisection midpoint; None when the bracket is adjacent or measured
+    (a peak that may hide above the answer is remeasure_level's rule 5). A knee's `confirm_level` (few failures, too few requests) is measured once more first: the one
+    measured level this returns."""
     if knee.confirm_level is not None:
         return knee.confirm_level
-    if knee.refine_between is None:
-        return None
-    low, high = knee.refine_between
     measured = set() if table.empty else {int(v) for v in table.loc[table["phase"] == "step", "level"]}
+    if knee.peak_level is not None:  # a curve falling past its peak: the levels next to it first
+        return peak_gap_level(knee.peak_level, knee.peak_between, measured)
+    return _inside_bracket(table, knee, measured) if knee.refine_between is not None else None
+
+
+def _inside_bracket(table: pd.DataFrame, knee: Knee, measured: set[int]) -> int | None:
+    """The next level inside `refine_between` (next_refine_level), None when it is adjacent or measured."""
+    assert knee.refine_between is not None
+    low, high = knee.refine_between
     limit = knee.engine_limit or knee.server_limit  # the server's own, else MAX_NUM_SEQS (rule 2b)
     if limit is not None and low < limit < high and limit not in measured:
         return limit
@@ -57,7 +111,7 @@ def _reach_guess(table: pd.DataFrame, knee: Knee, low: int, high: int, share: fl
     level 45), or when that line never reaches the bar."""
     if knee.criterion != "latency" or not knee.plateau_rps:
         return None
-    below = [r for r in points_of(table)[0] if int(r["level"]) <= low and num(r, "throughput_rps") > 0]
+    below = [r for r in points_of(table, knee.answers_back)[0] if int(r["level"]) <= low and num(r, "throughput_rps") > 0]
     if len(below) < 2 or int(below[-1]["level"]) != low:
         return None  # one point says nothing of how the time per user grows: a far first step's search
     bar = share * knee.plateau_rps
@@ -90,7 +144,7 @@ def probe_level(table: pd.DataFrame, knee: Knee, **params: Any) -> int | None:
     p = {"saturated_frac": 0.5, **params}
     if knee.found or knee.recommended_level is None or table.empty:
         return None
-    points, baseline = points_of(table)
+    points, baseline = points_of(table, knee.answers_back)
     top = next((r for r in points if int(r["level"]) == knee.recommended_level), None)
     if top is None or baseline is None or int(top["level"]) < PROBE_MIN_LEVEL:
         return None
@@ -209,67 +263,61 @@ def _unseparated(
     return Remeasure(int(row["level"]), window_s, why)
 
 
+HIDDEN_GAP = 1.5  # the level above the answer this many times it or more: a peak may hide between them
+LINEAR_TOL = 0.1  # the answer still scales like its users: each one's time per request within 10% of one alone's
+
+
+def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeasure | None:
+    """Rule 5 of remeasure_level: the midpoint between a latency knee's answer R and the next level measured above it, K, when K is more
+    than HIDDEN_GAP x R and R still scaled like its users (each user's time per request, R / T(R) by Little's
+    law, within LINEAR_TOL of one user's alone, the baseline's): the curve rose straight up to R, so its corner lies in
+    (R, K], and a curve that falls past its peak can hide a peak there that the plateau read at K and above
+    never shows (issue 48: Ray Serve, 8 users 7.7 rps, 16 users 9.1, its 12 users' 11.4 never measured; the
+    answer 9). On a hockey stick with R its slots this costs one level, never more: K is then at most 1.5 R.
+    None where the engine's limit bounds the answer (rule 2b: past it users only queue), or under a busy driver."""
+    rec = knee.recommended_level
+    measured = {int(v) for v in table.loc[table["phase"] == "step", "level"]}
+    if knee.criterion != "latency" or rec is None or knee.engine_limit is not None or knee.server_limit is not None:
+        return None
+    above = sorted(level for level in measured if level > rec)
+    if not above or above[0] <= HIDDEN_GAP * rec or {rec, above[0]} & set(knee.driver_saturated_levels):
+        return None
+    points = [r for r in points_of(table, knee.answers_back)[0] if int(r["level"]) <= rec]
+    ends = [points[0], points[-1]] if points else []  # one user alone (the baseline) and the answer
+    per_user = [int(r["level"]) / num(r, "throughput_rps") for r in ends if num(r, "throughput_rps") > 0]
+    if len(per_user) < 2 or int(points[-1]["level"]) != rec or per_user[1] > (1 + LINEAR_TOL) * per_user[0]:
+        return None
+    mid = (rec + above[0]) // 2
+    window_s = min(num(points[-1], "duration_s"), max_window_s)
+    if mid in measured or not window_s > 0:
+        return None
+    why = (f"the answer {rec} still scaled like its users and nothing is measured up to {above[0]}: a throughput"
+           f" that falls past its peak may hide one there; measuring {mid} for {window_s:.0f} s")  # fmt: skip
+    return Remeasure(mid, window_s, why)
+
+
 def remeasure_level(
     table: pd.DataFrame, knee: Knee, max_window_s: float, above: bool = True, **params: Any
 ) -> Remeasure | None:
     """What to measure once more, and for how long, when the knee's 95% interval (rule 3) is wider than
     +-1 level around the answer, or the level below a narrow answer is not separated from the bar (4);
     None when neither, or there is nothing to narrow (no plateau, an errors knee). The plan asks again
-    after each re-measure, within its budget (loadtest/method/plan.py).
-
-    The answer is the first level whose throughput reaches 95% (`knee_share`) of the plateau, the plateau
-    the mean of the throughputs near the highest. So the interval is wide for one of these reasons,
-    looked at in this order (1-3), or narrow with 4 left to check:
-    1. it reaches the highest level measured: the plateau rests on that level alone, which may still be
-       climbing; a level above it is measured (1.5x, for a step's window): the plan then refines again;
-       also when the interval is within +-1 (a noisy smooth curve read its top level low, levels 3 and 4
-       of a knee at 7, and answered 3 at 3-4): on seeds 20-59 smooth-noisy hit 96.0% -> 96.5% and smooth
-       99.8% -> 100%, in the same time (2.60 virtual minutes a run against 2.59);
-       once a run (`above` False after it): the plateau then rests on two levels, and a second climb
-       would chase their noise (a smooth server's run on a loaded machine went 17, 26, 39 on a knee at 12);
-       never when a level above the answer was measured with the driver's CPU near saturation
-       (Knee.driver_saturated_levels): a busy driver reads less throughput than the server gives, so
-       those levels' shortfall of the bar says nothing of a plateau still climbing, and a level above
-       them only loads the driver more (simulated vLLM under four test shards: knee 11, first level 46,
-       a climb to 69); rules 2-3 narrow it on the levels measured instead;
-    2. the plateau's highest throughput is the luckiest of several (a winner's curse: the highest of
-       several noisy readings is the most likely to be high) and sets the bar: it is measured again, once,
-       for LUCKIEST_WINDOWS (2) of its own windows, at most `max_window_s`: pooled, a third of its luck is
-       left. Chosen on seeds 20-59 of the bench (bench_time_to_answer.py --first-seed 20 --seeds 40): the
-       whole `max_window_s` hit as often (99.4% of the family and habits) in 2.79 virtual minutes a run
-       against 2.59; one window (a half left) hit 99.2%;
-    3. the answer's own throughput may fall short of the bar, or a lower level's reach it: the level that
-       decides the wider side (_deciding_row) is measured again. Pooled with a new window of w seconds on
-       top of its d, its error shrinks by sqrt(d / (d + w)): w is what brings it REMEASURE_Z (2) errors
-       from the bar, at least d (half its variance) and at most `max_window_s` (the plan's budget).
-    4. the interval is within +-1 level, but the measured level just below the answer (else two below)
-       reaches the bar, or falls short of it by less than SEPARATE_Z (1) of its standard errors: the
-       interval counts that level as close enough, yet on a sharp server (a fixed number of slots) the
-       answer is exact, and a level below it read low by noise makes the answer one too high, one read high
-       (drawn across the bar) one too low. It is measured once more, once (a sequential test's one look):
-       for what brings it SEPARATE_Z errors from the bar, at least its own window and at most
-       SEPARATE_WINDOWS (3) of them, so a short step on a steady server costs a few seconds, never the
-       whole budget; a level on the bar itself (a smooth curve's, at 94.9%) gets no second look. Never
-       when the engine's limit set the answer (rule 2b). Above the answer nothing is asked: a level there
-       within an error of the bar already widens the interval past +-1 (rule 3).
-    On the bench's family (bench/curves.py) the noisy smooth curves' misses were of kinds 1 and 2 more
-    than 3: a top level short of the true plateau, and a lucky plateau level pulling the bar up. Rule 4's
-    were the exact answers of noisy sharp servers: 1% of requests failing (errors-hockey-13: 13 read 0.7
-    errors under the bar, answer 14) and 8 s requests (slow-hockey-4: 4 read 0.4 errors under, answer 5);
-    it was chosen on seeds 20-59 (bench_time_to_answer.py --first-seed 20 --seeds 40), where a bar of 1.5
-    errors fixed nothing more at more time."""
+    after each re-measure, within its budget (loadtest/method/plan.py). Rules 1-4: the module docstring.
+    `above` False: rule 1's climb was taken this run. Points are compared as the knee compared them (answers
+    back under a steady loss: Knee.answers_back); no climb on a curve that fell past its peak (rule 2c)."""
     if not knee.found or knee.criterion != "latency" or knee.confidence is None or not knee.plateau_rps:
         return None
     rec = knee.recommended_level
-    low, high = knee.confidence
-    steps = [r for r in points_of(table)[0] if r["phase"] == "step"]
+    steps = [r for r in points_of(table, knee.answers_back)[0] if r["phase"] == "step"]
     if rec is None or not steps:
         return None
+    low, high = knee.confidence
+    share = float(params.get("knee_share", 0.95))
     busy = sorted({int(r["level"]) for r in steps if int(r["level"]) > rec} & set(knee.driver_saturated_levels))
     at_top = high >= max(int(r["level"]) for r in steps)  # rule 1's case, the interval narrow or wide
-    climb = above and not busy and at_top
+    climb = above and not busy and at_top and knee.peak_level is None
     if low >= rec - 1 and high <= rec + 1 and not climb:
-        return _unseparated(steps, knee, max_window_s, float(params.get("knee_share", 0.95)))
+        return _unseparated(steps, knee, max_window_s, share) or _hidden_peak(table, knee, max_window_s)
     head = f"the answer {rec} is {low}-{high} at 95%"
     if above and busy and at_top:  # rule 1 withheld: say why
         head += (f" (none measured above the highest level: the driver's CPU was near saturation at level"
@@ -277,8 +325,16 @@ def remeasure_level(
     plateau = _plateau_level(steps, rec, max_window_s, climb)
     if plateau is not None:
         return plateau._replace(why=f"{head}, {plateau.why}")
-    share = float(params.get("knee_share", 0.95))
-    found = _deciding_row(steps, rec, low, high, share * knee.plateau_rps)
+    return _deciding_level(steps, rec, (low, high), share * knee.plateau_rps, max_window_s, head, share)
+
+
+def _deciding_level(
+    steps: list[dict[str, Any]], rec: int, interval: tuple[int, int], bar: float, max_window_s: float, head: str,
+    share: float,
+) -> Remeasure | None:  # fmt: skip
+    """Rule 3 of remeasure_level: the level that decides the wider side of the interval (_deciding_row),
+    for what brings it REMEASURE_Z errors from the bar, at least its own window, at most `max_window_s`."""
+    found = _deciding_row(steps, rec, *interval, bar)
     if found is None:
         return None
     row, z = found

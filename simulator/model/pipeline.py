@@ -292,7 +292,7 @@ class Pipeline:
         n = len(self._batch.running)
         decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)
         gpu_ms = (decode_ms + sum(j.work.prefill_ms for j in joined)) * self.thermal.slowdown() * self._drift(t)
-        host_ms = p.step_host_ms + sum(j.slow_first_ms for j in joined)
+        host_ms = p.step_host_ms + sum(j.slow_first_ms for j in joined) + p.step_ms_per_waiting * len(self._batch.waiting)
         for job in joined:
             job.slow_first_ms = 0.0  # once: a preempted sequence that rejoins is already compiled
         o = self.options

@@ -28,6 +28,9 @@ Parameters of a `Profile` (a simulated server on one GPU):
     max_model_len             tokens vllm: --max-model-len; kv_cache_max_concurrency = KV tokens / this
     step_host_ms              ms     host-side part of every step (scheduling, sampling, Python): the step
                                      lasts it too, but the GPU idles meanwhile (not in DCGM_FI_DEV_GPU_UTIL)
+    step_ms_per_waiting       ms     host-side cost added to every step per request waiting for a batch slot:
+                                     a router that backs off when every replica is full, a scheduler that
+                                     thrashes on its queue; throughput falls past the limit (0: flat)
     encoder_mib_per_mpix      MiB    vllm: vision-encoder memory OUTSIDE the KV pool per megapixel of each image
                                      in the running batch (taken when it is encoded, held to its answer); when
                                      the batch's and the joining images' exceed the card, those joining OOM
@@ -92,6 +95,7 @@ class Profile:
     kv_bytes_per_token: int = 28672  # 28 layers x 2 (K, V) x 2 KV heads x 128 dims x 2 bytes (bf16)
     max_model_len: int = 4096
     step_host_ms: float = 0.0
+    step_ms_per_waiting: float = 0.0
     encoder_mib_per_mpix: float = 0.0
     max_image_px: int = 0
     gateway_slots: int = 0
@@ -269,6 +273,19 @@ PROFILES: dict[str, Profile] = {
     ),
     # pytorch-24g on a card that heats with load and throttles past 83 C (simulator.model.thermal).
     "hot-24g": Profile(name="hot-24g", kind="pytorch", model_name="sim-ocr-1b", heat=True),
+    # Throughput that falls past its limit (issue 48: Ray Serve's router backing off when every replica is full,
+    # vLLM thrashing under KV pressure): 8 slots, and each request waiting for one costs every step 1 ms of host
+    # work: 16 users give ~2/3 of 8's throughput. No limit on /metrics (a PyTorch server's), memory for ~60.
+    "falling-24g": Profile(
+        name="falling-24g",
+        kind="pytorch",
+        model_name="sim-ocr-1b",
+        max_batch=8,
+        step_ms_per_waiting=0.3,
+        base_mib_per_request=20.0,
+        act_mib_per_mpix=200.0,
+        mib_per_token=0.1,
+    ),
 }
 DEFAULT_PROFILE = "pytorch-24g"
 

@@ -68,8 +68,10 @@ def test_one_percent_at_every_level_baseline_too_is_not_a_knee() -> None:
     and > 1%) called level 4 the knee; the server takes far more."""
     steps = _table(
         _baseline(60, 1),
-        _row(2, 300, 3, thr=10), _row(4, 480, 8, thr=20), _row(8, 600, 7, thr=39), _row(16, 600, 8, thr=41, p95=400),
+        _row(2, 300, 3, thr=10), _row(4, 480, 8, thr=20), _row(8, 600, 7, thr=39.3), _row(16, 600, 8, thr=41, p95=400),
     )  # fmt: skip
+    # level 8 at 39.3 rps (was 39: 95.1% of 41 by successes, 94.97% counted on answers back, the knee's rule
+    # 2d under a steady loss; 95.7% now, by either count)
     assert 8 / 480 > 0.01  # what the old rule took for a knee at level 4
     knee = find_knee(steps)
     assert knee.criterion == "latency" and knee.recommended_level == 8 and knee.knee_level == 16, knee.reason

@@ -1,0 +1,119 @@
+"""Issue 48's two cases on hand-made step tables: a steady loss compared on answers back (the knee's rule 2d,
+analysis/knee/failure_rule.answers_back_row) and a throughput that falls past its peak (rule 2c,
+analysis/knee/fall.py; next_level's peak gap and remeasure_level's rule 5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import find_knee, next_refine_level, remeasure_level
+from analysis.knee.failure_rule import answers_back_row
+from analysis.knee.fall import find_fall, peak_gap_level
+
+
+def _row(level: int, thr: float, se: float, index: int, n: int = 64, failed: int = 0, phase: str = "step",
+         mean_ms: float | None = None, duration_s: float = 10.0) -> dict[str, Any]:  # fmt: skip
+    return {
+        "step_index": index, "phase": phase, "level": level, "status": "complete", "duration_s": duration_s,
+        "requests": n, "ok_requests": n - failed, "failed_requests": failed, "cut_requests": 0,
+        "error_rate": failed / n, "throughput_rps": thr, "throughput_se_rps": se,
+        "p50_ms": mean_ms or 1000.0 * level / thr, "p95_ms": 1.3 * (mean_ms or 1000.0 * level / thr),
+        "mean_ms": mean_ms or 1000.0 * level / thr, "errors": {"http_5xx": failed} if failed else {},
+        "status_codes": {"200": n - failed, **({"502": failed} if failed else {})}, "bad_answers": 0,
+        "bad_answer_share": 0.0, "rejected": 0, "retried": 0,
+    }  # fmt: skip
+
+
+def _table(steps: list[tuple[Any, ...]], base_failed: int = 0) -> pd.DataFrame:
+    """steps: (level, throughput_rps, se[, failed]); the baseline is one user at 1 rps (1 s a request)."""
+    rows = [_row(1, 1.0, 0.02, 2, n=60, failed=base_failed, phase="baseline")]
+    rows += [_row(level, thr, se, 10 + 3 * i, failed=rest[0] if rest else 0) for i, (level, thr, se, *rest) in enumerate(steps)]
+    return pd.DataFrame(rows)
+
+
+# issue 48's flaky balancer: a sharp server of 6 slots, 1 s a request, 1% of answers lost at every load;
+# level 6's window of 64 requests drew 2 of them (3.1%) and its successes read 5.62 rps, 94% of the plateau
+FLAKY = [(2, 1.98, 0.05), (4, 3.96, 0.06, 1), (6, 5.62, 0.05, 2), (8, 5.98, 0.05), (12, 6.0, 0.05, 1)]
+
+
+def test_a_steady_loss_is_compared_on_answers_back_and_the_limit_is_the_answer() -> None:
+    knee = find_knee(_table(FLAKY, base_failed=1))
+    assert knee.answers_back and knee.recommended_level == 6 and knee.criterion == "latency", knee.reason
+    assert "levels are compared on answers back, failures counted with successes" in knee.reason
+    # the same successes counted alone: level 6 at 5.62 of ~5.99 (93.8%) short of the bar, the answer 8
+    counted = [(level, thr, se) for level, thr, se, *_ in FLAKY]
+    assert find_knee(_table(counted)).recommended_level == 8
+
+
+def test_answers_back_scale_a_rows_throughput_and_its_error_by_what_came_back() -> None:
+    row = _row(6, 5.62, 0.05, 10, n=64, failed=2)
+    back = answers_back_row(dict(row, cut_requests=1))  # a cut got no answer: 63 back of 62 successes
+    assert back["throughput_rps"] == pytest.approx(5.62 * 63 / 62)
+    assert back["throughput_se_rps"] == pytest.approx(0.05 * 63 / 62)
+    assert back["throughput_ok_rps"] == 5.62 and row["throughput_rps"] == 5.62  # the input is left as it was
+    assert answers_back_row(_row(6, 5.62, 0.05, 10)) == _row(6, 5.62, 0.05, 10)  # no failure: the same row
+
+
+def test_no_failure_among_the_clean_points_keeps_successes_counted() -> None:
+    knee = find_knee(_table([(2, 1.98, 0.05), (4, 3.96, 0.06), (6, 5.9, 0.05), (8, 5.98, 0.05)]))
+    assert not knee.answers_back and knee.recommended_level == 6 and "answers back" not in knee.reason
+
+
+# Ray Serve as issue 48 measured it by hand: two replicas of 6, 1 s a request; its router backs off when every
+# replica is full, so throughput falls past 12 users
+RAY = [(4, 3.96, 0.05), (8, 7.9, 0.08), (12, 11.4, 0.1), (16, 9.1, 0.1), (32, 8.8, 0.1)]
+
+
+def test_a_fall_past_the_peak_is_found_beyond_noise_only() -> None:
+    levels, thr, se = (np.array(v, dtype=float) for v in zip(*[(1, 1.0, 0.02), *RAY], strict=True))
+    fall = find_fall(levels.astype(np.int64), thr, se)
+    assert fall is not None and (fall.peak_level, fall.fallen_level, fall.lowest_level) == (12, 16, 32)
+    assert fall.share == pytest.approx(1 - 8.8 / 11.4) and fall.peak_between == (8, 16)
+    flat = np.array([1.0, 3.96, 7.9, 11.4, 11.0, 10.9])  # 3-4% under the peak: a plateau's spread, no fall
+    assert find_fall(np.array([1, 4, 8, 12, 16, 32]), flat, np.full(6, 0.1)) is None
+    noisy = np.array([1.0, 3.96, 7.9, 11.4, 10.6, 10.5])  # 8% under, but within 2.5 errors of 0.3 rps each
+    assert find_fall(np.array([1, 4, 8, 12, 16, 32]), noisy, np.full(6, 0.3)) is None
+
+
+def test_a_falling_curve_is_answered_at_the_level_reaching_its_peak_and_says_by_how_much() -> None:
+    knee = find_knee(_table([*RAY, (10, 9.5, 0.1), (11, 10.9, 0.1), (13, 11.3, 0.1), (14, 10.2, 0.1)]))
+    # the plateau is the peak's, not the fallen levels' mean (~9.4 rps: 9 would have been the answer)
+    assert knee.found and knee.recommended_level == 11 and knee.peak_level == 12, knee.reason
+    assert knee.plateau_rps == pytest.approx(11.4)  # 13's 11.3 lies past the peak: the fall's, not the plateau's
+    assert knee.fall_share == pytest.approx(1 - 8.8 / 11.4) and knee.peak_between is None
+    assert "throughput falls past its peak: 11.40 rps at level 12, down 23% to 8.80 rps at level 32" in knee.reason
+
+
+def test_the_levels_next_to_a_fallen_peak_are_measured_before_the_answer() -> None:
+    table = _table(RAY)
+    knee = find_knee(table)
+    assert knee.peak_between == (8, 16) and "the peak may lie in 9..15" in knee.reason, knee.reason
+    assert next_refine_level(table, knee) == 14  # the wider side is even: above first (a higher peak moves it up)
+    assert peak_gap_level(12, (8, 16), {8, 12, 14, 16}) == 10
+    assert peak_gap_level(12, (11, 13), {11, 12, 13}) is None
+
+
+def test_a_peak_hidden_between_an_answer_still_scaling_and_a_flat_level_far_above_is_looked_for_once() -> None:
+    # issue 48's run: 8 users at 7.7 rps (1.04 s each, as one user alone), 16 and 32 at ~9.3: read as a plateau
+    table = _table([(4, 3.85, 0.05), (8, 7.7, 0.08), (16, 9.3, 0.1), (32, 9.25, 0.1), (9, 8.6, 0.1), (10, 9.6, 0.1)])
+    knee = find_knee(table)
+    assert knee.recommended_level == 10 and knee.peak_level is None, knee.reason
+    again = remeasure_level(table, knee, max_window_s=60.0)
+    assert again is not None and again.level == 13 and again.window_s == 10.0, again
+    assert "may hide one there; measuring 13" in again.why
+    # measured: 13 above both, and the fall from it to 16 is now in sight
+    fallen = _table([(4, 3.85, 0.05), (8, 7.7, 0.08), (16, 9.3, 0.1), (32, 9.25, 0.1), (9, 8.6, 0.1), (10, 9.6, 0.1),
+                     (13, 11.2, 0.1)])  # fmt: skip
+    assert find_knee(fallen).peak_level == 13 and next_refine_level(fallen, find_knee(fallen)) == 14
+
+
+def test_an_answer_whose_users_already_queued_asks_no_hidden_peak() -> None:
+    # a smooth bend: level 8's users take 1.5x one user's time (1 s alone); its corner is behind it
+    table = _table([(4, 3.5, 0.05), (8, 5.35, 0.03), (16, 5.5, 0.03), (7, 5.0, 0.03)])
+    knee = find_knee(table)
+    assert knee.recommended_level == 8 and knee.confidence == (8, 8), knee
+    assert remeasure_level(table, knee, max_window_s=60.0) is None
