@@ -85,7 +85,7 @@ import pandas as pd
 from analysis.common.stats import num, records
 from analysis.estimate.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.knee.failure_rule import outcomes_of, steady_errors
-from analysis.knee.knee_points import Walk, points_of, request_count, walk_points
+from analysis.knee.knee_points import Walk, points_of, request_count, walk_points, without_aborted
 from analysis.knee.plateau import confidence_interval, plateau_interval, recommend
 from analysis.table.answer_length import basis_words
 from analysis.table.driver import driver_load
@@ -163,6 +163,7 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     if unknown:
         raise TypeError(f"find_knee: unknown parameter(s) {', '.join(sorted(unknown))}")
     p = {**DEFAULTS, **params}
+    table = without_aborted(table)  # every rule below, the driver's and the server's limits too
     steps = [] if table.empty else records(table[table["phase"] == "step"])
     flagged = tuple(int(r["step_index"]) for r in steps if request_count(r) < p["min_requests"])
     if not steps:

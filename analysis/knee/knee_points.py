@@ -31,9 +31,19 @@ def request_count(row: dict[str, Any]) -> int:
     return 0 if math.isnan(value) else int(value)
 
 
+def without_aborted(table: pd.DataFrame) -> pd.DataFrame:
+    """The table less the step rows whose status is "aborted" (a run stopped mid-step: its window cut short, its
+    last requests cut), which the report's banner lists as aborted: the answer is never taken from one. A stopped
+    run's report once said "knee at level 8 (step 11)" of a step its own banner listed as aborted."""
+    if table.empty or "status" not in table.columns:
+        return table
+    return table[~((table["phase"] == "step") & (table["status"].astype(str) == "aborted"))]
+
+
 def points_of(table: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(one point per level: the baseline and step rows, a level's measurements pooled, sorted by level;
-    the baseline row)."""
+    """(one point per level: the baseline and the step rows but the aborted ones, a level's measurements
+    pooled, sorted by level; the baseline row)."""
+    table = without_aborted(table)
     rows = [] if table.empty else records(table)
     base_rows = [r for r in rows if r["phase"] == "baseline"]
     baseline = base_rows[-1] if base_rows else None
