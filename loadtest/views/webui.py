@@ -32,6 +32,7 @@ from loadtest.settings.manifest import REPO_ROOT
 from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
 from loadtest.views.panel_state import rendered_view, snapshot
 
+RUN_FILES_SHOWN = ("recommended-config.yaml", "haproxy.cfg")  # what /ocr/file/<run_id>/<name> serves
 MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
 START_WAIT_S = 30.0  # a stop asked for while a start's first tick runs waits this long at most for the run
 TAB_KEY = "ocr-plan"
@@ -156,27 +157,40 @@ def _on_start(environment: Environment, **_kwargs: Any) -> None:
         panel.current, panel.started_at, panel.user_stop = None, time.time(), ""
 
 
+def render_soon(ctl: Controller, environment: Environment) -> None:
+    """The ended run's analysis and report, a second from now (its last rows in): marked as being written at
+    once, so Start stays disabled from the run's end until its report is linked (it once flickered enabled
+    in the second before the render began, and a start there printed the last run's `report:` line after
+    the next run's first step)."""
+    _panel(environment).rendering.add(ctl.run_dir.name)
+    gevent.spawn_later(1.0, render_after_run, ctl, environment)
+
+
 def render_after_run(ctl: Controller, environment: Environment | None = None) -> None:
-    """Analysis and report in their own process (run in a greenlet)."""
+    """Analysis and report in their own process (run in a greenlet). Its lines (the answer, plateau, errors,
+    verify, config, gateway and report: reports.__main__.print_answer, as `run` prints them) go to `ui`'s
+    terminal and to the panel, the same words on both."""
     panel = _panel(environment) if environment is not None else None
     if panel is not None:
         panel.rendering.add(ctl.run_dir.name)
     try:
         out = subprocess.run([sys.executable, "-m", "reports", str(ctl.run_dir)], cwd=REPO_ROOT,
                              capture_output=True, text=True, check=False)  # fmt: skip
-    finally:
+        lines = [line for line in out.stdout.splitlines() if line.strip()]
+        for line in lines:
+            if line.startswith("report: "):
+                ctl.report_path = line.split(" ", 1)[1].strip()
+        if lines:
+            print("\n".join(lines), flush=True)
+        if ctl.report_path is None:
+            ctl.event("warning", f"the report could not be rendered: {(out.stderr or out.stdout).strip()[-300:]}")
+        elif panel is not None:
+            view = rendered_view(ctl.run_dir, lines)
+            if view is not None:
+                panel.rendered[ctl.run_dir.name] = view
+    finally:  # only once the report and its answer are in: Start waits for them
         if panel is not None:
             panel.rendering.discard(ctl.run_dir.name)
-    for line in out.stdout.splitlines():
-        if line.startswith("report: "):
-            ctl.report_path = line.split(" ", 1)[1].strip()
-            print(line, flush=True)
-    if ctl.report_path is None:
-        ctl.event("warning", f"the report could not be rendered: {(out.stderr or out.stdout).strip()[-300:]}")
-    elif panel is not None:
-        view = rendered_view(ctl.run_dir)
-        if view is not None:
-            panel.rendered[ctl.run_dir.name] = view
 
 
 def _locust_view(environment: Environment) -> dict[str, Any]:
@@ -298,6 +312,8 @@ def start_refused(environment: Environment) -> str:
         return "a run is in progress: one run at a time; stop it first (the panel's Stop or Locust's STOP)"
     if panel.current is not None and not panel.current.finished:
         return "the last run is still ending (its rows and report): start again once the panel says it ended"
+    if panel.rendering:
+        return "the last run's report is still being written: start again once the panel links it"
     return ""
 
 
@@ -367,6 +383,17 @@ def attach(environment: Environment) -> None:
         # as Locust's /stop does, without holding the page while the start ends or the users stop
         gevent.spawn(_stop, environment, "the panel's Stop")
         return jsonify({"stopped": True})
+
+    @app.route("/ocr/file/<run_id>/<name>")
+    def ocr_file(run_id: str, name: str) -> Any:
+        """recommended-config.yaml or haproxy.cfg of a run, as text (the panel links them beside the config)."""
+        ctl = _panel(environment).runs.get(run_id)
+        report = Path(ctl.report_path) if ctl is not None and ctl.report_path else report_on_disk(
+            Path(getattr(environment.parsed_options, "ocr_out", "") or "results"), run_id)  # fmt: skip
+        path = report.parent / name if report is not None and name in RUN_FILES_SHOWN else None
+        if path is None or not path.is_file():
+            return Response(f"no {name} for run {run_id}", status=404, mimetype="text/plain")
+        return send_file(path.resolve(), mimetype="text/plain")
 
     @app.route("/ocr/report")
     @app.route("/ocr/report/<run_id>")
