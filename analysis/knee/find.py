@@ -260,7 +260,7 @@ def _no_clean_level(w: Walk, p: dict[str, Any], flagged: tuple[int, ...], limit:
     if failing is w.baseline:
         why = f"the baseline itself failed at one user ({w.failure}): no safe level, fix the server first"
     else:
-        why = f"knee at level {level}: {w.failure}; no level below it has {p['min_requests']} clean requests"
+        why = f"knee at {level} users: {w.failure}; no load below it has {p['min_requests']} clean requests"
     return Knee(True, int(failing["step_index"]), level, None, why, None, True, "errors", flagged,
                 server_limit=limit)  # fmt: skip
 
@@ -272,8 +272,8 @@ def _error_knee(w: Walk, top: dict[str, Any], p: dict[str, Any], flagged: tuple[
     level, good = int(failing["level"]), int(top["level"])
     first = failing is next(r for r in w.points if r["phase"] == "step")
     reason = (
-        f"knee at level {level} (step {failing['step_index']}): {w.failure}; recommended {good}, the highest"
-        f" level below it, which still paid for its users ({fmt(num(top, 'throughput_rps'), '.2f')} rps)"
+        f"knee at {level} users (step {failing['step_index']}): {w.failure}; recommended {good}, the highest"
+        f" load below it, which still paid for its users ({fmt(num(top, 'throughput_rps'), '.2f')} rps)"
     )
     refine = (good, level) if level - good > 1 else None
     return Knee(True, int(failing["step_index"]), level, good, reason, refine, first, "errors", flagged,
@@ -318,9 +318,9 @@ def _plateau_knee(
     if driver:
         return Knee(False, None, None, rec, driver, criterion="driver", flagged_steps=flagged, at_least=True,
                     plateau_rps=peak, server_limit=limit, engine_limit=cap)  # fmt: skip
-    words = [f"level {rec} reaches {fmt(_share(rec_row, peak), '.0%')} of the plateau {fmt(peak, '.2f')} rps"]
+    words = [f"{rec} users reach {fmt(_share(rec_row, peak), '.0%')} of the plateau {fmt(peak, '.2f')} rps"]
     if lower is not None:
-        words.append(f"level {lower['level']} only {fmt(_share(lower, peak), '.0%')}")
+        words.append(f"{lower['level']} users only {fmt(_share(lower, peak), '.0%')}")
     knee_row = above[0] if above else None
     if knee_row is not None:
         words.insert(0, _knee_words(knee_row, rec_row, w))
@@ -353,13 +353,15 @@ def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: Walk) -> s
     """What happened at the knee level against the recommended one."""
     level, rec = knee_row["level"], rec_row["level"]
     if knee_row is w.failing:
-        return f"knee at level {level} (step {knee_row['step_index']}): {w.failure}"
+        return f"knee at {level} users (step {knee_row['step_index']}): {w.failure}"
     t_k, t_r = num(knee_row, "throughput_rps"), num(rec_row, "throughput_rps")
     p_k, p_r = num(knee_row, "p95_ms"), num(rec_row, "p95_ms")
     gain = (t_k / t_r - 1) if t_r > 0 else math.nan
     rise = p_k / p_r if p_r > 0 else math.nan
+    # "+0% over" read as a contradiction: under half a percent is "about the same as"
+    over = "about the same as" if abs(gain) < 0.005 else f"{fmt(gain, '+.0%')} over"
     return (
-        f"knee at level {level} (step {knee_row['step_index']}): throughput {fmt(t_k, '.2f')} rps is"
-        f" {fmt(gain, '+.0%')} over level {rec}'s {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"
+        f"knee at {level} users (step {knee_row['step_index']}): throughput {fmt(t_k, '.2f')} rps is"
+        f" {over} {rec} users' {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"
         f" ({fmt(p_r)} -> {fmt(p_k)} ms)"
     )

@@ -91,7 +91,7 @@ def build_config(
         comments["server.max_concurrency"] = f"no safe level measured ({_short(knee.reason)}); 1 until fixed"
     elif knee.found:
         concurrency = level
-        comments["server.max_concurrency"] = f"the step before the knee at level {knee.knee_level}"
+        comments["server.max_concurrency"] = f"the step before the knee at {knee.knee_level} users"
     else:
         concurrency = level
         comments["server.max_concurrency"] = (

@@ -93,7 +93,7 @@ def test_the_knee_tile_says_when_the_knee_waits_for_confirmation() -> None:
     knee = {**run.summary["knee"], "confirm_level": 8, "driver_saturated_levels": [8]}
     html = render_report({**run.summary, "knee": knee}, run.frames())
     tile = html[html.index('id="tile-knee"') : html.index('id="tile-latency"')]
-    assert "level 8 to be measured once more" in tile and "driver CPU near saturation at level 8" in tile
+    assert "8 users to be measured once more" in tile and "driver CPU near saturation at 8 users" in tile
     assert "rests on few failures" in tile  # a summary without confirm_why: the knee by few failures
 
 
@@ -102,7 +102,7 @@ def test_the_knee_tile_says_why_a_level_short_of_requests_is_measured_once_more(
     knee = {**run.summary["knee"], "confirm_level": 4, "confirm_why": "19 requests, fewer than 20"}
     html = render_report({**run.summary, "knee": knee}, run.frames())
     tile = html[html.index('id="tile-knee"') : html.index('id="tile-latency"')]
-    assert "rests on 19 requests, fewer than 20: level 4 to be measured once more" in tile
+    assert "rests on 19 requests, fewer than 20: 4 users to be measured once more" in tile
 
 
 def test_open_loop_columns_and_the_lines_on_load_turned_away_and_a_generator_behind() -> None:
