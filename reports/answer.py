@@ -34,9 +34,10 @@ def answer_line(summary: Mapping[str, Any]) -> str:
     knee = mapping(summary.get("knee"))
     level = whole(summary.get("recommended_level"))
     reason = str(knee.get("reason") or "").strip()
-    if level is None:
+    if level is None:  # a stopped run's story is what it lacks ("no measured steps yet" read as if still going)
         missing = "; ".join(str(m) for m in summary.get("missing") or [])
-        return f"answer: no recommendation: {reason or missing or 'see the report'}"
+        why = missing if missing and not summary.get("complete", True) else reason or missing
+        return f"answer: no recommendation: {why or 'see the report'}"
     reason = re.sub(rf"^recommended {level}( \([^)]*\))?: ", "", reason)  # the line says it already
     partial = "" if summary.get("complete", True) else " (a partial run, see the report's banner)"
     if knee.get("at_least"):

@@ -42,6 +42,9 @@ def test_the_answer_line_holds_the_level_its_interval_and_reason_once() -> None:
     none = _summary(recommended_level=None, missing=["no step measured"])
     none["knee"] = {}
     assert answer_line(none) == "answer: no recommendation: no step measured"
+    stopped = _summary(recommended_level=None, complete=False, missing=["measured steps (run stopped before the stepped load)"])
+    stopped["knee"] = {"reason": "no measured steps yet: run the stepped load"}  # the knee's words, as if still going
+    assert answer_line(stopped) == "answer: no recommendation: measured steps (run stopped before the stepped load)"
     assert "(a partial run, see the report's banner)" in answer_line(_summary(complete=False))
 
 
