@@ -82,6 +82,10 @@ LINK_HTML = (
     '<a id="ocr-panel-link" href="ocr" style="position:fixed;left:16px;bottom:16px;z-index:2000;'
     "background:#1d2433;color:#fff;padding:10px 16px;border-radius:8px;font:600 14px system-ui,sans-serif;"
     'text-decoration:none;box-shadow:0 2px 8px rgba(0,0,0,.3)">OCR capacity panel: plan, GPU, answer &rarr;</a>'
+    # failures_note, shown by locust-page.js while Locust's Failures hold the verify window's errors
+    '<div id="ocr-failures-note" hidden style="position:fixed;left:16px;bottom:64px;z-index:2000;max-width:520px;'
+    "background:#fef3c7;color:#1d2433;padding:8px 12px;border-radius:8px;font:13px/1.4 system-ui,sans-serif;"
+    'box-shadow:0 2px 8px rgba(0,0,0,.2)"></div>'
 )
 
 
@@ -242,6 +246,19 @@ def state_of(environment: Environment) -> dict[str, Any]:
     return {**state, **base, "report": report, "rendering": name in panel.rendering}
 
 
+def failures_note(state: dict[str, Any]) -> str:
+    """What Locust's own page shows beside its Failures while the run's verify window is in them: its errors
+    are provoked on purpose (the window overloads the server), never the measured steps' ("" otherwise). Its
+    Failures read 10% while every row of the panel read 0 errors: a newcomer took the two for a contradiction."""
+    if state.get("phase") in ("verify", "drain"):
+        return ("Locust's Failures now count the verify window's errors: it overloads the server on purpose"
+                " (out-of-memory answers, 503s); the measured steps' errors are on the OCR panel.")  # fmt: skip
+    errors = ((state.get("rendered") or {}).get("said") or {}).get("errors") or ""
+    if "verify overload" in errors:
+        return f"Locust's Failures count the verify window's errors, provoked on purpose: {errors}."
+    return ""
+
+
 def _plan_tab_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
     """The measured steps of the run in `state` (state_of) as Locust's "OCR plan" tab lists them."""
     knee = state.get("knee") or {}
@@ -296,6 +313,7 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
             data, state = response.get_json(), state_of(environment)
             data["extended_stats"] = [{"key": TAB_KEY, "data": _plan_tab_rows(state)}]
             data["ocr_run_id"] = state["run_id"]  # whose rows these are (the page's script keys them by it)
+            data["ocr_failures_note"] = failures_note(state)
             response.set_data(jsonify(data).get_data())
         elif request.path.rstrip("/") == (request.script_root or "") and response.mimetype == "text/html":
             response.direct_passthrough = False

@@ -77,3 +77,11 @@ def test_start_waits_for_the_last_report(rendering: bool) -> None:
         webui._panel(env).rendering.add("run-1")  # type: ignore[arg-type]
     why = webui.start_refused(env)  # type: ignore[arg-type]
     assert ("still being written" in why) if rendering else why == ""
+
+
+def test_locusts_failures_are_explained_while_they_hold_the_verify_windows_errors() -> None:
+    assert "overloads the server on purpose" in webui.failures_note({"phase": "verify"})
+    said = "none in the measured steps; 68 during the verify overload at 20.9 rps, which provokes them on purpose"
+    assert said in webui.failures_note({"phase": "done", "rendered": {"said": {"errors": said}}})
+    assert webui.failures_note({"phase": "step", "rendered": None}) == ""
+    assert webui.failures_note({"phase": "done", "rendered": {"said": {"errors": "none in the measured steps"}}}) == ""
