@@ -193,7 +193,7 @@ def _capacity_phases(
         Phase.BASELINE,
         1,
         # at most: it ends once its mean latency is known to 10% (windows.py), often after a round or less
-        f"at most {cfg.baseline_rounds} rounds x {cfg.baseline_round_requests} requests",
+        f"at most {plural(cfg.baseline_rounds, 'round')} x {cfg.baseline_round_requests} requests",
         1.0,
         max(600.0, cfg.step_s * 10),
         baseline_requests,
