@@ -45,7 +45,7 @@ def test_a_saturated_driver_is_named_in_summary_reason_and_first_screen(tmp_path
     assert driver["machines_needed"] == 2 and [s["level"] for s in driver["steps"]] == [8, 10]
     assert "at least 2 driver machines with 2 worker(s) on each (4 in all)" in driver["advice"]
     first = _first_screen(render_report(summary, frames))
-    assert 'id="driver-saturated"' in first and "Driver saturated</b> at levels 8, 10" in first
+    assert 'id="driver-saturated"' in first and "Driver saturated</b> at 8, 10 users" in first
     assert "about 46% (under 60%)" in first
     table = render_report(summary, frames).split('<section id="steps">')[1]
     assert "driver CPU" in table and re.search(r'class="badge warn"[^>]*>92 %<', table)
@@ -53,11 +53,11 @@ def test_a_saturated_driver_is_named_in_summary_reason_and_first_screen(tmp_path
 
 def test_a_saturated_baseline_is_named_the_baseline_not_level_1(tmp_path: Path) -> None:
     summary, frames = load_for_report(_run_folder(tmp_path, busy_levels=(8,), busy_baseline=True))
-    assert summary["driver"]["where"] == "the baseline and level 8"
-    assert "near saturation (>= 85% of its cores) at the baseline (92%) and level 8 (92%):" in summary["knee"]["reason"]
-    assert "reached 92% at the baseline and level 8:" in summary["driver"]["advice"]
+    assert summary["driver"]["where"] == "the baseline and 8 users"
+    assert "near saturation (>= 85% of its cores) at the baseline (92%) and 8 users (92%):" in summary["knee"]["reason"]
+    assert "reached 92% at the baseline and 8 users:" in summary["driver"]["advice"]
     first = _first_screen(render_report(summary, frames))
-    assert "Driver saturated</b> at the baseline and level 8 (CPU" in first and "level 1" not in first
+    assert "Driver saturated</b> at the baseline and 8 users (CPU" in first and "level 1" not in first
 
 
 def test_a_calm_driver_is_not_named(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ OLD_FORMS = {  # the old form -> what says it now
     r"\blevel \d+ of \d+": "load N of M",
     r"\blevel \d+, (step|warmup|cooldown)": "load N: step (U users)",
     r"over level \d+'s": "over N users'",
+    r"\blevels? \d+ \(\d+%\)|\bat levels \d|and level \d": "the driver's CPU at N users (P%)",
     r"\blevel \d+ (reaches|only)": "N users reach / only",
     r"(?<!at most )\b\d+ rounds x \d+ requests": "at most R rounds x N requests (the baseline ends early)",
     r"warm-up for \d+(?! users?\b)": "warm-up for N users",
@@ -52,7 +53,7 @@ def old_forms(text: str) -> list[str]:
 @pytest.mark.parametrize("text", [
     "knee at level 10 (step 14): throughput 13.89 rps is +0% over level 8's 13.79 rps", "level 5 of 5, verify",
     "3 rounds x 20 requests", "warm-up for 3: 1 latency at 3 from P50 338 ms at 1: 1-1 s", "plateau: 13.8 rps",
-    "ui: stopping: a run in progress stops", "(`ui` ended, or", "verify: 20.83 rps (1.5x the plateau 13.89 rps) until",
+    "ui: stopping: a run in progress stops", "at the baseline (92%) and level 8 (92%)", "Driver saturated at levels 8, 10", "(`ui` ended, or", "verify: 20.83 rps (1.5x the plateau 13.89 rps) until",
 ])  # fmt: skip
 def test_each_old_form_is_caught(text: str) -> None:
     assert old_forms(text), text  # the search itself finds what the issue quoted
@@ -92,3 +93,11 @@ def test_the_panels_and_the_terminals_own_strings_say_it_the_new_way(source: str
         "static/" + name if package.endswith("static") else name).read_text(encoding="utf-8")  # fmt: skip
     # the f-strings' placeholders stand for numbers
     assert not old_forms(re.sub(r"\{[^{}]*\}", "8", text)), old_forms(re.sub(r"\{[^{}]*\}", "8", text))
+
+
+def test_the_drivers_warning_names_loads_in_users() -> None:
+    from analysis.table.driver import DriverLoad
+
+    for busy in (DriverLoad(((2, 1, 92.0), (5, 8, 92.0)), 2, (2,)), DriverLoad(((5, 4, 88.0), (8, 8, 91.0)), 2, ())):
+        said = [busy.where(), busy.where(with_cpu=True), busy.words(), busy.advice(2)]
+        assert all("users" in text for text in said) and not old_forms("\n".join(said)), said
