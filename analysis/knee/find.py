@@ -330,7 +330,7 @@ def _plateau_knee(
     if capped and cap is not None and rec <= cap:
         refine = None  # the engine's limit itself, short of the bar: no level below it reaches it either
     if refine:
-        words.append(f"the smallest level that reaches it lies in {refine[0] + 1}..{rec}")
+        words.append(f"the fewest users that reach it lie in {refine[0] + 1}..{rec}")
     low, high = confidence
     hint = "a longer measured window (STEP_S) narrows it: throughput errors shrink with its square root"
     head = f"recommended {rec} ({low}-{high} at 95%)" if high > low else f"recommended {rec}"
