@@ -106,7 +106,7 @@ def build_config(
         p95_s = fallback if not math.isnan(fallback) else 10.0
         where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
     else:
-        where = f"P95 {p95_s * 1000:.0f} ms at level {row['level'] if row else '?'}"
+        where = f"P95 {p95_s * 1000:.0f} ms at {row['level'] if row else '?'} users"
     wait, timeout = timeouts_s(p95_s, wait_multiple, timeout_multiple)
     drained = thr * wait * QUEUE_WAIT_SHARE if not math.isnan(thr) else 4.0 * concurrency
     queue = max(concurrency, _ceil(drained))

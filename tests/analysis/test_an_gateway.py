@@ -38,11 +38,11 @@ CONFIG: dict[str, Any] = {
 }  # fmt: skip
 COMMENTS = {
     "server.max_concurrency": "the step before the knee at 8 users",
-    "server.request_timeout_s": "3 x P95 2300 ms at level 6, rounded up",
+    "server.request_timeout_s": "3 x P95 2300 ms at 6 users, rounded up",
     "server.queue.max_size": "5.80 rps x 2 s wait, rounded up: what drains within the wait timeout",
-    "server.queue.wait_timeout_s": "2 x P95 2300 ms at level 6, rounded up",
+    "server.queue.wait_timeout_s": "2 x P95 2300 ms at 6 users, rounded up",
     "server.reject_status": "reject when the queue is full; never queue without bound",
-    "server.retry_after_s": "about one P95 (P95 2300 ms at level 6): when a slot frees",
+    "server.retry_after_s": "about one P95 (P95 2300 ms at 6 users): when a slot frees",
 }
 ONE = [Upstream("127.0.0.1", 8000)]
 

@@ -38,6 +38,7 @@ OLD_FORMS = {  # the old form -> what says it now
     r"latenc(y|ies) at \d+ from P50": "latency at N users, from the P50 ... at M users",
     r"[+-]0% over": "about the same as",
     r"smallest level that reaches it": "the fewest users that reach it",
+    r"ms at level \d": "P95 ... ms at N users (the config's comments)",
     r": (\d+)-\1 s\b": "one number when both ends round alike",
     r"\(\d+(\.\d+)?x the plateau [\d.]+ rps\) until": "the plan's rate: x the highest step's rps",
     r"plateau: \d+\.\d rps": "rates to two decimals, as the knee's reason gives them",
