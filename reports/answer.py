@@ -3,8 +3,8 @@
 interval and reason, the plateau and the P95 there, the errors (those the verify overload provoked said
 as such), the verify verdict and where the config, the gateway and the report are.
 
-    answer: 8 concurrent requests (95% interval 8–8): knee at level 10 (step 14): throughput ...
-    plateau: 27.4 rps; at 8 users P95 306 ms (P50 293 ms), 27.1 rps
+    answer: 8 concurrent requests (95% interval 8–8): knee at 10 users (step 14): throughput ...
+    plateau: 27.43 rps; at 8 users P95 306 ms (P50 293 ms), 27.09 rps
     errors: none in the measured steps; 146 during the verify overload at 41.6 rps, on purpose: 83 out of memory ...
     verify: as it is: failed, turned nothing away ...; behind the recommended HAProxy: passed, ...
     config: <run>/recommended-config.yaml
@@ -35,11 +35,12 @@ def answer_line(summary: Mapping[str, Any]) -> str:
     knee = mapping(summary.get("knee"))
     level = whole(summary.get("recommended_level"))
     reason = str(knee.get("reason") or "").strip()
-    if level is None:
+    if level is None:  # a stopped run's story is what it lacks ("no measured steps yet" read as if still going)
         missing = "; ".join(str(m) for m in summary.get("missing") or [])
-        return f"answer: no recommendation: {reason or missing or 'see the report'}"
+        why = missing if missing and not summary.get("complete", True) else reason or missing
+        return f"answer: no recommendation: {why or 'see the report'}"
     reason = re.sub(rf"^recommended {level}( \([^)]*\))?: ", "", reason)  # the line says it already
-    partial = "" if summary.get("complete", True) else " (a partial run: see the report's banner)"
+    partial = "" if summary.get("complete", True) else " (a partial run, see the report's banner)"
     if knee.get("at_least"):
         head = f"at least {plural(level, 'concurrent request')} (no knee up to there)"
     else:
@@ -49,16 +50,17 @@ def answer_line(summary: Mapping[str, Any]) -> str:
 
 
 def plateau_line(summary: Mapping[str, Any]) -> str:
-    """The plateau throughput and, at the recommended level, its P95 (and P50, throughput)."""
+    """The knee's plateau throughput and, at the recommended level, its P95 (and P50, throughput); rates to
+    two decimals, as the knee's reason and the verify verdict give them: one plateau figure, rounded alike."""
     plateau = num(mapping(summary.get("knee")).get("plateau_rps"))
     level = whole(summary.get("recommended_level"))
     row = step_at(summary.get("steps") or [], level)
-    head = f"plateau: {plateau:.1f} rps" if plateau is not None else "plateau: not reached"
+    head = f"plateau: {plateau:.2f} rps" if plateau is not None else "plateau: not reached"
     if row is None or level is None:
         return head
     thr = num(row.get("throughput_rps"))
     there = f"at {plural(level, 'user')} P95 {fmt_ms(row.get('p95_ms'))} (P50 {fmt_ms(row.get('p50_ms'))})"
-    return f"{head}; {there}" + (f", {thr:.1f} rps" if thr is not None else "")
+    return f"{head}; {there}" + (f", {thr:.2f} rps" if thr is not None else "")
 
 
 def _kinds(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -9,6 +9,10 @@ taken by a headless Chromium (Debian's chromium, driven by Playwright, as the br
 2. `python -m loadtest demo-sweep` over max_num_seqs=8,16,32 (short steps): docs/img/sweep-sheet.png.
 
 About 13 minutes on a busy 2-core machine (3 for the panel and the report, 9 for the sweep). Every process it starts runs in its own process group and is ended by its PID.
+
+The README's first picture is the tool at its best: a run whose report warns that the driver saturated, or
+whose verify window through the recommended HAProxy failed, is refused (`unclean_why`): its pictures are not
+written, one line says why (exit status 1), and the pictures already in --out stay.
 """
 
 from __future__ import annotations
@@ -111,8 +115,21 @@ def wait_http(url: str, timeout_s: float) -> None:
             time.sleep(0.3)
 
 
+def unclean_why(summary: dict[str, Any]) -> str:
+    """Why a run is not one to show (a driver-saturation warning, the gateway's verify failed), "" when clean."""
+    why = []
+    driver = summary.get("driver") or {}
+    if driver.get("steps"):
+        why.append(f"its report warns the driver saturated (at {driver.get('where') or driver.get('levels')}): a busy machine")
+    gateway = (summary.get("verify") or {}).get("gateway")
+    if isinstance(gateway, dict) and not gateway.get("passed"):
+        why.append("its verify window through the recommended HAProxy failed")
+    return "; ".join(why)
+
+
 def panel_and_report(browser: Any, work: Path, out: Path) -> None:
-    """A run from the live panel to its answer: the panel's picture, then its report's first screen."""
+    """A run from the live panel to its answer: the panel's picture, then its report's first screen; both
+    shot into `work` first and copied to `out` only when the run is clean (`unclean_why`)."""
     py = sys.executable
     with running([py, "-m", "simulator", "--profile", "pytorch-24g", "--port", "0", "--dcgm-port", "0"]) as sim:
         url = sim.line("simulator: ", 30).split()[1]
@@ -128,13 +145,25 @@ def panel_and_report(browser: Any, work: Path, out: Path) -> None:
             page.wait_for_function(js("!$('start').disabled"), timeout=60_000)
             page.click("#start")
             page.wait_for_function(js("!$('config-box').hidden"), timeout=RUN_TIMEOUT_S * 1000)
-            page.screenshot(path=str(out / "live-panel.png"), full_page=True)
+            shots = work / "shots"
+            shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shots / "live-panel.png"), full_page=True)
             with urllib.request.urlopen(web + "ocr/state", timeout=5) as answer:
                 run_id = json.load(answer)["run_id"]
         report = work / run_id / "report.html"
         first = browser.new_page(viewport={"width": 1280, "height": 800})
         first.goto(report.as_uri(), wait_until="load")
-        first.screenshot(path=str(out / "report-first-screen.png"))
+        first.screenshot(path=str(shots / "report-first-screen.png"))
+    why = unclean_why(json.loads((work / run_id / "summary.json").read_text(encoding="utf-8")))
+    if why:
+        raise Unclean(f"docs-images: the run shot ({work / run_id}) is not one to show: {why}; the pictures in"
+                      f" {out} are left as they were: run it again on a quiet machine")  # fmt: skip
+    for name in ("live-panel.png", "report-first-screen.png"):
+        shutil.copyfile(shots / name, out / name)
+
+
+class Unclean(RuntimeError):
+    """The run shot is not one to show (`unclean_why`)."""
 
 
 def sweep_sheet(browser: Any, work: Path, out: Path) -> None:
@@ -173,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                 panel_and_report(browser, Path(tmp) / "run", args.out)
             if args.only in (None, "sweep"):
                 sweep_sheet(browser, Path(tmp) / "sweep", args.out)
+        except Unclean as exc:
+            print(exc, file=sys.stderr)
+            return 1
         finally:
             browser.close()
     names = {"panel": ["live-panel.png", "report-first-screen.png"], "sweep": ["sweep-sheet.png"]}

@@ -91,7 +91,7 @@ from analysis.common.stats import num, records
 from analysis.estimate.engine_limit import EngineLimit, cap_level, engine_limit, server_limit
 from analysis.knee.failure_rule import outcomes_of, steady_errors
 from analysis.knee.fall import Fall, find_fall
-from analysis.knee.knee_points import Walk, points_of, request_count, walk_points
+from analysis.knee.knee_points import Walk, points_of, request_count, walk_points, without_aborted
 from analysis.knee.plateau import confidence_interval, plateau_interval, recommend
 from analysis.table.answer_length import basis_words
 from analysis.table.driver import driver_load
@@ -177,6 +177,7 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     if unknown:
         raise TypeError(f"find_knee: unknown parameter(s) {', '.join(sorted(unknown))}")
     p = {**DEFAULTS, **params}
+    table = without_aborted(table)  # every rule below, the driver's and the server's limits too
     steps = [] if table.empty else records(table[table["phase"] == "step"])
     flagged = tuple(int(r["step_index"]) for r in steps if request_count(r) < p["min_requests"])
     if not steps:
@@ -297,7 +298,7 @@ def _no_clean_level(w: Walk, p: dict[str, Any], flagged: tuple[int, ...], limit:
     if failing is w.baseline:
         why = f"the baseline itself failed at one user ({w.failure}): no safe level, fix the server first"
     else:
-        why = f"knee at level {level}: {w.failure}; no level below it has {p['min_requests']} clean requests"
+        why = f"knee at {level} users: {w.failure}; no load below it has {p['min_requests']} clean requests"
     return Knee(True, int(failing["step_index"]), level, None, why, None, True, "errors", flagged,
                 server_limit=limit)  # fmt: skip
 
@@ -309,8 +310,8 @@ def _error_knee(w: Walk, top: dict[str, Any], p: dict[str, Any], flagged: tuple[
     level, good = int(failing["level"]), int(top["level"])
     first = failing is next(r for r in w.points if r["phase"] == "step")
     reason = (
-        f"knee at level {level} (step {failing['step_index']}): {w.failure}; recommended {good}, the highest"
-        f" level below it, which still paid for its users ({fmt(num(top, 'throughput_rps'), '.2f')} rps)"
+        f"knee at {level} users (step {failing['step_index']}): {w.failure}; recommended {good}, the highest"
+        f" load below it, which still paid for its users ({fmt(num(top, 'throughput_rps'), '.2f')} rps)"
     )
     refine = (good, level) if level - good > 1 else None
     return Knee(True, int(failing["step_index"]), level, good, reason, refine, first, "errors", flagged,
@@ -355,9 +356,9 @@ def _plateau_knee(
     if driver:
         return Knee(False, None, None, rec, driver, criterion="driver", flagged_steps=flagged, at_least=True,
                     plateau_rps=peak, server_limit=limit, engine_limit=cap)  # fmt: skip
-    words = [f"level {rec} reaches {fmt(_share(rec_row, peak), '.0%')} of the plateau {fmt(peak, '.2f')} rps"]
+    words = [f"{rec} users reach {fmt(_share(rec_row, peak), '.0%')} of the plateau {fmt(peak, '.2f')} rps"]
     if lower is not None:
-        words.append(f"level {lower['level']} only {fmt(_share(lower, peak), '.0%')}")
+        words.append(f"{lower['level']} users only {fmt(_share(lower, peak), '.0%')}")
     knee_row = above[0] if above else None
     if knee_row is not None:
         words.insert(0, _knee_words(knee_row, rec_row, w))
@@ -367,7 +368,7 @@ def _plateau_knee(
     if capped and cap is not None and rec <= cap:
         refine = None  # the engine's limit itself, short of the bar: no level below it reaches it either
     if refine:
-        words.append(f"the smallest level that reaches it lies in {refine[0] + 1}..{rec}")
+        words.append(f"the fewest users that reach it lie in {refine[0] + 1}..{rec}")
     low, high = confidence
     hint = "a longer measured window (STEP_S) narrows it: throughput errors shrink with its square root"
     head = f"recommended {rec} ({low}-{high} at 95%)" if high > low else f"recommended {rec}"
@@ -390,13 +391,15 @@ def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: Walk) -> s
     """What happened at the knee level against the recommended one."""
     level, rec = knee_row["level"], rec_row["level"]
     if knee_row is w.failing:
-        return f"knee at level {level} (step {knee_row['step_index']}): {w.failure}"
+        return f"knee at {level} users (step {knee_row['step_index']}): {w.failure}"
     t_k, t_r = num(knee_row, "throughput_rps"), num(rec_row, "throughput_rps")
     p_k, p_r = num(knee_row, "p95_ms"), num(rec_row, "p95_ms")
     gain = (t_k / t_r - 1) if t_r > 0 else math.nan
     rise = p_k / p_r if p_r > 0 else math.nan
+    # "+0% over" read as a contradiction: under half a percent is "about the same as"
+    over = "about the same as" if abs(gain) < 0.005 else f"{fmt(gain, '+.0%')} over"
     return (
-        f"knee at level {level} (step {knee_row['step_index']}): throughput {fmt(t_k, '.2f')} rps is"
-        f" {fmt(gain, '+.0%')} over level {rec}'s {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"
+        f"knee at {level} users (step {knee_row['step_index']}): throughput {fmt(t_k, '.2f')} rps is"
+        f" {over} {rec} users' {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"
         f" ({fmt(p_r)} -> {fmt(p_k)} ms)"
     )

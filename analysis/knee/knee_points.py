@@ -31,10 +31,20 @@ def request_count(row: dict[str, Any]) -> int:
     return 0 if math.isnan(value) else int(value)
 
 
+def without_aborted(table: pd.DataFrame) -> pd.DataFrame:
+    """The table less the step rows whose status is "aborted" (a run stopped mid-step: its window cut short, its
+    last requests cut), which the report's banner lists as aborted: the answer is never taken from one. A stopped
+    run's report once said "knee at level 8 (step 11)" of a step its own banner listed as aborted."""
+    if table.empty or "status" not in table.columns:
+        return table
+    return table[~((table["phase"] == "step") & (table["status"].astype(str) == "aborted"))]
+
+
 def points_of(table: pd.DataFrame, answers_back: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(one point per level: the baseline and step rows, a level's measurements pooled, sorted by level;
-    the baseline row). `answers_back`: each measurement's throughput counted on answers back before pooling
-    (failure_rule.answers_back_row: a steady loss's levels, Knee.answers_back)."""
+    """(one point per level: the baseline and the step rows but the aborted ones, a level's measurements
+    pooled, sorted by level; the baseline row). `answers_back`: each measurement's throughput counted on answers
+    back before pooling (failure_rule.answers_back_row: a steady loss's levels, Knee.answers_back)."""
+    table = without_aborted(table)
     rows = [] if table.empty else records(table)
     if answers_back:
         rows = [answers_back_row(r) if r["phase"] in ("baseline", "step") else r for r in rows]

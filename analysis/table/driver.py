@@ -34,7 +34,8 @@ class DriverLoad:
     baseline_steps: tuple[int, ...] = ()  # step indexes of the baseline: named so, not "level 1"
 
     def where(self, with_cpu: bool = False) -> str:
-        """"the baseline and level 7", or with each CPU share: "the baseline (97%) and levels 7 (90%), 8 (91%)"."""
+        """"the baseline and 7 users", or with each CPU share: "the baseline (97%) and 7 users (90%), 8 (91%)"
+        (a load is "N users": "level" once meant both a load and a position in the plan)."""
         def one(level: int, cpu: float) -> str:
             return f"{level} ({cpu:.0f}%)" if with_cpu else str(level)
 
@@ -43,7 +44,12 @@ class DriverLoad:
         levels = [one(level, cpu) for i, level, cpu in self.steps if i not in self.baseline_steps]
         if not with_cpu:
             levels = list(dict.fromkeys(levels))
-        named = [f"level{'s' if len(levels) > 1 else ''} {', '.join(levels)}"] if levels else []
+        if levels and with_cpu:  # the unit once: after the first number when each carries its share
+            number, _, share = levels[0].partition(" (")
+            levels[0] = f"{number} users ({share}"
+        elif levels:  # else after the last
+            levels[-1] = f"{levels[-1]} users"
+        named = [", ".join(levels)] if levels else []
         return " and ".join(base + named)
 
     @property
@@ -89,7 +95,7 @@ class DriverLoad:
             "threshold_pct": DRIVER_BUSY_PCT,
             "steps": [{"step_index": i, "level": lv, "driver_cpu_mean_pct": cpu} for i, lv, cpu in self.steps],
             "levels": list(self.levels),
-            "where": self.where(),  # the steps as a person names them: "the baseline and level 7"
+            "where": self.where(),  # the steps as a person names them: "the baseline and 7 users"
             "machines_needed": self.machines_needed if self.steps else None,
             "advice": self.advice(workers, server_here),
         }

@@ -93,7 +93,7 @@ def build_config(
         comments["server.max_concurrency"] = f"no safe level measured ({_short(knee.reason)}); 1 until fixed"
     elif knee.found:
         concurrency = level
-        comments["server.max_concurrency"] = f"the step before the knee at level {knee.knee_level}"
+        comments["server.max_concurrency"] = f"the step before the knee at {knee.knee_level} users"
     else:
         concurrency = level
         comments["server.max_concurrency"] = (
@@ -108,7 +108,7 @@ def build_config(
         p95_s = fallback if not math.isnan(fallback) else 10.0
         where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
     else:
-        where = f"P95 {p95_s * 1000:.0f} ms at level {row['level'] if row else '?'}"
+        where = f"P95 {p95_s * 1000:.0f} ms at {row['level'] if row else '?'} users"
     wait, timeout = timeouts_s(p95_s, wait_multiple, timeout_multiple)
     drained = thr * wait * QUEUE_WAIT_SHARE if not math.isnan(thr) else 4.0 * concurrency
     queue = max(concurrency, _ceil(drained))

@@ -161,13 +161,17 @@ def answer_text(knee: Knee) -> str | None:
 
 
 def goodput_and_verify(
-    run: RunData, table: pd.DataFrame, config: dict[str, Any], slo_p95_s: float | None
+    run: RunData, table: pd.DataFrame, config: dict[str, Any], slo_p95_s: float | None,
+    plateau_rps: float | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The table with its goodput columns, and the summary's `goodput`, `runaway` and `verify` (null when
     the run has no verify phase: VERIFY=0, or it stopped before). Goodput's latency limit is the SLO,
     else the recommended request_timeout_s: both are known only once the config is. The verify checks
     hold the server to the manifest's `verify_config` (a recommended-config.yaml's content, for a server
-    already set up: `python -m loadtest verify`) when there is one, else to this run's config."""
+    already set up: `python -m loadtest verify`) when there is one, else to this run's config. The verify
+    verdict's "Nx the plateau" is the knee's `plateau_rps` (the one plateau a screen shows: the highest step's
+    throughput beside it read "plateau 13.78 rps" and "1.5x the plateau 13.84 rps"), the highest step's
+    throughput only where the knee has none (still climbing)."""
     timeout = config.get("server", {}).get("request_timeout_s")
     timeout_s = float(timeout) if isinstance(timeout, int | float) else math.nan
     limit_s, where = (slo_p95_s, "SLO_P95_S") if slo_p95_s else (timeout_s, "the recommended request_timeout_s")
@@ -177,7 +181,7 @@ def goodput_and_verify(
     table = with_goodput(table, run.requests, limit_s * 1000.0, cer_limits(run.requests, base))
     baseline = baseline_summary(run)
     steps = table[table["phase"] == "step"] if not table.empty else table
-    plateau = float(steps["throughput_rps"].max()) if not steps.empty else None
+    plateau = plateau_rps if plateau_rps else float(steps["throughput_rps"].max()) if not steps.empty else None
     given = manifest_setting(run.manifest, "verify_config")  # the config a server already set up runs
     checked = given if isinstance(given, Mapping) and isinstance(given.get("server"), Mapping) else config
     base_p95 = baseline["latency_p95_ms"] if baseline else None
@@ -305,7 +309,8 @@ def analyze_run(
     diagnosis = diagnose(table, estimate, knee).to_dict()
     config, comments = build_config(table, knee, estimate, kind)
     config_for_the_mix(config, comments, mix, knee)
-    steps, proven = goodput_and_verify(run, steps, config, slo_p95_s)  # every row: the verify window's too
+    # every row: the verify window's too
+    steps, proven = goodput_and_verify(run, steps, config, slo_p95_s, knee.plateau_rps)
     table = table.merge(steps[["step_index", *GOODPUT_COLUMNS]], on="step_index", how="left", suffixes=("_", ""))
     table = table.drop(columns=[f"{c}_" for c in GOODPUT_COLUMNS if f"{c}_" in table.columns])
     if generated_unix_s is None:  # pure: the latest timestamp in the run stands in for "now"

@@ -80,14 +80,20 @@ def _ended(proc: subprocess.Popen[bytes], sig: signal.Signals, grace_s: float) -
     return proc.wait()
 
 
-def _render_left_over(out: Path, before: set[str]) -> None:
-    """Run folders made in this session whose report the master had no time to write (it quit)."""
+def _unrendered(out: Path, before: set[str]) -> list[Path]:
+    """Run folders made in this session with no report yet: a run in progress, or one the master had no time
+    to render (it quit)."""
     if not out.is_dir():
-        return
-    for run_dir in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in before):
-        if (run_dir / "manifest.json").is_file() and not (run_dir / "report.html").is_file():
-            print(f"ui: rendering {run_dir} (the run was stopped as the UI ended)", flush=True)
-            render(run_dir)
+        return []
+    made = sorted(p for p in out.iterdir() if p.is_dir() and p.name not in before)
+    return [p for p in made if (p / "manifest.json").is_file() and not (p / "report.html").is_file()]
+
+
+def _render_left_over(out: Path, before: set[str]) -> None:
+    """Render the runs the master had no time to render; `render` prints their answer lines, as `run` does."""
+    for run_dir in _unrendered(out, before):
+        print(f"ui: rendering {run_dir} (the run was stopped as the UI ended)", flush=True)
+        render(run_dir)
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -106,6 +112,8 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         return fail(str(exc))
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM before anything started
         return 130
+    # the pre-flight's own line (its warnings, if any, came before): checked once here, not at each Start
+    print(f"ui: pre-flight passed: {cfg.host} answered a first request; GPU: {cfg.gpu or 'none'}", flush=True)
     out = Path(cfg.out)
     before = {p.name for p in out.iterdir()} if out.is_dir() else set()
     web_port = ns.web_port or free_port()
@@ -118,7 +126,9 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         procs.master.wait()
     except KeyboardInterrupt:
         asked = True
-        print("ui: stopping: a run in progress stops, is recorded as stopped by the user and rendered", flush=True)
+        going = _unrendered(out, before)
+        print(f"ui: stopping: the run in progress ({going[-1].name}) stops, is recorded as stopped by the user and"
+              " rendered" if going else "ui: stopping: no run in progress", flush=True)  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the ordered stop is bounded: not to be cut short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -302,13 +302,13 @@ class Controller(PlanDecisions):
         return self._users(spec)
 
     def _step_head(self) -> str:
-        """"step 8 · level 2 of 5" (the phase's index in steps.jsonl, the level as a user counts it), or
+        """"step 8 · load 2 of 5" (the phase's index in steps.jsonl, its load's position among the loads), or
         "step 2" before the levels: the console's progress lines start so."""
         name = self.level_name()
-        return f"step {self.step_index}" + (f" · {name.split(',')[0]}" if name.startswith("level ") else "")
+        return f"step {self.step_index}" + (f" · {name.split(':')[0]}" if name.startswith("load ") else "")
 
     def level_name(self) -> str:
-        """The current phase as a user counts it: "level 3 of 5, step (8 users)" (loadtest.method.live.level_position);
+        """The current phase as a user counts it: "load 3 of 5: step (8 users)" (loadtest.method.live.level_position);
         the total is known once the estimate chose the levels and follows the knee and refinement."""
         knee = self.knee_seen
         return phase_name(

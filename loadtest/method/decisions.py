@@ -284,7 +284,7 @@ class PlanDecisions:
         self.verify_p95_s = p95_ms / 1000.0 if p95_ms > 0 else None  # NaN and 0: the window runs to its cap
         self.verify_own_share = own_failure_share(table, knee.recommended_level or 0)
         rate = VERIFY_FACTOR * plateau
-        self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the plateau {plateau:.2f} rps) until its checks"
+        self.event("verify", f"verify: {rate:.2f} rps ({VERIFY_FACTOR:g}x the highest step's {plateau:.2f} rps) until its checks"
                    f" can be judged, at most {self.cfg.verify_window_s:g} s, then a drain of at most {drain_s:.0f} s")  # fmt: skip
         self._verify_planned = rate, drain_s
         return rate, drain_s

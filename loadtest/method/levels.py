@@ -205,7 +205,7 @@ def knee_past_overload(
     rec = found.recommended_level or 1
     first = below.empty or not (below["phase"] == "step").any()
     return analysis.Knee(
-        True, step_index, level, rec, f"knee at level {level}: {why}; recommended {rec}, the highest level below it",
+        True, step_index, level, rec, f"knee at {level} users: {why}; recommended {rec}, the highest load below it",
         (rec, level) if level - rec > 1 else None, first_step_is_knee=bool(first), criterion="errors",
         flagged_steps=found.flagged_steps, server_limit=found.server_limit, engine_limit=found.engine_limit,
     )  # fmt: skip

@@ -220,27 +220,31 @@ def level_position(
     return number, max(number + len(left), number)
 
 
+NUMBERED_PHASES = ("step", "warmup", "cooldown")  # those counted among the loads; verify, drain and the rest are not
+
+
 def level_label(phase: str, level: int, number: int, total: int | None) -> str:
-    """"level 3 of 5, step (8 users)", "baseline (1 user)", "idle (0 users)": how the console and the panel
-    name a phase (a cooldown keeps the number of the step before it)."""
+    """"load 3 of 5: step (8 users)", "baseline (1 user)", "verify (256 users)": how the console and the panel
+    name a phase (a cooldown keeps the number of the step before it). "load N of M" is a position among the
+    loads, "N users" a load, "step N" the phase's index in steps.jsonl: never "level" for either."""
     users = f"{level} user{'s' if level != 1 else ''}"
-    if number == 0:
+    if number == 0 or phase not in NUMBERED_PHASES:
         return f"{phase} ({users})"
     of = f" of {total}" if total else ""
-    return f"level {number}{of}, {phase} ({users})"
+    return f"load {number}{of}: {phase} ({users})"
 
 
 def phase_name(
     spec: Any, stepped: list[int], *, finished: bool, aborted: bool, planned: list[int], knee_level: int | None,
     before_baseline: bool,
 ) -> str:
-    """The current phase (a PhaseSpec, or None between phases) as a user counts it: "level 3 of 5, step (8
-    users)"; once the run ended, what it measured ("done: measured 4 levels after the baseline (2, 4, 6, 8
+    """The current phase (a PhaseSpec, or None between phases) as a user counts it: "load 3 of 5: step (8
+    users)"; once the run ended, what it measured ("done: measured 4 loads after the baseline (2, 4, 6, 8
     users)"). `stepped`: the levels of the steps done so far."""
     phase, level = (str(spec.phase), spec.level) if spec else ("starting", 0)
     if spec is None and finished:
         how = "stopped: reached" if aborted else "done: measured"
         users = f" ({', '.join(map(str, stepped))} user{'' if stepped == [1] else 's'})" if stepped else ""
-        return f"{how} {plural(len(stepped), 'level')} after the baseline{users}"
+        return f"{how} {plural(len(stepped), 'load')} after the baseline{users}"
     number, total = level_position(phase, level, planned, stepped, knee_level, before_baseline=before_baseline)
     return level_label(phase, level, number, total)

@@ -38,6 +38,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.common.words import plural
 from loadtest.method.levels import (
     LevelChoice,
     climb_further,
@@ -75,7 +76,7 @@ REMEASURE_MAX_WINDOWS = 6  # each at most this many STEP_S windows
 
 def _step(cfg: RunConfig, level: int, note: str, seek_p95: bool = True) -> Iterator[PhaseSpec]:
     if cfg.warmup_s > 0:
-        yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {level}", cfg.warmup_s, cfg.warmup_s)
+        yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {plural(level, 'user')}", cfg.warmup_s, cfg.warmup_s)
     if cfg.scenario == "soak":
         yield PhaseSpec(Phase.STEP, level, f"soak at {level} ({note})", cfg.soak_s, cfg.soak_s)
     else:
@@ -135,7 +136,7 @@ def gateway_phases(
 def _remeasure(cfg: RunConfig, level: int, window_s: float, why: str) -> Iterator[PhaseSpec]:
     """A level measured once more for `window_s` (a longer window than a step's: see plan_phases)."""
     if cfg.warmup_s > 0:
-        yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {level}", cfg.warmup_s, cfg.warmup_s)
+        yield PhaseSpec(Phase.WARMUP, level, f"warm-up for {plural(level, 'user')}", cfg.warmup_s, cfg.warmup_s)
     yield PhaseSpec(Phase.STEP, level, f"re-measure: {why}", window_s, remeasure_max_s(window_s),
                     cfg.min_step_requests)  # fmt: skip
     yield _cooldown(cfg)
@@ -191,7 +192,8 @@ def _capacity_phases(
     yield PhaseSpec(
         Phase.BASELINE,
         1,
-        f"{cfg.baseline_rounds} rounds x {cfg.baseline_round_requests} requests",
+        # at most: it ends once its mean latency is known to 10% (windows.py), often after a round or less
+        f"at most {plural(cfg.baseline_rounds, 'round')} x {cfg.baseline_round_requests} requests",
         1.0,
         max(600.0, cfg.step_s * 10),
         baseline_requests,

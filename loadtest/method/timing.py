@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.common.stats import latency_cv
+from analysis.common.words import plural
 from analysis.table.answer_length import length_cv
 from loadtest.settings.limits import WARMUP_BELOW_LATENCIES, WARMUP_LATENCIES, TimingLimits
 
@@ -57,13 +58,14 @@ def warmup_bounds(
     top = max(m for m, _ in known)
     if top > level:  # served more at once before
         min_s = min(max(limits.warmup_min_s, WARMUP_BELOW_LATENCIES * low_s), limits.warmup_cap_s)
-        why = (f"{WARMUP_BELOW_LATENCIES:g} latency at {level} from P50 {p50_ms:.0f} ms at {near}, below {top}"
-               f" measured: {min_s:.1f} s")  # fmt: skip
+        why = (f"{WARMUP_BELOW_LATENCIES:g} latency at {plural(level, 'user')}, from the P50 {p50_ms:.0f} ms at"
+               f" {plural(near, 'user')}, below the {top} users measured: {min_s:.1f} s")  # fmt: skip
         return WarmupBounds(min_s, min_s, 0, why)
     min_s = min(max(limits.warmup_min_s, WARMUP_LATENCIES * low_s), limits.warmup_cap_s)
     max_s = min(max(min_s, WARMUP_LATENCIES * high_s), limits.warmup_cap_s)
     many = f"{WARMUP_LATENCIES:g} latenc{'y' if WARMUP_LATENCIES == 1 else 'ies'}"
-    why = f"{many} at {level} from P50 {p50_ms:.0f} ms at {near}: {min_s:.0f}-{max_s:.0f} s"
+    span = f"{min_s:.0f} s" if f"{min_s:.0f}" == f"{max_s:.0f}" else f"{min_s:.0f}-{max_s:.0f} s"
+    why = f"{many} at {plural(level, 'user')}, from the P50 {p50_ms:.0f} ms at {plural(near, 'user')}: {span}"
     return WarmupBounds(min_s, max_s, min_requests, why)
 
 

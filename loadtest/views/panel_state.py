@@ -15,7 +15,7 @@ from typing import Any
 
 from loadtest.method.controller import Controller
 from loadtest.method.live import panel_row
-from runfolder import Phase, StepRow
+from runfolder import GATEWAY_FILE, Phase, StepRow
 
 CONFIG_FILE = "recommended-config.yaml"
 SUMMARY_FILE = "summary.json"
@@ -58,21 +58,42 @@ def knee_view(knee: Any) -> dict[str, Any] | None:
     }
 
 
-def rendered_view(run_dir: Path) -> dict[str, Any] | None:
-    """The report's answer once rendered: summary.json's knee and answer, and the config to paste."""
+def verify_view(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verify verdict, one entry per window: {"where", "passed", "why"}: the server as it is, then behind
+    the recommended HAProxy where the run had one; `why` is the verdict's line with its numbers (its rate, the
+    plateau, the checks that failed: analysis/overload/verify.py)."""
+    verify = summary.get("verify") or {}
+    if not isinstance(verify, dict) or not verify:
+        return []
+    raw = verify.get("raw") or verify
+    windows = [("as it is", raw)] + ([("behind the recommended HAProxy", verify["gateway"])]
+                                     if isinstance(verify.get("gateway"), dict) else [])  # fmt: skip
+    return [{"where": where, "passed": bool(v.get("passed")), "why": str(v.get("why") or "")} for where, v in windows]
+
+
+def rendered_view(run_dir: Path, lines: list[str] | None = None) -> dict[str, Any] | None:
+    """The report's answer once rendered: summary.json's knee and answer, the verify verdict, the config to
+    paste (none without a recommendation: its `max_concurrency: 1` is a placeholder), the files beside it,
+    and `lines`: what `python -m reports` printed (reports.__main__.print_answer: the terminal's own words)."""
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
         config = (run_dir / CONFIG_FILE).read_text(encoding="utf-8")
     except (OSError, ValueError):
         return None
     knee = summary.get("knee") or {}
+    said = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines or [] if ": " in line}
     return {
         "answer": summary.get("answer"),
+        "recommended_level": summary.get("recommended_level"),
         "complete": bool(summary.get("complete", True)),
         "missing": [str(m) for m in summary.get("missing") or []],
         "knee": {key: knee.get(key) for key in ("found", "knee_step_index", "knee_level", "recommended_level",
                                                  "confidence", "at_least", "reason", "narrow_hint")},
-        "config_yaml": config,
+        "config_yaml": config if summary.get("recommended_level") is not None else "",
+        "files": [name for name in (CONFIG_FILE, GATEWAY_FILE) if (run_dir / name).is_file()],
+        "verify": verify_view(summary),
+        "said": {key: said[key] for key in ("answer", "plateau", "errors", "verify") if key in said},
+        "lines": list(lines or []),
     }
 
 
@@ -101,8 +122,10 @@ def running_row(ctl: Controller) -> dict[str, Any] | None:
         return None
     now = ctl.clock()
     row = StepRow(ctl.step_index, str(spec.phase), spec.level, ctl.phase_start, now, "running", spec.note)
-    rps = ctl.live.throughput_rps(ctl.step_index, ctl.phase_start, now) if now > ctl.phase_start else None
-    so_far = (ctl.rows_per_step[ctl.step_index], ctl.live_errors, rps if rps is not None else float("nan"),
+    answered = ctl.rows_per_step[ctl.step_index]
+    # no rate before the step's first answer: a rate of the warm-up's answers beside 0 requests read as a fault
+    rps = ctl.live.throughput_rps(ctl.step_index, ctl.phase_start, now) if now > ctl.phase_start and answered else None
+    so_far = (answered, ctl.live_errors, rps if rps is not None else float("nan"),
               list(ctl.live_latency_ms))  # fmt: skip
     return {**panel_row(row, None, ctl.gpu_peak_per_step, provisional=so_far), "status": "running", "running": True}
 

@@ -32,6 +32,7 @@ from loadtest.settings.manifest import REPO_ROOT
 from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
 from loadtest.views.panel_state import rendered_view, snapshot
 
+RUN_FILES_SHOWN = ("recommended-config.yaml", "haproxy.cfg")  # what /ocr/file/<run_id>/<name> serves
 MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
 START_WAIT_S = 30.0  # a stop asked for while a start's first tick runs waits this long at most for the run
 TAB_KEY = "ocr-plan"
@@ -81,6 +82,10 @@ LINK_HTML = (
     '<a id="ocr-panel-link" href="ocr" style="position:fixed;left:16px;bottom:16px;z-index:2000;'
     "background:#1d2433;color:#fff;padding:10px 16px;border-radius:8px;font:600 14px system-ui,sans-serif;"
     'text-decoration:none;box-shadow:0 2px 8px rgba(0,0,0,.3)">OCR capacity panel: plan, GPU, answer &rarr;</a>'
+    # failures_note, shown by locust-page.js while Locust's Failures hold the verify window's errors
+    '<div id="ocr-failures-note" hidden style="position:fixed;left:16px;bottom:64px;z-index:2000;max-width:520px;'
+    "background:#fef3c7;color:#1d2433;padding:8px 12px;border-radius:8px;font:13px/1.4 system-ui,sans-serif;"
+    'box-shadow:0 2px 8px rgba(0,0,0,.2)"></div>'
 )
 
 
@@ -156,27 +161,40 @@ def _on_start(environment: Environment, **_kwargs: Any) -> None:
         panel.current, panel.started_at, panel.user_stop = None, time.time(), ""
 
 
+def render_soon(ctl: Controller, environment: Environment) -> None:
+    """The ended run's analysis and report, a second from now (its last rows in): marked as being written at
+    once, so Start stays disabled from the run's end until its report is linked (it once flickered enabled
+    in the second before the render began, and a start there printed the last run's `report:` line after
+    the next run's first step)."""
+    _panel(environment).rendering.add(ctl.run_dir.name)
+    gevent.spawn_later(1.0, render_after_run, ctl, environment)
+
+
 def render_after_run(ctl: Controller, environment: Environment | None = None) -> None:
-    """Analysis and report in their own process (run in a greenlet)."""
+    """Analysis and report in their own process (run in a greenlet). Its lines (the answer, plateau, errors,
+    verify, config, gateway and report: reports.__main__.print_answer, as `run` prints them) go to `ui`'s
+    terminal and to the panel, the same words on both."""
     panel = _panel(environment) if environment is not None else None
     if panel is not None:
         panel.rendering.add(ctl.run_dir.name)
     try:
         out = subprocess.run([sys.executable, "-m", "reports", str(ctl.run_dir)], cwd=REPO_ROOT,
                              capture_output=True, text=True, check=False)  # fmt: skip
-    finally:
+        lines = [line for line in out.stdout.splitlines() if line.strip()]
+        for line in lines:
+            if line.startswith("report: "):
+                ctl.report_path = line.split(" ", 1)[1].strip()
+        if lines:
+            print("\n".join(lines), flush=True)
+        if ctl.report_path is None:
+            ctl.event("warning", f"the report could not be rendered: {(out.stderr or out.stdout).strip()[-300:]}")
+        elif panel is not None:
+            view = rendered_view(ctl.run_dir, lines)
+            if view is not None:
+                panel.rendered[ctl.run_dir.name] = view
+    finally:  # only once the report and its answer are in: Start waits for them
         if panel is not None:
             panel.rendering.discard(ctl.run_dir.name)
-    for line in out.stdout.splitlines():
-        if line.startswith("report: "):
-            ctl.report_path = line.split(" ", 1)[1].strip()
-            print(line, flush=True)
-    if ctl.report_path is None:
-        ctl.event("warning", f"the report could not be rendered: {(out.stderr or out.stdout).strip()[-300:]}")
-    elif panel is not None:
-        view = rendered_view(ctl.run_dir)
-        if view is not None:
-            panel.rendered[ctl.run_dir.name] = view
 
 
 def _locust_view(environment: Environment) -> dict[str, Any]:
@@ -226,6 +244,19 @@ def state_of(environment: Environment) -> dict[str, Any]:
     state = snapshot(ctl, panel.rendered.get(name))
     report = f"ocr/report/{name}" if ctl.report_path else None
     return {**state, **base, "report": report, "rendering": name in panel.rendering}
+
+
+def failures_note(state: dict[str, Any]) -> str:
+    """What Locust's own page shows beside its Failures while the run's verify window is in them: its errors
+    are provoked on purpose (the window overloads the server), never the measured steps' ("" otherwise). Its
+    Failures read 10% while every row of the panel read 0 errors: a newcomer took the two for a contradiction."""
+    if state.get("phase") in ("verify", "drain"):
+        return ("Locust's Failures now count the verify window's errors: it overloads the server on purpose"
+                " (out-of-memory answers, 503s); the measured steps' errors are on the OCR panel.")  # fmt: skip
+    errors = ((state.get("rendered") or {}).get("said") or {}).get("errors") or ""
+    if "verify overload" in errors:
+        return f"Locust's Failures count the verify window's errors, provoked on purpose: {errors}."
+    return ""
 
 
 def _plan_tab_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -282,6 +313,7 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
             data, state = response.get_json(), state_of(environment)
             data["extended_stats"] = [{"key": TAB_KEY, "data": _plan_tab_rows(state)}]
             data["ocr_run_id"] = state["run_id"]  # whose rows these are (the page's script keys them by it)
+            data["ocr_failures_note"] = failures_note(state)
             response.set_data(jsonify(data).get_data())
         elif request.path.rstrip("/") == (request.script_root or "") and response.mimetype == "text/html":
             response.direct_passthrough = False
@@ -298,6 +330,8 @@ def start_refused(environment: Environment) -> str:
         return "a run is in progress: one run at a time; stop it first (the panel's Stop or Locust's STOP)"
     if panel.current is not None and not panel.current.finished:
         return "the last run is still ending (its rows and report): start again once the panel says it ended"
+    if panel.rendering:
+        return "the last run's report is still being written: start again once the panel links it"
     return ""
 
 
@@ -367,6 +401,17 @@ def attach(environment: Environment) -> None:
         # as Locust's /stop does, without holding the page while the start ends or the users stop
         gevent.spawn(_stop, environment, "the panel's Stop")
         return jsonify({"stopped": True})
+
+    @app.route("/ocr/file/<run_id>/<name>")
+    def ocr_file(run_id: str, name: str) -> Any:
+        """recommended-config.yaml or haproxy.cfg of a run, as text (the panel links them beside the config)."""
+        ctl = _panel(environment).runs.get(run_id)
+        report = Path(ctl.report_path) if ctl is not None and ctl.report_path else report_on_disk(
+            Path(getattr(environment.parsed_options, "ocr_out", "") or "results"), run_id)  # fmt: skip
+        path = report.parent / name if report is not None and name in RUN_FILES_SHOWN else None
+        if path is None or not path.is_file():
+            return Response(f"no {name} for run {run_id}", status=404, mimetype="text/plain")
+        return send_file(path.resolve(), mimetype="text/plain")
 
     @app.route("/ocr/report")
     @app.route("/ocr/report/<run_id>")

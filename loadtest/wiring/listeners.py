@@ -209,7 +209,7 @@ def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
         ctl.close()
         if environment.web_ui is not None:  # headless runs are rendered by `python -m loadtest run`
             vars(environment.parsed_options)["ocr_run_dir"] = ""  # the next start from the page is a new run
-            gevent.spawn_later(1.0, webui.render_after_run, ctl, environment)
+            webui.render_soon(ctl, environment)
 
 
 def _report_rows_only_on_workers(ctl: Controller, inbox: rowlink.Inbox) -> None:

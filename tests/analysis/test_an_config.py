@@ -42,7 +42,7 @@ def test_yaml_text_parses_back_to_the_content_and_comments_every_value() -> None
         line for line in lines if ":" in line and not line.rstrip().endswith(":") and not line.startswith("#")
     ]
     assert len(valued) == 11 and all("#" in line for line in valued)  # 7 server values, 4 of the breaker
-    assert "the step before the knee at level 8" in text and "wait 5 s + P95 2300 ms at level 4" in text
+    assert "the step before the knee at 8 users" in text and "wait 5 s + P95 2300 ms at 4 users" in text
 
 
 def test_no_knee_and_no_safe_level() -> None:

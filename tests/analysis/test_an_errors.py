@@ -174,7 +174,7 @@ def test_a_saturated_driver_is_named_in_the_reason() -> None:
     )  # fmt: skip
     knee = find_knee(steps)
     assert knee.driver_saturated_levels == (4, 8) and knee.to_dict()["driver_saturated_levels"] == [4, 8]
-    assert "driver's CPU was near saturation (>= 85% of its cores) at levels 4 (88%), 8 (91%)" in knee.reason
+    assert "driver's CPU was near saturation (>= 85% of its cores) at 4 users (88%), 8 (91%)" in knee.reason
     assert "the knee itself may be the driver's" in knee.reason
     calm = find_knee(_table(_baseline(), _row(2, 300, thr=10, driver_cpu_mean_pct=84.0)))
     assert calm.driver_saturated_levels == () and "driver" not in calm.reason

@@ -38,12 +38,12 @@ CONFIG: dict[str, Any] = {
                "reject_status": 503, "retry_after_s": 1},
 }  # fmt: skip
 COMMENTS = {
-    "server.max_concurrency": "the step before the knee at level 8",
-    "server.request_timeout_s": "3 x P95 2300 ms at level 6, rounded up",
+    "server.max_concurrency": "the step before the knee at 8 users",
+    "server.request_timeout_s": "3 x P95 2300 ms at 6 users, rounded up",
     "server.queue.max_size": "5.80 rps x 2 s wait, rounded up: what drains within the wait timeout",
-    "server.queue.wait_timeout_s": "2 x P95 2300 ms at level 6, rounded up",
+    "server.queue.wait_timeout_s": "2 x P95 2300 ms at 6 users, rounded up",
     "server.reject_status": "reject when the queue is full; never queue without bound",
-    "server.retry_after_s": "about one P95 (P95 2300 ms at level 6): when a slot frees",
+    "server.retry_after_s": "about one P95 (P95 2300 ms at 6 users): when a slot frees",
 }
 ONE = [Upstream("127.0.0.1", 8000)]
 
@@ -220,7 +220,7 @@ def test_the_run_folder_gets_haproxy_cfg_beside_its_config(make_run: Callable[..
     config = summary["config"]["server"]
     assert f"server s1 127.0.0.1:8000 maxconn {level} check" in text
     assert f"ge {config['queue']['max_size']} }}" in text and f"timeout queue {config['queue']['wait_timeout_s']}s" in text
-    assert f"the step before the knee at level {summary['knee']['knee_level']}" in _note_above(text, "server s1")
+    assert f"the step before the knee at {summary['knee']['knee_level']} users" in _note_above(text, "server s1")
     result = analyze_run(load_run(path))
     assert text == run_gateway(result.summary, result.config_comments, [Upstream("127.0.0.1", 8000)])
 

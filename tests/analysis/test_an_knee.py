@@ -80,8 +80,8 @@ def test_knee_cases(name: str, steps: pd.DataFrame, expected: dict[str, Any]) ->
 
 def test_reasons_carry_the_numbers_and_never_nan() -> None:
     knee = find_knee(HOCKEY)
-    assert "knee at level 16" in knee.reason and "420 ms" in knee.reason and "2.00x" in knee.reason
-    assert "reaches 95% of the plateau" in knee.reason and "level 4 only 50%" in knee.reason
+    assert "knee at 16 users" in knee.reason and "420 ms" in knee.reason and "2.00x" in knee.reason
+    assert "reach 95% of the plateau" in knee.reason and "4 users only 50%" in knee.reason
     assert knee.knee_step_index == 19
     none = find_knee(table((2, 200, 10), (4, 201, 20), (8, 203, 40)))
     assert "no knee yet" in none.reason and "at least 8" in none.reason and "up to 16" in none.reason

@@ -50,7 +50,8 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
     # 12 and 16 on a server of 8 slots: a plateau both reach with room to spare (at 8 exactly, a driver starved
     # of CPU with one core busy beside the suite fell short of it, and no knee showed; at 10, two users spare,
     # a clean clone's make test once ended "no knee yet" the same way)
-    ui = start_ui(sim, tmp_path, "4,12,16")
+    # the verify window as it is and through HAProxy: the panel carries both verdicts and links haproxy.cfg
+    ui = start_ui(sim, tmp_path, "4,12,16", extra=("--verify", "true", "--verify-window-s", "6", "--gateway", "haproxy"))
     try:
         # Locust's own page links to the panel and has the plan's tab; its form shows a few parameters
         locust = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -69,7 +70,7 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         page.wait_for_function(js("!$('stop').disabled && $('start').disabled"), timeout=20_000)
         # the estimate with its formula, then the plan and the level named as a user counts it
         page.wait_for_function(js("/MiB per request/.test($('estimate-inputs').textContent)"), timeout=60_000)
-        page.wait_for_function(js("/level 1 of 3/.test($('level-name').textContent)"), timeout=30_000)
+        page.wait_for_function(js("/load 1 of 3/.test($('level-name').textContent)"), timeout=30_000)
         assert page.locator("#plan .chip").count() == 3
         page.wait_for_function(js("/Recommended so far/.test($('answer').textContent)"), timeout=60_000)
         # the end: the report's answer, the knee's row marked, the config to paste beside the report link
@@ -81,6 +82,25 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         assert "max_concurrency" in (page.text_content("#config") or "")
         assert (page.text_content("#answer") or "").startswith("Recommended: ")
         assert page.is_hidden("#stopped")
+        # the whole verdict: one line per window, haproxy.cfg beside the config, the verify errors explained
+        verdicts = page.locator("#verify-box li").all_text_contents()
+        assert [v.split(":")[0] for v in verdicts] == ["Verify as it is", "Verify behind the recommended HAProxy"], verdicts
+        assert all(re.search(r"\d+\.\d+ rps", v) for v in verdicts), verdicts
+        assert page.locator("#files a", has_text="haproxy.cfg").count() == 1
+        with urllib.request.urlopen(ui.url + f"ocr/file/{state['run_id']}/haproxy.cfg", timeout=10) as cfg:
+            assert "backend" in cfg.read().decode()
+        errors_said = page.text_content("#errors-line") or ""
+        assert errors_said.startswith("Errors: ") and "Locust's own page counts these" in errors_said, errors_said
+        # ui's terminal: the answer lines `run` prints, the same words as the panel's
+        said = [line for line in ui.lines if line.split(":")[0] in ("answer", "plateau", "errors", "verify", "gateway")]
+        assert [line.split(":")[0] for line in said] == ["answer", "plateau", "errors", "verify", "gateway"], ui.log()
+        assert said[0].removeprefix("answer: ").split(": ")[0] in (page.text_content("#answer") or "")
+        # the verify window overloads the server (it runs out of memory as it is; HAProxy turns the excess
+        # away): Locust's own page counts those in its Failures and explains them beside it
+        assert "during the verify overload" in said[2], said
+        locust.goto(ui.url)
+        locust.wait_for_selector("#ocr-failures-note:not([hidden])", timeout=15_000)
+        assert "provoked on purpose" in (locust.text_content("#ocr-failures-note") or "")
         first_run = state["run_id"]
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "ui-panel-answer.png"), full_page=True)
@@ -144,6 +164,9 @@ def test_a_stop_from_the_panel_and_sigterm_end_runs_as_the_users_and_leave_no_pr
         assert "baseline" in (page.text_content("#stopped") or "")
         page.wait_for_function(js("/stopped reading at/.test($('gpu-read').textContent)"), timeout=10_000)
         page.wait_for_function(js("!$('start').disabled && $('stop').disabled"), timeout=30_000)
+        # Start only once the stopped run's report is written: its link is there, its answer printed
+        assert page.locator("#report-link").count() == 1
+        assert any(line.startswith("answer: ") for line in ui.lines), ui.log()
         first_run = ui.state()["run_id"]
         # a run in progress when `ui` gets SIGTERM (docker stop): it stops, is recorded and rendered
         page.click("#start")

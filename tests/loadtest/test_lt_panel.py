@@ -39,8 +39,8 @@ def test_the_total_follows_the_knee_and_refinement() -> None:
 
 
 def test_labels_read_as_a_user_counts() -> None:
-    assert level_label("step", 8, 2, 5) == "level 2 of 5, step (8 users)"
-    assert level_label("warmup", 4, 1, None) == "level 1, warmup (4 users)"
+    assert level_label("step", 8, 2, 5) == "load 2 of 5: step (8 users)"
+    assert level_label("warmup", 4, 1, None) == "load 1: warmup (4 users)"
     assert level_label("baseline", 1, 0, None) == "baseline (1 user)"
     assert level_label("idle", 0, 0, None) == "idle (0 users)"
 
@@ -100,20 +100,20 @@ class _Run:
 def test_a_stop_by_the_user_is_recorded_as_such_and_the_panel_says_where(tmp_path: Path) -> None:
     run = _Run(tmp_path)
     run.to_first_step()
-    assert run.ctl.level_name() == "level 1 of 2, step (2 users)"
+    assert run.ctl.level_name() == "load 1 of 2: step (2 users)"
     run.feed(3)
     run.ctl.stop_by_user("the panel's Stop")
     run.ctl.stop_early("every worker was lost")  # Locust's count said 0 workers: the user's stop stands
     run.ctl.close()
     events = run.lines("events.jsonl")
     assert [e["kind"] for e in events if e["kind"] in ("user_stop", "abort")] == ["user_stop"]
-    why = "stopped by the user at level 1 of 2, step (2 users), with the panel's Stop"
+    why = "stopped by the user at load 1 of 2: step (2 users), with the panel's Stop"
     assert events[-1]["message"] == why
     last = run.lines("steps.jsonl")[-1]
     assert (last["phase"], last["status"], last["note"]) == ("step", "aborted", why)
     state = json.loads(json.dumps(snapshot(run.ctl, None)))  # plain JSON
     assert state["stopped_by_user"] == why and state["finished"]
-    assert state["level_name"] == "stopped: reached 1 level after the baseline (2 users)"
+    assert state["level_name"] == "stopped: reached 1 load after the baseline (2 users)"
     assert [p["state"] for p in state["plan"]] == ["measured", "skipped"]  # the run is over: 4 never comes
     assert state["gpu"]["reading"] is False and state["phase"] == "stopped"
     assert state["steps"][-1]["status"] == "stopped by the user; final numbers in the report"

@@ -132,7 +132,7 @@ def test_a_warmup_lasts_about_warmup_latencies_measured_nearest_its_level() -> N
     below = warmup_bounds(4, [(1, 20_000.0), (4, 30_000.0), (8, 55_000.0)], limits, 120.0)
     assert (below.min_s, below.max_s, below.min_requests) == (WARMUP_BELOW_LATENCIES * 30.0,) * 2 + (0,)
     floor = warmup_bounds(4, [(1, 200.0), (8, 900.0)], limits, 120.0)  # 0.5 x 450 ms: WARMUP_S still holds
-    assert (floor.min_s, floor.min_requests) == (2.0, 0) and "below 8 measured" in floor.why
+    assert (floor.min_s, floor.min_requests) == (2.0, 0) and "below the 8 users measured" in floor.why
     capped = warmup_bounds(64, [(1, 90_000.0)], limits, 120.0)
     assert capped.max_s == limits.warmup_cap_s == WARMUP_LATENCIES * 120.0  # no request outlasts its timeout
 

@@ -13,10 +13,10 @@ def _ended(stepped: list[int], aborted: bool = True) -> str:
 
 
 def test_a_run_ended_names_its_levels_in_the_right_number() -> None:
-    assert _ended([1]) == "stopped: reached 1 level after the baseline (1 user)"
-    assert _ended([2]) == "stopped: reached 1 level after the baseline (2 users)"
-    assert _ended([2, 4], aborted=False) == "done: measured 2 levels after the baseline (2, 4 users)"
-    assert _ended([]) == "stopped: reached 0 levels after the baseline"
+    assert _ended([1]) == "stopped: reached 1 load after the baseline (1 user)"
+    assert _ended([2]) == "stopped: reached 1 load after the baseline (2 users)"
+    assert _ended([2, 4], aborted=False) == "done: measured 2 loads after the baseline (2, 4 users)"
+    assert _ended([]) == "stopped: reached 0 loads after the baseline"
 
 
 def test_a_quitting_worker_says_rows_sent_in_the_final_batch_are_not_lost() -> None:

@@ -86,7 +86,7 @@ def seen(hosts: Hosts) -> Observed:
 
 
 def _current_step(run: Run) -> int:
-    """The step the master runs now, from its progress lines ("step 8 · level 2 of 3: step users=4 ...")."""
+    """The step the master runs now, from its progress lines ("step 8 · load 2 of 3: step users=4 ...")."""
     return max(int(x.split()[1].rstrip(":")) for x in run.log.splitlines() if x.startswith("step "))
 
 

@@ -75,8 +75,8 @@ def run_argv(
 
 
 def step_line(phase: str, users: int) -> str:
-    """A regex for the progress line that opens a phase: `step 5 · level 1 of 3: step users=4 (...)`."""
-    return rf"^step [0-9]+( · level [0-9]+( of [0-9]+)?)?: {phase} users={users}\b"
+    """A regex for the progress line that opens a phase: `step 5 · load 1 of 3: step users=4 (...)`."""
+    return rf"^step [0-9]+( · load [0-9]+( of [0-9]+)?)?: {phase} users={users}\b"
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ from typing import Any
 from analysis.common.words import duration_words, plural
 from reports.answer import answer_line, answer_lines, errors_line, plateau_line, verify_line
 
-REASON = "recommended 8: knee at level 10 (step 14): throughput 27.76 rps is +2% over level 8's 27.09 rps"
+REASON = "recommended 8: knee at 10 users (step 14): throughput 27.76 rps is +2% over 8 users' 27.09 rps"
 
 
 def _step(phase: str, level: int, **kw: Any) -> dict[str, Any]:
@@ -31,8 +31,8 @@ def _summary(**kw: Any) -> dict[str, Any]:
 
 def test_the_answer_line_holds_the_level_its_interval_and_reason_once() -> None:
     line = answer_line(_summary())
-    assert line == ("answer: 8 concurrent requests (95% interval 8–8): knee at level 10 (step 14): throughput"
-                    " 27.76 rps is +2% over level 8's 27.09 rps")  # fmt: skip
+    assert line == ("answer: 8 concurrent requests (95% interval 8–8): knee at 10 users (step 14): throughput"
+                    " 27.76 rps is +2% over 8 users' 27.09 rps")  # fmt: skip
     one = _summary(recommended_level=1)
     one["knee"] = {**one["knee"], "recommended_level": 1, "confidence": [1, 2], "reason": "recommended 1 (1-2 at 95%): x"}
     assert answer_line(one) == "answer: 1 concurrent request (95% interval 1–2): x"
@@ -42,11 +42,14 @@ def test_the_answer_line_holds_the_level_its_interval_and_reason_once() -> None:
     none = _summary(recommended_level=None, missing=["no step measured"])
     none["knee"] = {}
     assert answer_line(none) == "answer: no recommendation: no step measured"
-    assert "(a partial run: see the report's banner)" in answer_line(_summary(complete=False))
+    stopped = _summary(recommended_level=None, complete=False, missing=["measured steps (run stopped before the stepped load)"])
+    stopped["knee"] = {"reason": "no measured steps yet: run the stepped load"}  # the knee's words, as if still going
+    assert answer_line(stopped) == "answer: no recommendation: measured steps (run stopped before the stepped load)"
+    assert "(a partial run, see the report's banner)" in answer_line(_summary(complete=False))
 
 
 def test_the_plateau_line_gives_the_p95_at_the_recommended_level() -> None:
-    assert plateau_line(_summary()) == "plateau: 27.4 rps; at 8 users P95 306 ms (P50 293 ms), 27.1 rps"
+    assert plateau_line(_summary()) == "plateau: 27.43 rps; at 8 users P95 306 ms (P50 293 ms), 27.09 rps"
     assert plateau_line(_summary(knee={}, recommended_level=None)) == "plateau: not reached"
 
 

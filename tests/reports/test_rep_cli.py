@@ -64,7 +64,7 @@ def test_report_and_compare_print_their_paths(tmp_path: Path) -> None:
     # form): no haproxy.cfg, one line why, before `report:`
     lines = proc.stdout.splitlines()
     assert [line.split(":", 1)[0] for line in lines[:5]] == ["answer", "plateau", "errors", "verify", "config"]
-    assert lines[0].startswith("answer: 6 concurrent requests (95% interval 6–8): knee at level 8 (step 8): ")
+    assert lines[0].startswith("answer: 6 concurrent requests (95% interval 6–8): knee at 8 users (step 8): ")
     assert lines[4] == f"config: {a / 'recommended-config.yaml'}"
     assert lines[5:] == [
         "no haproxy.cfg: the run's manifest names no server URL: give it with python -m loadtest gateway"

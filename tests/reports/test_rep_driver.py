@@ -45,7 +45,7 @@ def test_a_saturated_driver_is_named_in_summary_reason_and_first_screen(tmp_path
     assert driver["machines_needed"] == 2 and [s["level"] for s in driver["steps"]] == [8, 10]
     assert "at least 2 driver machines with 2 worker(s) on each (4 in all)" in driver["advice"]
     first = _first_screen(render_report(summary, frames))
-    assert 'id="driver-saturated"' in first and "Driver saturated</b> at levels 8, 10" in first
+    assert 'id="driver-saturated"' in first and "Driver saturated</b> at 8, 10 users" in first
     assert "about 46% (under 60%)" in first
     table = render_report(summary, frames).split('<section id="steps">')[1]
     assert "driver CPU" in table and re.search(r'class="badge warn"[^>]*>92 %<', table)
@@ -53,11 +53,11 @@ def test_a_saturated_driver_is_named_in_summary_reason_and_first_screen(tmp_path
 
 def test_a_saturated_baseline_is_named_the_baseline_not_level_1(tmp_path: Path) -> None:
     summary, frames = load_for_report(_run_folder(tmp_path, busy_levels=(8,), busy_baseline=True))
-    assert summary["driver"]["where"] == "the baseline and level 8"
-    assert "near saturation (>= 85% of its cores) at the baseline (92%) and level 8 (92%):" in summary["knee"]["reason"]
-    assert "reached 92% at the baseline and level 8:" in summary["driver"]["advice"]
+    assert summary["driver"]["where"] == "the baseline and 8 users"
+    assert "near saturation (>= 85% of its cores) at the baseline (92%) and 8 users (92%):" in summary["knee"]["reason"]
+    assert "reached 92% at the baseline and 8 users:" in summary["driver"]["advice"]
     first = _first_screen(render_report(summary, frames))
-    assert "Driver saturated</b> at the baseline and level 8 (CPU" in first and "level 1" not in first
+    assert "Driver saturated</b> at the baseline and 8 users (CPU" in first and "level 1" not in first
 
 
 def test_a_calm_driver_is_not_named(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_the_knee_tile_says_when_the_knee_waits_for_confirmation() -> None:
     knee = {**run.summary["knee"], "confirm_level": 8, "driver_saturated_levels": [8]}
     html = render_report({**run.summary, "knee": knee}, run.frames())
     tile = html[html.index('id="tile-knee"') : html.index('id="tile-latency"')]
-    assert "level 8 to be measured once more" in tile and "driver CPU near saturation at level 8" in tile
+    assert "8 users to be measured once more" in tile and "driver CPU near saturation at 8 users" in tile
     assert "rests on few failures" in tile  # a summary without confirm_why: the knee by few failures
 
 
@@ -102,7 +102,7 @@ def test_the_knee_tile_says_why_a_level_short_of_requests_is_measured_once_more(
     knee = {**run.summary["knee"], "confirm_level": 4, "confirm_why": "19 requests, fewer than 20"}
     html = render_report({**run.summary, "knee": knee}, run.frames())
     tile = html[html.index('id="tile-knee"') : html.index('id="tile-latency"')]
-    assert "rests on 19 requests, fewer than 20: level 4 to be measured once more" in tile
+    assert "rests on 19 requests, fewer than 20: 4 users to be measured once more" in tile
 
 
 def test_open_loop_columns_and_the_lines_on_load_turned_away_and_a_generator_behind() -> None:

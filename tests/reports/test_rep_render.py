@@ -63,12 +63,12 @@ def test_no_gpu_partial_run_renders_banners_and_notes() -> None:
 
 def test_a_run_stopped_by_the_user_says_so_in_the_partial_banner() -> None:
     run = build_run(complete=False)
-    why = "stopped by the user at level 3 of 5, step (6 users), with Locust's STOP"
+    why = "stopped by the user at load 3 of 5: step (6 users), with Locust's STOP"
     summary = {**run.summary, "events": [*run.summary.get("events", []),
                                          {"t_unix_s": 1.0, "step_index": 9, "kind": "user_stop", "message": why}]}  # fmt: skip
     html = render_report(summary, run.frames())
     banner = html.split('id="banner-partial"')[1].split("</div>")[0]
-    assert "It was stopped by the user at level 3 of 5, step (6 users), with Locust&#39;s STOP." in banner
+    assert "It was stopped by the user at load 3 of 5: step (6 users), with Locust&#39;s STOP." in banner
     text = re.sub(r"<[^>]+>", "", banner.replace("<br>", "\n"))  # as a person reads it: "…STOP." apart from "Missing:"
     assert "<br>Missing:" in banner and "STOP.Missing" not in text
     assert "stopped-by-user" not in render_report(run.summary, run.frames())

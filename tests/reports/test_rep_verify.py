@@ -104,7 +104,7 @@ def test_goodput_and_runaways_per_level_and_the_runaway_warning() -> None:
     assert ">goodput</th>" in html and ">runaway</th>" in html
     assert '<span class="badge warn">7</span> <span class="muted">(3.1%)</span>' in html
     assert re.search(r'id="goodput">.*?still grows <b>6</b>, 6.21 req/s \(90% of its requests\)', html, re.S)
-    assert "level 10: 7 (3.1%), P95 28.0 s against 900 ms" in html
+    assert "10 users: 7 (3.1%), P95 28.0 s against 900 ms" in html
     assert re.search(r'id="runaway-warning"><b>Runaway answers:</b> runaway answers stretch the P95', html)
     assert 'id="diagnosis-runaway"' in html  # in the diagnosis too
 

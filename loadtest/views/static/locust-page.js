@@ -42,7 +42,7 @@
     const method = ((init && init.method) || (request && request.method) || "GET").toUpperCase();
     const answer = await ownFetch(input, init);
     if (path === statsUrl) {
-      answer.clone().json().then((data) => { got = seen(data); }, () => {});
+      answer.clone().json().then((data) => { got = seen(data); note(data); }, () => {});
     } else if (path === swarmUrl && method === "POST") {
       if (answer.status === 409) {  // refused, with why: Locust's form shows its message from a 200 only
         const why = await answer.clone().json().catch(() => ({success: false, message: "refused"}));
@@ -57,6 +57,14 @@
     return answer;
   };
 
+  // beside Locust's Failures: the verify window's errors are provoked on purpose (webui.failures_note)
+  const note = (data) => {
+    const box = document.getElementById("ocr-failures-note");
+    if (!box) return;
+    box.textContent = data.ocr_failures_note || "";
+    box.hidden = !data.ocr_failures_note;
+  };
+
   const follow = async () => {
     const redux = store();
     const shown = redux && redux.getState().swarm && redux.getState().swarm.state;
@@ -64,6 +72,7 @@
     let data;
     try {
       data = await (await ownFetch(statsUrl, {cache: "no-store"})).json();
+      note(data);
     } catch (error) {
       return;  // the master is gone, or busy: ask again at the next turn
     }
