@@ -29,7 +29,7 @@ FIELD_HELP = {
     "stream": "ask for a streamed answer (STYLE=openai) and record the time to first byte",
     "json_path": "dotted path of the text in the answer, e.g. result.0.text; empty: found by the answer's shape",
     "scenario": f"what is sent: {' | '.join(SCENARIOS)}",
-    "images": "an image file or folder (with optional <name>.txt expected texts); empty: generated pages",
+    "images": "an image file, PDF, TIFF or folder of them (a document's pages sent as images; expected texts from <name>.txt files or a PDF's text layer); empty: generated pages",
     "buckets": "page sizes for SCENARIO=mixed, WxH:weight,...; empty: 640x480:4,1024x768:3,2048x1536:2,4000x3000:1",
     "seed": "seed of the generated pages and of each user's image choice",
     "levels": "concurrency levels to measure, e.g. 1,2,4,8; empty: chosen from the estimate",
@@ -103,6 +103,8 @@ FIELD_HELP = {
         "resize every image on the driver, aspect kept, before encoding, so its longest side is at most this"
         " many px (as seed 001's gateway does at 1024); sizes before and after go in the manifest; 0: off"
     ),
+    "dpi": "resolution PDF pages are rendered at before load, dots per inch (200 reads small print; 300 a fine scan)",
+    "max_pages": "the most pages of one PDF or TIFF sent (its first ones); the manifest counts the rest",
     "rates": (
         "open-loop rates to measure instead of LEVELS, requests a second for the whole run, e.g. 2,4,8: requests"
         " arrive on schedule whether or not earlier ones came back (each worker sends rate / workers)"

@@ -97,6 +97,9 @@ class RunConfig:
     server_time_path: str = ""  # a JSON field of the answer holding it ("usage.server_ms")
     # --- sweep (issue 22): the driver resizes every image before encoding (scenarios/resize.py) -----
     max_side: int = 0  # px; every image's longest side at most this, aspect kept; 0 = off
+    # --- documents (issue 51): a PDF's or TIFF's pages rendered once before load (scenarios/documents.py)
+    dpi: int = 200  # PDF pages rendered at this resolution
+    max_pages: int = 50  # the most pages of one document sent (the first ones)
     # --- openloop (issue 23): open-loop arrivals and the verify phase (checks: loadtest/settings/open_loop.py)
     rates: str = ""  # "2,4,8" requests a second for the whole run (each worker rate / workers); not with LEVELS
     arrivals: str = "poisson"  # poisson | constant
