@@ -38,6 +38,9 @@ SERVER_TIME_HEADER ?=
 SERVER_TIME_PATH ?=
 MAX_SIDE ?=
 DPI ?=
+KSERVE_INPUT ?=
+KSERVE_OUTPUT ?=
+KSERVE_BINARY ?=
 MAX_PAGES ?=
 SWEEP ?=
 TARGETS ?=
@@ -86,6 +89,8 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--metrics-port,$(METRICS_PORT)) $(call opt,--metrics-host,$(METRICS_HOST)) \
   $(call opt,--server-time-header,$(SERVER_TIME_HEADER)) $(call opt,--server-time-path,$(SERVER_TIME_PATH)) \
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
+  $(call opt,--kserve-input,$(KSERVE_INPUT)) $(call opt,--kserve-output,$(KSERVE_OUTPUT)) \
+  $(call opt,--kserve-binary,$(KSERVE_BINARY)) \
   $(call opt,--max-side,$(MAX_SIDE)) $(call opt,--dpi,$(DPI)) $(call opt,--max-pages,$(MAX_PAGES)) \
   $(call opt,--rates,$(RATES)) $(call opt,--arrivals,$(ARRIVALS)) $(call opt,--max-in-flight,$(MAX_IN_FLIGHT)) \
   $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S)) \

@@ -21,6 +21,7 @@ from pathlib import Path
 from analysis.knee.find import DEFAULTS as KNEE_DEFAULTS
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.launch.idle import read_idle, record_idle
+from loadtest.launch.kserve_ready import with_kserve_tensors
 from loadtest.launch.preflight import PreflightError, check_first_answer
 from loadtest.launch.procs import fail, free_port, locust_base, worker_cmd
 from loadtest.method.child import stop_process
@@ -222,6 +223,7 @@ def run_method(
     """Pre-flight, the Locust run and the report, in `run_dir` (a new folder under OUT when None; a
     sweep gives each setting's)."""
     try:
+        cfg = with_kserve_tensors(cfg)  # STYLE=kserve: server and model ready, tensors named
         answer_check, idle = preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return RunOutcome(fail(str(exc)), str(exc), None)

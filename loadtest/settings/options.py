@@ -14,7 +14,7 @@ from loadtest.settings.run_config import SCENARIOS, STYLES, RunConfig
 # What each setting does, shown by `python -m loadtest run --help` and in Locust's web UI.
 FIELD_HELP = {
     "host": "base URL of the OCR server, e.g. http://gpu-box:8000",
-    "endpoint": "route to POST to; empty: /ocr, or /v1/chat/completions for STYLE=openai",
+    "endpoint": "route to POST to; empty: /ocr, /v1/chat/completions for STYLE=openai, /v2/models/MODEL/infer for STYLE=kserve",
     "style": f"request style: {' | '.join(STYLES)}",
     "field": "multipart field or JSON key that carries the image; empty: file / image",
     "headers": "extra headers, 'Authorization: Bearer abc; X-No-Cache: 1' (secret: prefer OCRCAP_HEADERS)",
@@ -23,7 +23,7 @@ FIELD_HELP = {
     "insecure": "skip TLS certificate checks on every request: pre-flight, load, /metrics, DCGM, sidecar",
     "ca_bundle": "PEM file of the CAs to trust (instead of the system's) for every HTTPS request; read on the master, its text sent to the workers",
     "ca_bundle_pem": "set by the runner: the text of CA_BUNDLE",
-    "model": "model name sent with STYLE=openai",
+    "model": "model name sent with STYLE=openai; with STYLE=kserve the model at /v2/models/MODEL",
     "prompt": "instruction sent with STYLE=openai",
     "max_tokens": "max_tokens sent with STYLE=openai",
     "stream": "ask for a streamed answer (STYLE=openai) and record the time to first byte",
@@ -103,6 +103,9 @@ FIELD_HELP = {
         "resize every image on the driver, aspect kept, before encoding, so its longest side is at most this"
         " many px (as seed 001's gateway does at 1024); sizes before and after go in the manifest; 0: off"
     ),
+    "kserve_input": "STYLE=kserve: the input tensor that carries the page; empty: the model's only (BYTES) input, from GET /v2/models/MODEL",
+    "kserve_output": "STYLE=kserve: the output tensor that holds the text; empty: the model's only (BYTES) output, from its metadata",
+    "kserve_binary": "STYLE=kserve: send the page as raw bytes with the binary tensor extension (Triton) instead of base64 in JSON",
     "dpi": "resolution PDF pages are rendered at before load, dots per inch (200 reads small print; 300 a fine scan)",
     "max_pages": "the most pages of one PDF or TIFF sent (its first ones); the manifest counts the rest",
     "rates": (

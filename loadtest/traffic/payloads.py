@@ -15,6 +15,7 @@ from typing import Any
 from loadtest.settings.run_config import RunConfig
 from scenarios import EncodedRequest, ImageItem, ImageSet, build_image_set, encode_request
 from scenarios.documents import DocumentOptions, documents_sent
+from scenarios.kserve import KserveTensors
 from scenarios.resize import SizeChange, resize_image_set
 
 
@@ -85,6 +86,9 @@ def build_payloads(cfg: RunConfig, image_set: ImageSet | None = None) -> Payload
             prompt=cfg.prompt,
             max_tokens=cfg.max_tokens,
             stream=cfg.stream,
+            tensors=KserveTensors(cfg.kserve_input, cfg.kserve_output, cfg.kserve_binary)
+            if cfg.style == "kserve"
+            else None,
         )
         for item in image_set.items
     }

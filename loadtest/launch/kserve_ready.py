@@ -1,0 +1,103 @@
+"""STYLE=kserve's pre-flight: the server ready, the model ready, and the tensors' names from its metadata.
+
+Open Inference Protocol routes, read before any load: `GET /v2/health/ready` (the server), `GET
+/v2/models/{MODEL}/ready` (the model loaded), `GET /v2/models/{MODEL}` (its inputs and outputs). Each
+problem is one line naming the fix. A server still starting (refused, or not ready yet) is waited for up
+to READY_WAIT_S, as the first request is. The names found are written into the config, so the workers
+and the manifest carry them and no worker asks again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from gpu_sampler.tls import is_tls_error, refused_line
+from loadtest.launch.preflight import PreflightError
+from loadtest.settings.run_config import RunConfig
+from scenarios import ScenarioError
+from scenarios.kserve import pick_tensors
+
+_Get = Callable[[str], tuple[int, bytes]]
+
+
+def with_kserve_tensors(
+    cfg: RunConfig, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic
+) -> RunConfig:
+    """`cfg` with KSERVE_INPUT and KSERVE_OUTPUT filled from the model's metadata, once the server and the
+    model say they are ready; `cfg` itself for any other STYLE. Raises PreflightError with one line."""
+    if cfg.style != "kserve":
+        return cfg
+    if not cfg.host:
+        raise PreflightError("no HOST given: set HOST=http://gpu-box:8000 (the inference server's base URL)")
+
+    def get(path: str) -> tuple[int, bytes]:
+        return _get(cfg, path)
+
+    model = f"/v2/models/{cfg.model}"
+    _wait_ready(cfg, get, "/v2/health/ready", "the server", sleep, clock)
+    _wait_ready(cfg, get, f"{model}/ready", f"model MODEL={cfg.model}", sleep, clock)
+    if cfg.kserve_input and cfg.kserve_output:
+        return cfg
+    status, body = get(model)
+    metadata = None
+    if status == 200:
+        try:
+            metadata = json.loads(body)
+        except ValueError:
+            metadata = None
+    try:
+        input_name, output_name = pick_tensors(metadata, cfg.kserve_input, cfg.kserve_output)
+    except ScenarioError as exc:
+        raise PreflightError(f"GET {model} at HOST={cfg.host} (HTTP {status}): {exc}") from None
+    return dataclasses.replace(cfg, kserve_input=input_name, kserve_output=output_name)
+
+
+def _wait_ready(
+    cfg: RunConfig, get: _Get, path: str, what: str, sleep: Callable[[float], None], clock: Callable[[], float]
+) -> None:
+    deadline = clock() + cfg.ready_wait_s
+    while True:
+        try:
+            status, body = get(path)
+        except (urllib.error.URLError, ConnectionError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, BaseException) and is_tls_error(reason):
+                raise PreflightError(refused_line(f"HOST={cfg.host}", reason)) from None
+            if clock() < deadline:
+                sleep(0.5)
+                continue
+            raise PreflightError(f"nothing answers at HOST={cfg.host} ({reason}): start the server or fix HOST") from None
+        if status == 200:
+            return
+        if status == 404 and path.endswith("/ready") and path != "/v2/health/ready":
+            raise PreflightError(
+                f"GET {path} answered 404 at HOST={cfg.host}: the server has no {what}; set MODEL to the model's"
+                " name as the server knows it (Triton: its model repository's folder name)"
+            )
+        if status == 404:
+            raise PreflightError(
+                f"GET {path} answered 404 at HOST={cfg.host}: it does not speak the Open Inference Protocol (KServe v2);"
+                " check HOST, or use STYLE=multipart, json or openai"
+            )
+        if clock() >= deadline:
+            said = body[:120].decode("utf-8", "replace").replace("\n", " ")
+            raise PreflightError(
+                f"{what} is not ready after READY_WAIT_S={cfg.ready_wait_s:g} s (GET {path} answered {status}"
+                f"{': ' + said if said else ''}): wait until it has loaded, or raise READY_WAIT_S"
+            )
+        sleep(1.0)
+
+
+def _get(cfg: RunConfig, path: str) -> tuple[int, bytes]:
+    req = urllib.request.Request(cfg.host.rstrip("/") + path, method="GET", headers=cfg.header_dict())
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=cfg.tls().context()))
+    try:
+        with opener.open(req, timeout=min(30.0, cfg.preflight_timeout_s)) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
