@@ -52,3 +52,4 @@ class Snapshot:
     down: bool
     preemptions_total: int
     heat: Reading | None = None  # temperature, SM clock, power, throttle reasons
+    executions_total: int = 0  # batches the engine formed (Triton's nv_inference_exec_count)

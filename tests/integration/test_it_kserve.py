@@ -1,0 +1,61 @@
+"""STYLE=kserve end to end: `python -m loadtest run` against the simulator speaking the Open Inference
+Protocol as Triton does (triton-24g: dynamic batching, 2 instances of max_batch_size 4). The tensors' names
+come from the model's metadata, the text from output TEXT (so CER is measured), in JSON with base64 and in
+the binary extension; a wrong MODEL stops before load in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from it_procs import Simulator, run_cli, start_simulator, stop
+
+SHORT = ["--idle-s", "1", "--verify", "false", "--step-s", "3", "--warmup-s", "0.5", "--cooldown-s", "2",
+         "--cooldown-min-s", "0.5", "--baseline-rounds", "1", "--baseline-round-requests", "10",
+         "--refine", "false", "--workers", "0"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Simulator]:
+    sim = start_simulator("--profile", "triton-24g", "--time-scale", "0.25")
+    try:
+        yield sim
+    finally:
+        stop(sim.proc)
+
+
+def _run(sim: Simulator, out: Path, *extra: str) -> tuple[dict[str, object], list[dict[str, str]]]:
+    args = ["run", "--host", sim.url, "--style", "kserve", "--model", "sim-ocr", "--levels", "1,4",
+            "--out", str(out), *SHORT, *extra]  # fmt: skip
+    done = run_cli(args, 150.0)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    (folder,) = [p for p in out.iterdir() if (p / "manifest.json").is_file()]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    with (folder / "requests.csv").open() as f:
+        return manifest, list(csv.DictReader(f))
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("binary", ["false", "true"])
+def test_a_run_reads_the_tensors_from_the_metadata_and_the_text_from_the_output(
+    server: Simulator, tmp_path: Path, binary: str
+) -> None:
+    manifest, rows = _run(server, tmp_path, "--kserve-binary", binary)
+    config = manifest["config"]
+    assert isinstance(config, dict)
+    assert (config["kserve_input"], config["kserve_output"]) == ("IMAGE", "TEXT")
+    assert manifest["answer_check"] == {"enabled": True}
+    ok = [r for r in rows if r["status_code"] == "200"]
+    assert len(ok) >= 20 and len(ok) == len(rows), {r["status_code"] for r in rows}
+    assert all(r["cer"] != "" and float(r["cer"]) < 0.05 for r in ok)  # the text read, and right
+
+
+@pytest.mark.timeout(60)
+def test_an_unknown_model_is_one_line_before_load(server: Simulator, tmp_path: Path) -> None:
+    done = run_cli(["run", "--host", server.url, "--style", "kserve", "--model", "ocr", "--out", str(tmp_path)], 50.0)
+    assert done.returncode != 0
+    assert "GET /v2/models/ocr/ready answered 404" in done.stderr and "set MODEL" in done.stderr, done.stderr
+    assert not any(tmp_path.iterdir())
