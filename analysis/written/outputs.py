@@ -20,6 +20,7 @@ from analysis.table.loader import RunData, load_run, manifest_setting
 from analysis.table.open_loop import capacity_rows
 from analysis.table.steps import STEP_COLUMNS
 from analysis.written.alerts import alert_rules, alerts_yaml, runbook
+from analysis.written.batches import batch_markdown
 from analysis.written.config import config_yaml
 from analysis.written.diagnosis import comparison_rows
 from analysis.written.fleet import fleet_lead, fleet_markdown
@@ -136,7 +137,6 @@ def _bounds_formula(est: Estimate) -> list[str]:
 def capacity_markdown(run: RunData, result: Analysis) -> str:
     """capacity.md: formula, inputs, assumptions, metadata, dimension, then measured vs estimated."""
     summary, est = result.summary, result.estimate
-    gpu = summary["gpu"]
     dims = {"gpu_memory": "GPU memory (seed 000 formula)", "kv_cache": "KV cache (server preallocates GPU memory)" + (f", bound by {est.binding.replace('_', ' ')}" if est.binding else ""),
             "none": "none: no estimate"}  # fmt: skip
     base_steps = run.steps[run.steps["phase"] == "baseline"] if not run.steps.empty else run.steps
@@ -153,6 +153,25 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         "## Formula",
         *_formula(est),
         "",
+        *_inputs(run, summary, est, date),
+        "",
+        "## Assumptions",
+        "- Memory grows linearly with concurrency (one increment per request in flight).",
+        "- No cross-request cache and no dynamic batching; with batching or CUDA graphs, measure a per-batch"
+        " increment instead (a server whose counters show batches: the Batches section below).",
+        "- Every request uses the same image size (the baseline's).",
+        "- The headroom covers activation peaks, allocator fragmentation and the occasional large image.",
+    ]
+    lines += _measured(result, est)
+    lines += batch_markdown(result.table, est.increment_mib)  # a server that batches: its batches per level
+    lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
+    return "\n".join(lines) + "\n"
+
+
+def _inputs(run: RunData, summary: dict[str, Any], est: Estimate, date: float) -> list[str]:
+    """capacity.md's inputs and metadata table."""
+    gpu = summary["gpu"]
+    return [
         "## Inputs and metadata",
         "| item | value |",
         "|---|---|",
@@ -172,14 +191,12 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         f"| headroom | {est.headroom:g} |",
         f"| estimate | {_fmt(est.estimate, '')} |",
         f"| date | {_utc_date(date)} |",
-        "",
-        "## Assumptions",
-        "- Memory grows linearly with concurrency (one increment per request in flight).",
-        "- No cross-request cache and no dynamic batching; with batching or CUDA graphs, measure a per-batch"
-        " increment instead.",
-        "- Every request uses the same image size (the baseline's).",
-        "- The headroom covers activation peaks, allocator fragmentation and the occasional large image.",
     ]
+
+
+def _measured(result: Analysis, est: Estimate) -> list[str]:
+    """capacity.md's measured vs estimated table, the knee and the diagnosis; [] without a measured level."""
+    summary, lines = result.summary, []
     rows = comparison_rows(capacity_rows(result.table), est)  # the verify rows are no level
     if rows:
         unit = "KV fraction" if est.dimension == "kv_cache" else "MiB"
@@ -192,8 +209,7 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
                          f" | {_fmt(r['p95_ms'])} | {_fmt(r['throughput_rps'], '.2f')} |")  # fmt: skip
         knee, diag = summary["knee"], summary["diagnosis"]
         lines += ["", f"Knee: {knee['reason']}", "", f"Diagnosis ({diag['case']}): {diag['text']}"]
-    lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _write(path: Path, text: str) -> None:

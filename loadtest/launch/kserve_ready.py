@@ -2,7 +2,8 @@
 
 Open Inference Protocol routes, read before any load: `GET /v2/health/ready` (the server), `GET
 /v2/models/{MODEL}/ready` (the model loaded), `GET /v2/models/{MODEL}` (its inputs and outputs). Each
-problem is one line naming the fix. A server still starting (refused, or not ready yet) is waited for up
+problem is one line naming the fix. Where the server is Triton, `GET /v2/models/{MODEL}/config` gives the
+engine's limit (max_batch_size x instances), taken as MAX_NUM_SEQS when none is given. A server still starting (refused, or not ready yet) is waited for up
 to READY_WAIT_S, as the first request is. The names found are written into the config, so the workers
 and the manifest carry them and no worker asks again.
 """
@@ -41,6 +42,7 @@ def with_kserve_tensors(
     model = f"/v2/models/{cfg.model}"
     _wait_ready(cfg, get, "/v2/health/ready", "the server", sleep, clock)
     _wait_ready(cfg, get, f"{model}/ready", f"model MODEL={cfg.model}", sleep, clock)
+    cfg = _with_engine_limit(cfg, get)
     if cfg.kserve_input and cfg.kserve_output:
         return cfg
     status, body = get(model)
@@ -55,6 +57,44 @@ def with_kserve_tensors(
     except ScenarioError as exc:
         raise PreflightError(f"GET {model} at HOST={cfg.host} (HTTP {status}): {exc}") from None
     return dataclasses.replace(cfg, kserve_input=input_name, kserve_output=output_name)
+
+
+def _with_engine_limit(cfg: RunConfig, get: _Get) -> RunConfig:
+    """MAX_NUM_SEQS from Triton's model config (GET /v2/models/MODEL/config: max_batch_size x its
+    instances), when not given: the plan and the answer are then capped there as a given MAX_NUM_SEQS is.
+    A server without the route (KServe, MLServer) or a model that does not batch changes nothing."""
+    path = f"/v2/models/{cfg.model}/config"
+    try:
+        status, body = get(path)
+        config = json.loads(body) if status == 200 else None
+    except (urllib.error.URLError, OSError, ValueError):
+        return cfg
+    limit = engine_limit_of(config)
+    if limit is None:
+        return cfg
+    requests, words = limit
+    if cfg.max_num_seqs:
+        if cfg.max_num_seqs != requests:
+            print(f"note: MAX_NUM_SEQS={cfg.max_num_seqs} as given; the model config says {words}", flush=True)
+        return cfg
+    print(f"engine limit from GET {path}: {words}; the plan is capped there as MAX_NUM_SEQS={requests}", flush=True)
+    return dataclasses.replace(cfg, max_num_seqs=requests)
+
+
+def engine_limit_of(config: object) -> tuple[int, str] | None:
+    """(requests the model runs at once, in words) from Triton's model config: max_batch_size x instances
+    (each instance_group's count, per GPU it lists); None when the model does not batch (max_batch_size 0)."""
+    if not isinstance(config, dict):
+        return None
+    try:
+        batch = int(config.get("max_batch_size") or 0)
+        groups = config.get("instance_group") or [{}]
+        instances = sum(int(g.get("count", 1)) * max(1, len(g.get("gpus") or [])) for g in groups)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if batch < 1 or instances < 1:
+        return None
+    return batch * instances, f"max_batch_size {batch} x {instances} instance{'s' if instances > 1 else ''} = {batch * instances} requests at once"
 
 
 def _wait_ready(

@@ -27,15 +27,16 @@ def server() -> Iterator[Simulator]:
         stop(sim.proc)
 
 
-def _run(sim: Simulator, out: Path, *extra: str) -> tuple[dict[str, object], list[dict[str, str]]]:
-    args = ["run", "--host", sim.url, "--style", "kserve", "--model", "sim-ocr", "--levels", "1,4",
+def _run(sim: Simulator, out: Path, *extra: str) -> tuple[dict[str, object], list[dict[str, str]], Path]:
+    args = ["run", "--host", sim.url, "--style", "kserve", "--model", "sim-ocr", "--levels", "1,6",
             "--out", str(out), *SHORT, *extra]  # fmt: skip
     done = run_cli(args, 150.0)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "engine limit from GET /v2/models/sim-ocr/config: max_batch_size 4 x 2 instances = 8" in done.stdout
     (folder,) = [p for p in out.iterdir() if (p / "manifest.json").is_file()]
     manifest = json.loads((folder / "manifest.json").read_text())
     with (folder / "requests.csv").open() as f:
-        return manifest, list(csv.DictReader(f))
+        return manifest, list(csv.DictReader(f)), folder
 
 
 @pytest.mark.timeout(200)
@@ -43,14 +44,27 @@ def _run(sim: Simulator, out: Path, *extra: str) -> tuple[dict[str, object], lis
 def test_a_run_reads_the_tensors_from_the_metadata_and_the_text_from_the_output(
     server: Simulator, tmp_path: Path, binary: str
 ) -> None:
-    manifest, rows = _run(server, tmp_path, "--kserve-binary", binary)
+    manifest, rows, _ = _run(server, tmp_path, "--kserve-binary", binary)
     config = manifest["config"]
     assert isinstance(config, dict)
     assert (config["kserve_input"], config["kserve_output"]) == ("IMAGE", "TEXT")
+    assert config["max_num_seqs"] == 8  # the model config's max_batch_size 4 x 2 instances
     assert manifest["answer_check"] == {"enabled": True}
     ok = [r for r in rows if r["status_code"] == "200"]
     assert len(ok) >= 20 and len(ok) == len(rows), {r["status_code"] for r in rows}
     assert all(r["cer"] != "" and float(r["cer"]) < 0.05 for r in ok)  # the text read, and right
+
+
+@pytest.mark.timeout(200)
+def test_the_batches_per_level_are_read_from_tritons_counters(server: Simulator, tmp_path: Path) -> None:
+    _, _, folder = _run(server, tmp_path, "--server-metrics", f"{server.url}/metrics", "--gpu", f"dcgm:{server.dcgm_url}")
+    with (folder / "steps.csv").open() as f:
+        steps = {int(r["level"]): r for r in csv.DictReader(f) if r["phase"] == "step"}
+    assert float(steps[1]["server_batch_mean"]) == pytest.approx(1.0)
+    assert float(steps[6]["server_batch_mean"]) > 1.5, steps[6]  # 6 users: batches of 2-4 on 2 instances
+    assert float(steps[6]["server_queue_mean_ms"]) > 0
+    capacity = (folder / "capacity.md").read_text()
+    assert "## Batches (the server batches dynamically)" in capacity and "Increment per request in a batch" in capacity
 
 
 @pytest.mark.timeout(60)
