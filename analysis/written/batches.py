@@ -5,8 +5,8 @@ analysis.table.sample_columns.batch_columns).
 Seed 000: with dynamic batching the single-request increment does not hold; it must be taken per batch.
 So where the steps show batches, capacity.md says so, lists each level's mean batch size and queue time
 beside the memory the level added over idle, and gives the increment per request in a batch: the rise of
-the level with the largest batches divided by its mean batch size times the instances busy (the requests
-in service at once), beside the single-request increment the estimate used.
+the level with the largest batches divided by the requests in service there (its level, at most the
+engine's limit), beside the single-request increment the estimate used.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ def batched_levels(table: pd.DataFrame) -> list[dict[str, Any]]:
     return [dict(r) for _, r in rows.iterrows()]
 
 
-def batch_markdown(table: pd.DataFrame, increment_mib: float | None) -> list[str]:
-    """capacity.md's "Batches" section; [] when no step shows the server batching."""
+def batch_markdown(table: pd.DataFrame, increment_mib: float | None, engine_limit: int = 0) -> list[str]:
+    """capacity.md's "Batches" section; [] when no step shows the server batching. `engine_limit`: the most
+    requests the engine runs at once (MAX_NUM_SEQS, Triton's max_batch_size x instances), 0 unknown."""
     levels = batched_levels(table)
     if not levels or max(float(r["server_batch_mean"]) for r in levels) <= 1.0:
         return []
@@ -46,19 +47,20 @@ def batch_markdown(table: pd.DataFrame, increment_mib: float | None) -> list[str
             f" | {_fmt(r.get('gpu_mem_rise_mib'), '.0f')} | {_fmt(r.get('p95_ms'), '.0f')}"
             f" | {_fmt(r.get('throughput_rps'), '.2f')} |"
         )
-    per_request = increment_per_batched_request(levels)
+    per_request = increment_per_batched_request(levels, engine_limit)
     single = "n/a" if increment_mib is None or math.isnan(increment_mib) else f"{increment_mib:.0f} MiB"
     lines += ["", f"Increment per request in a batch: {_fmt(per_request, '.0f')} MiB (the largest batches' level:"
-              f" its memory rise / the requests it ran at once); single-request increment: {single}."]  # fmt: skip
+              f" its memory rise / the requests in service, at most the engine's limit); single-request increment: {single}."]  # fmt: skip
     return lines
 
 
-def increment_per_batched_request(levels: list[dict[str, Any]]) -> float:
+def increment_per_batched_request(levels: list[dict[str, Any]], engine_limit: int = 0) -> float:
     """The memory rise of the level with the largest mean batch, per request in service there (its level,
-    at most: requests beyond the batches wait off the GPU); NaN without a rise."""
+    at most the engine's limit: requests beyond it wait off the GPU); NaN without a rise."""
     top = max(levels, key=lambda r: float(r["server_batch_mean"]))
     rise = float(top.get("gpu_mem_rise_mib", math.nan))
-    return rise / float(top["level"]) if rise > 0 else math.nan
+    in_service = min(float(top["level"]), engine_limit) if engine_limit > 0 else float(top["level"])
+    return rise / in_service if rise > 0 else math.nan
 
 
 def _fmt(value: Any, spec: str) -> str:

@@ -163,7 +163,8 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         "- The headroom covers activation peaks, allocator fragmentation and the occasional large image.",
     ]
     lines += _measured(result, est)
-    lines += batch_markdown(result.table, est.increment_mib)  # a server that batches: its batches per level
+    seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS, or Triton's config's limit
+    lines += batch_markdown(result.table, est.increment_mib, seqs if isinstance(seqs, int) else 0)
     lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
     return "\n".join(lines) + "\n"
 

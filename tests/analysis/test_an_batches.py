@@ -44,5 +44,7 @@ def test_capacity_md_lists_the_batches_only_where_the_server_batched() -> None:
     assert "## Batches (the server batches dynamically)" in text
     assert "| 8 | 4.00 | 20.0 | 8000 | 100 | 5.00 |" in text
     assert "Increment per request in a batch: 1000 MiB" in text and "single-request increment: 1000 MiB" in text
+    capped = "\n".join(batch_markdown(_table([1.0, 2.5, 4.0]), 1000.0, engine_limit=4))
+    assert "Increment per request in a batch: 2000 MiB" in capped  # 8000 MiB over the 4 in service at level 8
     assert batch_markdown(_table([1.0, 1.0]), 1000.0) == []  # one request per execution: no batching seen
     assert batch_markdown(pd.DataFrame({"phase": ["step"], "level": [1]}), 1000.0) == []
