@@ -1,6 +1,7 @@
 """The facade the Locust master uses: one GPU source from a spec, plus server metrics and host samples.
 
-Spec: "none" | "nvml[:SEL]" | "sidecar:URL[#SEL]" | "dcgm:URL[#SEL]" | "fake" (a deterministic local fake
+Spec: "none" | "nvml[:SEL]" | "sidecar:URL[#SEL]" | "dcgm:URL[#SEL]" | "server-metrics" (the server's own
+GPU series on its /metrics, Triton's nv_gpu_*: gpu_sampler.triton_gpu) | "fake" (a deterministic local fake
 GPU, for demos). SEL names the server's GPUs (`0`, `0,1`, `GPU-<uuid>`, `MIG-<uuid>`; see
 `gpu_sampler.selection`); without it every GPU the source sees counts as the server's.
 - Producers run in real OS threads (`Sampler`s for nvml/dcgm/fake, server /metrics and this host; a
@@ -34,13 +35,15 @@ from gpu_sampler.realthread import RealThread, flush_logs, gevent_patched, real_
 from gpu_sampler.sampler import Sampler
 from gpu_sampler.selection import GpuSelection, own_mem_mib, parse_selection, split_source
 from gpu_sampler.tls import TlsSettings
+from gpu_sampler.triton_gpu import SOURCE as SERVER_GPU
+from gpu_sampler.triton_gpu import ServerGpuReader
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
 log = logging.getLogger(__name__)
 
 SPEC_FORMS = (
     "none, nvml (every GPU), nvml:0, nvml:0,1, nvml:GPU-<uuid>, sidecar:http://HOST:9410[#0], "
-    "dcgm:http://HOST:9400/metrics[#0,1] or fake"
+    "dcgm:http://HOST:9400/metrics[#0,1], server-metrics (Triton's own GPU series at SERVER_METRICS) or fake"
 )
 NONE_WHY = "GPU=none: no GPU source was asked for"
 PAGE = 5000
@@ -49,7 +52,7 @@ PAGE = 5000
 def parse_gpu_spec(spec: str) -> tuple[str, str | None, GpuSelection]:
     """(kind, URL or None, the server's GPUs); a bad spec is a one-line `SamplerError` naming the forms."""
     text = (spec or "").strip()
-    if text in ("none", "nvml", "fake"):
+    if text in ("none", "nvml", "fake", SERVER_GPU):
         return text, None, GpuSelection()
     kind, _, rest = text.partition(":")
     if kind == "nvml" and rest:
@@ -101,6 +104,10 @@ class GpuMonitor:
         self.kind, self.url, self.selection = parse_gpu_spec(spec)
         if server_metrics_url is not None and not server_metrics_url.startswith(("http://", "https://")):
             raise SamplerError(f"bad server metrics URL {server_metrics_url!r}: use http://HOST:PORT/metrics")
+        if self.kind == SERVER_GPU:
+            if not server_metrics_url:
+                raise SamplerError("GPU=server-metrics reads the server's own /metrics: set SERVER_METRICS=http://HOST:8002/metrics")
+            self.url = server_metrics_url
         self.step_of, self.clock, self.scrape_interval_s = step_of, clock, scrape_interval_s
         self._callbacks: dict[str, Callable[[Any], None]] = {
             "gpu": on_gpu,
@@ -133,7 +140,7 @@ class GpuMonitor:
         self.samplers: list[Sampler] = []
         self._sampler_of: dict[str, Sampler] = {}  # by the queue it fills
         if self.gpu_reader is not None:
-            interval = scrape_interval_s if self.kind == "dcgm" else nvml_interval_s
+            interval = scrape_interval_s if self.kind in ("dcgm", SERVER_GPU) else nvml_interval_s
             self._add_sampler(self.gpu_reader, interval, "gpu", f"GPU ({self.kind})")
         if self.server_reader is not None:
             self._add_sampler(self.server_reader, scrape_interval_s, "server", "server metrics")
@@ -156,6 +163,8 @@ class GpuMonitor:
             return NvmlReader(self.selection, pid=pid)
         if self.kind == "dcgm" and self.url:
             return DcgmReader(self.url, selection=self.selection, headers=self._metrics_headers, tls=self._tls)
+        if self.kind == SERVER_GPU and self.url:
+            return ServerGpuReader(self.url, headers=self._metrics_headers, tls=self._tls)
         if self.kind == "fake":
             return FakeGpuReader(clock=self.clock, step_of=self.step_of)
         return None

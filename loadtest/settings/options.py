@@ -34,7 +34,7 @@ FIELD_HELP = {
     "seed": "seed of the generated pages and of each user's image choice",
     "levels": "concurrency levels to measure, e.g. 1,2,4,8; empty: chosen from the estimate",
     "workers": "local Locust worker processes; 0 runs the users in the master",
-    "gpu": "GPU source: none | nvml (every GPU) | nvml:0 | nvml:0,1 (summed) | nvml:GPU-<uuid> | nvml:MIG-<uuid> | sidecar:URL[#0,1] | dcgm:URL[#0|#GPU-<uuid>]",
+    "gpu": "GPU source: none | nvml (every GPU) | nvml:0 | nvml:0,1 (summed) | nvml:GPU-<uuid> | nvml:MIG-<uuid> | sidecar:URL[#0,1] | dcgm:URL[#0|#GPU-<uuid>] | server-metrics (Triton's own GPU series at SERVER_METRICS: coarser)",
     "gpu_token": "token of the GPU sidecar (secret: prefer OCRCAP_GPU_TOKEN)",
     "server_metrics": "URL of the server's Prometheus /metrics (vLLM names)",
     "framework_metric": (

@@ -1,8 +1,9 @@
 """Prometheus text of a simulated NVIDIA Triton Inference Server, at /metrics (Triton's own port 8002 path).
 
 The names and labels are Triton's (docs/user_guide/metrics.md of triton-inference-server/server): per model
-`{model="<name>",version="1"}` the counters nv_inference_request_success, nv_inference_count,
-nv_inference_exec_count (batches executed: inference count / exec count is the mean batch size),
+`{model="<name>",version="1"}` the counters nv_inference_request_success, nv_inference_count and
+nv_inference_exec_count (both counted as a batch starts, so their ratio is the mean batch size at any
+moment, as Triton's, counted together as a batch ends),
 nv_inference_request_duration_us and nv_inference_queue_duration_us (cumulative microseconds), the gauge
 nv_inference_pending_request_count (requests waiting for an instance); per GPU `{gpu_uuid="GPU-..."}` the
 gauges nv_gpu_memory_total_bytes, nv_gpu_memory_used_bytes and nv_gpu_utilization (0.0-1.0). A subset:
@@ -27,7 +28,7 @@ def render_triton_metrics(profile: Profile, snap: Snapshot, stats: ServerStats) 
     lines: list[str] = []
     series: tuple[tuple[str, str, str, dict[str, str], float], ...] = (
         ("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes", model, answered),
-        ("nv_inference_count", "counter", "Number of inferences performed (does not include cached requests)", model, answered),
+        ("nv_inference_count", "counter", "Number of inferences performed (does not include cached requests)", model, snap.inferences_total),
         ("nv_inference_exec_count", "counter", "Number of model executions performed (does not include cached requests)", model, snap.executions_total),
         ("nv_inference_request_duration_us", "counter", "Cumulative inference request duration in microseconds (includes cached requests)", model, round(stats.e2e.total * 1e6)),
         ("nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds (includes cached requests)", model, round(stats.queue.total * 1e6)),

@@ -54,6 +54,7 @@ class Batch:
         self.encoder_mib = 0.0  # vision-encoder memory of the images in the running batch (vllm)
         self.preemptions = 0
         self.executions = 0  # batches formed: Triton's nv_inference_exec_count
+        self.inferences = 0  # requests in them: its nv_inference_count (counted with the batch, as Triton does)
         self._executing: list[set[int]] = []  # triton: the job ids of each instance's batch still running
 
     def blocks_for(self, job: Job, tokens: int) -> int:
@@ -82,6 +83,7 @@ class Batch:
             joined.append(job)
         if joined:
             self.executions += 1
+            self.inferences += len(joined)
         return joined
 
     def _admit_batches(self, t: float) -> list[Job]:
@@ -99,6 +101,7 @@ class Batch:
                     job.admitted_ms = t
             self._executing.append({job.job_id for job in batch})
             self.executions += 1
+            self.inferences += len(batch)
             joined.extend(batch)
         return joined
 

@@ -128,6 +128,7 @@ class Pipeline:
             preemptions_total=self._batch.preemptions,
             heat=self.thermal.reading(now_ms, util / 100.0),  # power as NVML averages it: the last second
             executions_total=self._batch.executions,
+            inferences_total=self._batch.inferences,
         )
 
     def take_framework_peak_mib(self) -> float:

@@ -57,12 +57,17 @@ def test_a_run_reads_the_tensors_from_the_metadata_and_the_text_from_the_output(
 
 @pytest.mark.timeout(200)
 def test_the_batches_per_level_are_read_from_tritons_counters(server: Simulator, tmp_path: Path) -> None:
-    _, _, folder = _run(server, tmp_path, "--server-metrics", f"{server.url}/metrics", "--gpu", f"dcgm:{server.dcgm_url}")
+    # the GPU from Triton's own nv_gpu_* series on the same page: no sidecar, no DCGM exporter
+    _, _, folder = _run(server, tmp_path, "--server-metrics", f"{server.url}/metrics", "--gpu", "server-metrics")
     with (folder / "steps.csv").open() as f:
         steps = {int(r["level"]): r for r in csv.DictReader(f) if r["phase"] == "step"}
     assert float(steps[1]["server_batch_mean"]) == pytest.approx(1.0)
     assert float(steps[6]["server_batch_mean"]) > 1.5, steps[6]  # 6 users: batches of 2-4 on 2 instances
     assert float(steps[6]["server_queue_mean_ms"]) > 0
+    with (folder / "gpu.csv").open() as f:
+        gpu = list(csv.DictReader(f))
+    assert gpu and {r["source"] for r in gpu} == {"server-metrics"}
+    assert float(steps[6]["gpu_mem_rise_mib"]) > float(steps[1]["gpu_mem_rise_mib"]) > 500  # 1114 MiB a page
     capacity = (folder / "capacity.md").read_text()
     assert "## Batches (the server batches dynamically)" in capacity and "Increment per request in a batch" in capacity
 
