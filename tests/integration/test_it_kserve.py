@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from it_procs import Simulator, run_cli, start_simulator, stop
 
+from simulator import truth
+
 SHORT = ["--idle-s", "1", "--verify", "false", "--step-s", "3", "--warmup-s", "0.5", "--cooldown-s", "2",
          "--cooldown-min-s", "0.5", "--baseline-rounds", "1", "--baseline-round-requests", "10",
          "--refine", "false", "--workers", "0"]  # fmt: skip
@@ -78,3 +80,22 @@ def test_an_unknown_model_is_one_line_before_load(server: Simulator, tmp_path: P
     assert done.returncode != 0
     assert "GET /v2/models/ocr/ready answered 404" in done.stderr and "set MODEL" in done.stderr, done.stderr
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # ~2.5 min: estimate-led, refined; the short runs above keep STYLE=kserve in make test
+@pytest.mark.timeout(400)
+def test_estimate_led_the_answer_is_the_batchers_limit_and_it_is_named(server: Simulator, tmp_path: Path) -> None:
+    """triton-24g's truth: knee 8 = max_batch_size 4 x 2 instances; past it requests wait a whole batch."""
+    args = ["run", "--host", server.url, "--style", "kserve", "--model", "sim-ocr", "--out", str(tmp_path),
+            "--server-metrics", f"{server.url}/metrics", "--gpu", f"dcgm:{server.dcgm_url}", "--idle-s", "2",
+            "--verify", "false", "--step-s", "5", "--warmup-s", "1", "--cooldown-s", "5", "--cooldown-min-s", "1",
+            "--baseline-rounds", "3", "--baseline-round-requests", "10", "--refine-budget", "4", "--workers", "1"]  # fmt: skip
+    done = run_cli(args, 360.0)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    true = truth("triton-24g", 1000, 700, time_scale=0.25)
+    (folder,) = [p for p in tmp_path.iterdir() if (p / "summary.json").is_file()]
+    knee = json.loads((folder / "summary.json").read_text())["knee"]
+    assert true.knee_concurrency == 8 and knee["recommended_level"] == 8, knee["reason"]
+    assert "engine limit from GET /v2/models/sim-ocr/config: max_batch_size 4 x 2 instances = 8" in done.stdout
+    assert json.loads((folder / "manifest.json").read_text())["config"]["max_num_seqs"] == 8
+    assert "## Batches (the server batches dynamically)" in (folder / "capacity.md").read_text()
