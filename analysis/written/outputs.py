@@ -191,8 +191,19 @@ def _inputs(run: RunData, summary: dict[str, Any], est: Estimate, date: float) -
         f"| tokens per request | {_fmt(est.tokens_per_request, '.0f')} |",
         f"| headroom | {est.headroom:g} |",
         f"| estimate | {_fmt(est.estimate, '')} |",
+        f"| engine limit (MAX_NUM_SEQS) | {_engine_limit(run.manifest)} |",
         f"| date | {_utc_date(date)} |",
     ]
+
+
+def _engine_limit(manifest: dict[str, Any]) -> str:
+    """MAX_NUM_SEQS as the run had it, and where it came from: given, or the model config (STYLE=kserve)."""
+    seqs = manifest_setting(manifest, "max_num_seqs")
+    if not isinstance(seqs, int) or seqs <= 0:
+        return "n/a"
+    found = manifest.get("engine_limit")
+    source = found.get("from") if isinstance(found, dict) else None
+    return f"{seqs} (from {source})" if source else f"{seqs} (given)"
 
 
 def _measured(result: Analysis, est: Estimate) -> list[str]:

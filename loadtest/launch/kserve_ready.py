@@ -81,6 +81,12 @@ def _with_engine_limit(cfg: RunConfig, get: _Get) -> RunConfig:
     return dataclasses.replace(cfg, max_num_seqs=requests)
 
 
+def engine_limit_note(cfg: RunConfig) -> dict[str, object]:
+    """The manifest's `engine_limit` where the pre-flight took MAX_NUM_SEQS from the model config."""
+    return {"engine_limit": {"requests": cfg.max_num_seqs, "from": f"GET /v2/models/{cfg.model}/config"
+                             " (Triton's max_batch_size x instances)"}}  # fmt: skip
+
+
 def engine_limit_of(config: object) -> tuple[int, str] | None:
     """(requests the model runs at once, in words) from Triton's model config: max_batch_size x instances
     (each instance_group's count, per GPU it lists); None when the model does not batch (max_batch_size 0)."""

@@ -51,6 +51,7 @@ def test_a_run_reads_the_tensors_from_the_metadata_and_the_text_from_the_output(
     assert isinstance(config, dict)
     assert (config["kserve_input"], config["kserve_output"]) == ("IMAGE", "TEXT")
     assert config["max_num_seqs"] == 8  # the model config's max_batch_size 4 x 2 instances
+    assert manifest["engine_limit"] == {"requests": 8, "from": "GET /v2/models/sim-ocr/config (Triton's max_batch_size x instances)"}
     assert manifest["answer_check"] == {"enabled": True}
     ok = [r for r in rows if r["status_code"] == "200"]
     assert len(ok) >= 20 and len(ok) == len(rows), {r["status_code"] for r in rows}
@@ -72,6 +73,7 @@ def test_the_batches_per_level_are_read_from_tritons_counters(server: Simulator,
     assert float(steps[6]["gpu_mem_rise_mib"]) > float(steps[1]["gpu_mem_rise_mib"]) > 500  # 1114 MiB a page
     capacity = (folder / "capacity.md").read_text()
     assert "## Batches (the server batches dynamically)" in capacity and "Increment per request in a batch" in capacity
+    assert "| engine limit (MAX_NUM_SEQS) | 8 (from GET /v2/models/sim-ocr/config (Triton's max_batch_size x instances)) |" in capacity
 
 
 @pytest.mark.timeout(60)
