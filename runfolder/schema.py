@@ -147,6 +147,14 @@ class ServerSample:
     # the series max_num_seqs was read from, e.g. trtllm_max_batch_size_static (gpu_sampler.scrape's
     # ENGINE_LIMIT_GAUGES), so capacity.md can name it; "" where the server exports no limit
     max_num_seqs_metric: str = ""
+    # A server that batches dynamically (Triton: nv_inference_count, nv_inference_exec_count,
+    # nv_inference_request_success, nv_inference_queue_duration_us, summed over its models): inferences,
+    # batch executions, requests answered and their queue time, cumulative; None where it exports none.
+    # Inferences / executions over a step is its mean batch size (gpu_sampler.scrape, TRITON_COUNTERS).
+    inference_count_total: float | None = None
+    inference_exec_total: float | None = None
+    inference_success_total: float | None = None
+    queue_duration_us_total: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Answer parsing: the recognised text, token usage, which style an answer looks like, and CER.
 
 Text (extract_text):
+- kserve: the strings of the Open Inference Protocol output named by `output` (scenarios/kserve.py).
 - openai: `choices[0].message.content` (a string, or a list of `{"type": "text", "text": ...}` parts);
   a server-sent-events body gives the concatenated `choices[0].delta.content` of its `data:` events.
 - multipart/json (and openai with a `json_path`): the value at the dotted `json_path` ("result.0.text",
@@ -33,6 +34,7 @@ from typing import Any
 from rapidfuzz.distance import Levenshtein as _Levenshtein
 
 from scenarios.errors import AnswerError
+from scenarios.kserve import kserve_text
 
 _SKIP_EXACT_WORDS = (
     "id ids uuid model object status statuscode code errorcode error errors detail role category class cls "
@@ -55,13 +57,14 @@ _FINISH_RE = re.compile(rb'"finish_reason"\s*:\s*"([^"\\]*)"')
 _WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")  # "logId" -> log, Id; "rec_boxes" -> rec, boxes
 
 
-def extract_text(style: str, body: bytes, json_path: str | None = None) -> str:
-    """The recognised text of one answer (see module doc); AnswerError if the body is not JSON/SSE."""
-    return _extract_text(style, bytes(body), json_path)
+def extract_text(style: str, body: bytes, json_path: str | None = None, output: str | None = None) -> str:
+    """The recognised text of one answer (see module doc); AnswerError if the body is not JSON/SSE.
+    `output`: the Open Inference Protocol output that holds the text (STYLE=kserve)."""
+    return _extract_text(style, bytes(body), json_path, output)
 
 
 @functools.lru_cache(maxsize=256)
-def _extract_text(style: str, body: bytes, json_path: str | None) -> str:
+def _extract_text(style: str, body: bytes, json_path: str | None, output: str | None = None) -> str:
     # cached: a deterministic server sends the same bytes for the same image, and this runs per request
     # at the driver (parsing and walking an answer cost ~40 us of a ~0.5 ms request in bench_driver)
     if _looks_like_sse(body):
@@ -74,6 +77,8 @@ def _extract_text(style: str, body: bytes, json_path: str | None) -> str:
         return _join(_gather(_at_path(answer, json_path)))
     if style == "openai":
         return _openai_content(answer)
+    if style == "kserve":
+        return _join(_gather([_json_or_text(e) for e in kserve_text(answer, output)]))
     return _join(_gather(answer))
 
 
@@ -123,7 +128,8 @@ def _extract_finish_reason(body: bytes) -> str:
 
 
 def guess_style(body: bytes, content_type: str) -> str | None:
-    """ "openai" for chat completions (or their errors/streams), "json" for another JSON answer with
+    """ "openai" for chat completions (or their errors/streams), "kserve" for an Open Inference Protocol
+    answer (`model_name` and `outputs`), "json" for another JSON answer with
     text in it (the shape both multipart and json styles get), None when it is neither (HTML, empty)."""
     if "text/event-stream" in content_type.lower() or _looks_like_sse(body):
         try:
@@ -139,6 +145,8 @@ def guess_style(body: bytes, content_type: str) -> str | None:
         "choices" in answer or str(answer.get("object", "")).startswith(("chat.completion", "error"))
     ):
         return "openai"
+    if isinstance(answer, dict) and isinstance(answer.get("outputs"), list) and "model_name" in answer:
+        return "kserve"
     return "json" if any(s.strip() for s in _gather(answer)) else None
 
 
@@ -206,6 +214,16 @@ def _load_json(body: bytes) -> Any:
     except (ValueError, UnicodeDecodeError):
         snippet = body[:80].decode("utf-8", errors="replace")
         raise AnswerError(f"the answer is not JSON or server-sent events; it starts {snippet!r}") from None
+
+
+def _json_or_text(element: Any) -> Any:
+    """A BYTES element that is itself a JSON object or list (a pipeline's result) is walked as JSON."""
+    if isinstance(element, str) and element.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(element)
+        except ValueError:
+            return element
+    return element
 
 
 def _openai_content(answer: Any) -> str:

@@ -2,10 +2,11 @@
 
 Each file is read once; its size is taken from the header (Pillow opens lazily) and refused over
 `max_pixels` BEFORE any pixel is decoded (decompression bombs), then decoded once to prove it is whole.
-The bytes sent are the file's own bytes, never re-encoded. Expected text, first found wins:
-`expected.json` ({filename: text}) in the folder, a sidecar `<stem>.txt` or `<name>.txt` beside the image,
+The bytes sent are the file's own bytes, never re-encoded; a PDF or TIFF is read as its pages instead
+(scenarios.documents). Expected text, first found wins: `expected.json` ({filename or `file.pdf#p2`:
+text}) in the folder, a PDF page's text layer, a sidecar `<stem>.txt` or `<name>.txt` beside the image,
 an `ocr_text` PNG chunk / JPEG comment inside it. Folders are read flat (no recursion); hidden files,
-`*.txt` sidecars and `expected.json` are not images; any other file must be an image.
+`*.txt` sidecars and `expected.json` are not images; any other file must be an image or a document.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import io
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
+from scenarios.documents import DocumentOptions, is_document, load_document
 from scenarios.errors import ScenarioError
 from scenarios.item import ImageItem, bucket_of
 from scenarios.pages import read_ground_truth
@@ -25,24 +28,25 @@ EXPECTED_FILE = "expected.json"
 SIDECAR_SUFFIX = ".txt"
 
 
-def load_image_file(path: Path, max_pixels: int, expected_text: str | None = None) -> ImageItem:
+def load_path(
+    path: Path, max_pixels: int, documents: DocumentOptions, expected: dict[str, str] | None = None
+) -> list[ImageItem]:
+    """One file's images: a PDF's or TIFF's pages (scenarios.documents), else the image itself. `expected`
+    maps a file or page name (`scan.pdf#p2`) to its expected text, first of all sources."""
+    expected = expected or {}
+    data = _read_file(path)
+    if not is_document(path, data[:1024]):
+        return [load_image_file(path, max_pixels, expected.get(path.name), data=data)]
+    pages = load_document(path, data, documents, max_pixels)
+    return [replace(p, expected_text=expected[p.name], text_layer=False) if p.name in expected else p for p in pages]
+
+
+def load_image_file(
+    path: Path, max_pixels: int, expected_text: str | None = None, *, data: bytes | None = None
+) -> ImageItem:
     """Read and check one image file; raises ScenarioError naming the file and the fix."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ScenarioError(
-            f"image file {path} does not exist (or is a broken link); check the IMAGES path"
-        ) from None
-    except IsADirectoryError:
-        raise ScenarioError(
-            f"{path} is a folder, not an image file; use SCENARIO=folder for a folder"
-        ) from None
-    except OSError as e:
-        raise ScenarioError(
-            f"cannot read image file {path}: {e.strerror or e}; check its permissions"
-        ) from None
-    if not data:
-        raise ScenarioError(f"image file {path} is empty (0 bytes); replace it or remove it from IMAGES")
+    if data is None:
+        data = _read_file(path)
     width_px, height_px, fmt = _check_pixels(path, data, max_pixels)
     if expected_text is None:
         expected_text = _read_sidecar(path)
@@ -60,8 +64,28 @@ def load_image_file(path: Path, max_pixels: int, expected_text: str | None = Non
     )
 
 
-def load_folder(folder: Path, max_pixels: int) -> list[ImageItem]:
-    """Every image in `folder` (flat, sorted by name), each checked as in load_image_file."""
+def _read_file(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ScenarioError(
+            f"image file {path} does not exist (or is a broken link); check the IMAGES path"
+        ) from None
+    except IsADirectoryError:
+        raise ScenarioError(
+            f"{path} is a folder, not an image file; use SCENARIO=folder for a folder"
+        ) from None
+    except OSError as e:
+        raise ScenarioError(
+            f"cannot read image file {path}: {e.strerror or e}; check its permissions"
+        ) from None
+    if not data:
+        raise ScenarioError(f"image file {path} is empty (0 bytes); replace it or remove it from IMAGES")
+    return data
+
+
+def load_folder(folder: Path, max_pixels: int, documents: DocumentOptions) -> list[ImageItem]:
+    """Every image and every document's pages in `folder` (flat, sorted by name), each as in load_path."""
     if not folder.exists():
         raise ScenarioError(f"image folder {folder} does not exist; check the IMAGES path")
     if not folder.is_dir():
@@ -77,14 +101,14 @@ def load_folder(folder: Path, max_pixels: int) -> list[ImageItem]:
     ]
     if not candidates:
         raise ScenarioError(
-            f"image folder {folder} has no images; put PNG/JPEG files in it or point IMAGES elsewhere"
+            f"image folder {folder} has no images; put PNG/JPEG/PDF/TIFF files in it or point IMAGES elsewhere"
         )
-    unknown = sorted(set(expected) - {p.name for p in candidates})
+    unknown = sorted({k for k in expected if k.split("#p")[0] not in {p.name for p in candidates}})
     if unknown:
         raise ScenarioError(
             f"{folder / EXPECTED_FILE} names {', '.join(unknown[:3])} which is not in the folder; fix the file names"
         )
-    return [load_image_file(p, max_pixels, expected.get(p.name)) for p in candidates]
+    return [item for p in candidates for item in load_path(p, max_pixels, documents, expected)]
 
 
 def _check_pixels(path: Path, data: bytes, max_pixels: int) -> tuple[int, int, str]:

@@ -5,7 +5,8 @@ Scenarios (`build_image_set`):
 - `mixed`: one generated page per size bucket, picked by weight; buckets text "WxH:weight,...",
   default DEFAULT_BUCKETS; a weight of 0 drops a bucket.
 - `large`: a 1080x8000 receipt (PNG) and a 4000x3000 photo (JPEG, paper texture), equal weights.
-- `folder`: every image in the folder `images` (see scenarios.files for expected texts).
+- `folder`: every image in the folder `images` (see scenarios.files for expected texts); a PDF or TIFF
+  there, or as `images` of the other scenarios, gives one image per page (scenarios.documents).
 - `soak`, `retry`: the fixed image, or `images` (a file or a folder) when given.
 `variants` > 1 generates that many different pages (seeds seed..seed+variants-1) per bucket, sharing the
 bucket's weight, for servers that cache repeated images (e.g. vLLM's multimodal/prefix caches).
@@ -21,8 +22,9 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from scenarios.documents import DocumentOptions, check_document_options
 from scenarios.errors import ScenarioError
-from scenarios.files import load_folder, load_image_file
+from scenarios.files import load_folder, load_path
 from scenarios.item import ImageItem, bucket_of
 from scenarios.pages import make_document_image
 
@@ -40,6 +42,7 @@ __all__ = [
 SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
 DEFAULT_BUCKETS = "640x480:4,1024x768:3,2048x1536:2,4000x3000:1"
 FIXED_SIZE_PX = (1000, 700)
+DEFAULT_DOCUMENTS = DocumentOptions()
 _BUCKET_RE = re.compile(r"^(\d+)\s*[xX×]\s*(\d+)(?:\s*:\s*(\d+(?:\.\d*)?|\.\d+))?$")
 
 
@@ -120,6 +123,7 @@ def build_image_set(
     max_pixels: int = 50_000_000,
     *,
     variants: int = 1,
+    documents: DocumentOptions = DEFAULT_DOCUMENTS,
 ) -> ImageSet:
     """The ImageSet for a scenario (see module doc); every user error is one ScenarioError line."""
     name = scenario.strip().lower()
@@ -129,6 +133,7 @@ def build_image_set(
         raise ScenarioError(f"max_pixels must be >= 1, got {max_pixels}")
     if variants < 1:
         raise ScenarioError(f"variants must be >= 1, got {variants}")
+    check_document_options(documents)
     if buckets is not None and name != "mixed":
         raise ScenarioError(f"buckets apply only to SCENARIO=mixed, not {name}; drop BUCKETS or use mixed")
     path = Path(images).expanduser() if images else None
@@ -138,13 +143,13 @@ def build_image_set(
     if name == "folder":
         if path is None:
             raise ScenarioError("SCENARIO=folder needs IMAGES=<folder of images>")
-        return _from_items(name, load_folder(path, max_pixels))
+        return _from_items(name, load_folder(path, max_pixels, documents))
     if name == "fixed" and path is not None and path.is_dir():
         raise ScenarioError(
             f"SCENARIO=fixed takes one image file, but {path} is a folder; use SCENARIO=folder"
         )
     if path is not None:  # fixed, soak, retry with the user's images
-        items = load_folder(path, max_pixels) if path.is_dir() else [load_image_file(path, max_pixels)]
+        items = load_folder(path, max_pixels, documents) if path.is_dir() else load_path(path, max_pixels, documents)
         return _from_items(name, items)
 
     if name == "mixed":

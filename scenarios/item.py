@@ -17,6 +17,8 @@ class ImageItem:
     mime: str  # e.g. "image/png"
     expected_text: str | None  # ground truth when known, else None (no character error rate)
     weight: float  # relative pick weight inside its ImageSet
+    text_layer: bool = False  # expected_text is the text layer of the PDF page this image is
+    document_pages: int = 0  # a page of a PDF or TIFF (named `file.pdf#p3`): the document's pages in all; 0: an image
 
     def __repr__(self) -> str:  # keep megabytes of image bytes out of logs and test failures
         return (

@@ -7,6 +7,8 @@ Styles:
 - `openai`: POST /v1/chat/completions, one user message with the image as an `image_url` data URI and
   the prompt; `model`, `max_tokens`, `temperature` 0; with `stream` the answer is server-sent events
   and `stream_options.include_usage` asks for token counts in the last event.
+- `kserve`: POST /v2/models/{model}/infer, the Open Inference Protocol: the image as a BYTES tensor,
+  base64 in JSON or Triton's binary extension (scenarios/kserve.py).
 Encoding a 300 KB image costs about a millisecond; done per request it would distort the driver's
 own throughput (see LOCUST-FACTS), so callers encode each image once and send the same bytes.
 """
@@ -20,9 +22,10 @@ from dataclasses import dataclass
 
 from scenarios.errors import ScenarioError
 from scenarios.item import ImageItem
+from scenarios.kserve import INFER_PATH, KserveTensors, infer_path, kserve_body
 
-STYLES = ("multipart", "json", "openai")
-DEFAULT_ENDPOINTS = {"multipart": "/ocr", "json": "/ocr", "openai": "/v1/chat/completions"}
+STYLES = ("multipart", "json", "openai", "kserve")
+DEFAULT_ENDPOINTS = {"multipart": "/ocr", "json": "/ocr", "openai": "/v1/chat/completions", "kserve": INFER_PATH}
 DEFAULT_FIELDS = {"multipart": "file", "json": "image"}
 BOUNDARY = "ocr-capacity-boundary-7d3f9a1c2b"
 
@@ -35,6 +38,7 @@ class EncodedRequest:
     body: bytes
     content_type: str
     stream: bool  # the answer comes as server-sent events (openai only)
+    headers: tuple[tuple[str, str], ...] = ()  # what the body needs besides (kserve binary: its header's length)
 
     def __repr__(self) -> str:  # keep the body out of logs
         return f"EncodedRequest(path={self.path!r}, bytes={len(self.body)}, content_type={self.content_type!r}, stream={self.stream})"
@@ -50,10 +54,13 @@ def encode_request(
     prompt: str = "Extract all text in the image.",
     max_tokens: int = 1024,
     stream: bool = False,
+    tensors: KserveTensors | None = None,
 ) -> EncodedRequest:
     """Encode `item` in `style`; raises ScenarioError for an unknown style or bad options."""
     if style not in STYLES:
         raise ScenarioError(f"unknown request style {style!r}; use one of {', '.join(STYLES)}")
+    if style == "kserve":
+        return _kserve_request(item, endpoint or infer_path(model), field, stream, tensors)
     path = DEFAULT_ENDPOINTS[style] if endpoint is None else endpoint
     if not path.startswith("/"):
         raise ScenarioError(
@@ -81,6 +88,17 @@ def encode_request(
         )
     body = json.dumps({name: base64.b64encode(item.data).decode("ascii")}).encode()
     return EncodedRequest(path, body, "application/json", False)
+
+
+def _kserve_request(
+    item: ImageItem, path: str, field: str | None, stream: bool, tensors: KserveTensors | None
+) -> EncodedRequest:
+    if field is not None or stream:
+        raise ScenarioError("STYLE=kserve names its tensors with KSERVE_INPUT/KSERVE_OUTPUT and answers in one piece: drop FIELD and STREAM")
+    if not path.startswith("/"):
+        raise ScenarioError(f"endpoint {path!r} must be a path starting with '/', e.g. /v2/models/ocr/infer")
+    body, content_type, headers = kserve_body(item.data, tensors or KserveTensors(""))
+    return EncodedRequest(path, body, content_type, False, headers)
 
 
 def data_uri(item: ImageItem) -> str:

@@ -1,7 +1,7 @@
 """An image set as one byte string, for the master to send to its workers (and back into an ImageSet).
 
 Layout: MAGIC, a 4-byte big-endian header length, a JSON header (scenario, and per item its name,
-bucket, size, mime, expected text, weight and byte count), then every item's bytes in order. The
+bucket, size, mime, expected text, weight, page facts and byte count), then every item's bytes in order. The
 encoding is deterministic, so its SHA-256 (`digest`) names the set: a worker that holds a set with
 that digest needs nothing more. Stdlib only (scenarios may not import msgpack or locust).
 """
@@ -30,6 +30,8 @@ def encode_image_set(image_set: ImageSet) -> bytes:
             "mime": i.mime,
             "expected_text": i.expected_text,
             "weight": i.weight,
+            "text_layer": i.text_layer,
+            "document_pages": i.document_pages,
             "bytes": len(i.data),
         }
         for i in image_set.items

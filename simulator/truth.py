@@ -193,7 +193,7 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
     p = settle(p, o)
     work = work_of(p, o, width_px, height_px, max_tokens)
     idle = p.idle_mib + o.first_request_mib  # the resident memory once the service runs
-    slots = min(p.max_batch, o.gateway_slots) if o.gateway_slots > 0 else p.max_batch
+    slots = min(p.engine_slots, o.gateway_slots) if o.gateway_slots > 0 else p.engine_slots
     c_max = 2 * slots + 4
     if o.gateway_slots > 0:
         c_max = min(c_max, o.gateway_slots + o.gateway_queue)
@@ -202,7 +202,8 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
         increment = work.increment_mib
         estimate = math.floor((p.total_mib * HEADROOM - idle) / increment)
         fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment)
-        held = p.max_batch if p.server == "hf" else None  # hf: only the requests generate runs hold memory
+        # hf, triton: only the requests generate (a batch) runs hold memory; the others wait off the GPU
+        held = p.engine_slots if p.server in ("hf", "triton") else None
         if not (o.gateway_slots > 0 and o.gateway_slots <= fit) and not (held is not None and held <= fit):
             oom = _find_oom(p, o, width_px, height_px, max_tokens, fit + 1)
         if oom is not None:
@@ -246,7 +247,7 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
         kv_cache_size_tokens=kv_tokens,
         curve=curve,
         first_request_mib=o.first_request_mib,
-        engine_slots=p.max_batch,
+        engine_slots=p.engine_slots,
         gpu_memory_utilization=p.gpu_memory_utilization if p.kind == "vllm" else None,
         oom=oom is not None,
         peak_mem_mib=peak_mib,

@@ -117,7 +117,8 @@ _ADDED_LATER: dict[type, dict[str, str | float]] = {
     RequestRow: {"answer_kind": "", "server_time_ms": math.nan, "finish_reason": "", "repeated_tail": "",
                  "t_intended_unix_s": math.nan},
     ServerSample: {"framework_peak_mib": math.nan, "e2e_buckets_s": "", "balancer_replicas": math.nan,
-                   "max_num_seqs_metric": ""},  # fmt: skip
+                   "max_num_seqs_metric": "", "inference_count_total": math.nan, "inference_exec_total": math.nan,
+                   "inference_success_total": math.nan, "queue_duration_us_total": math.nan},  # fmt: skip
     GpuSample: {"other_mem_mib": math.nan, "sm_clock_mhz": math.nan, "throttle_reasons": math.nan},
 }
 

@@ -83,9 +83,23 @@ def positive_increase(values: FloatArray) -> float:
     return float(diffs[diffs > 0].sum())
 
 
+def batch_columns(server: pd.DataFrame, rows: np.ndarray | None) -> dict[str, float]:
+    """A server that batches dynamically (Triton's counters, `server` in time order): over the step, the
+    mean batch size (inferences per execution) and the mean queue time of a request answered; NaN where
+    the server exports no such counter or ran no batch in the step."""
+    inferences = positive_increase(sample_values(server, rows, "inference_count_total"))
+    executions = positive_increase(sample_values(server, rows, "inference_exec_total"))
+    answered = positive_increase(sample_values(server, rows, "inference_success_total"))
+    queue_us = positive_increase(sample_values(server, rows, "queue_duration_us_total"))
+    return {
+        "server_batch_mean": inferences / executions if executions > 0 else math.nan,
+        "server_queue_mean_ms": queue_us / answered / 1000.0 if answered > 0 else math.nan,
+    }
+
+
 def server_columns(server: pd.DataFrame, rows: np.ndarray | None, row: Mapping[str, Any]) -> dict[str, Any]:
     """The server's scrapes in the step (`server` in time order): requests running and waiting, KV cache,
-    preemptions, the framework's peak and, from vLLM's e2e histogram, vllm_e2e_p95_ms and, where the
+    preemptions, the framework's peak, a batching server's batch size and queue time and, from vLLM's e2e histogram, vllm_e2e_p95_ms and, where the
     step's requests (`row`, its request columns) carry no server time of their own, the server's P50/P95."""
     running = sample_values(server, rows, "num_requests_running")
     out: dict[str, Any] = {
@@ -96,6 +110,7 @@ def server_columns(server: pd.DataFrame, rows: np.ndarray | None, row: Mapping[s
         "preemptions": positive_increase(sample_values(server, rows, "num_preemptions_total")),
         "framework_peak_mib": stat(sample_values(server, rows, "framework_peak_mib"), "max"),
         "server_max_num_seqs": stat(sample_values(server, rows, "max_num_seqs"), "max"),  # its own gauge
+        **batch_columns(server, rows),
     }
     if rows is not None and rows.size and "e2e_buckets_s" in server.columns:
         scrapes = server["e2e_buckets_s"].to_numpy()[rows]  # in time order

@@ -57,6 +57,7 @@ STEP_COLUMNS = [
     "gpu_mem_peak_mib", "gpu_mem_rise_mib", "gpu_mem_after_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
     "driver_cpu_mean_pct", "gpu_host_cpu_mean_pct", "server_running_mean", "server_running_max",
     "server_waiting_max", "server_max_num_seqs", "kv_cache_peak_frac", "preemptions", "framework_peak_mib",
+    "server_batch_mean", "server_queue_mean_ms",  # a server that batches dynamically (Triton's counters)
     "rejected", "retried", "completed_requests", "gpu_mem_climb_mib", "other_mem_mib",
     # marks: heat and clocks (analysis.table.heat), the server's own time (analysis.table.server_time)
     "gpu_temp_c_peak", "gpu_temp_c_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "throttled",

@@ -20,6 +20,7 @@ from analysis.table.loader import RunData, load_run, manifest_setting
 from analysis.table.open_loop import capacity_rows
 from analysis.table.steps import STEP_COLUMNS
 from analysis.written.alerts import alert_rules, alerts_yaml, runbook
+from analysis.written.batches import batch_markdown
 from analysis.written.config import config_yaml
 from analysis.written.diagnosis import comparison_rows
 from analysis.written.fleet import fleet_lead, fleet_markdown
@@ -156,7 +157,6 @@ def _bounds_formula(est: Estimate) -> list[str]:
 def capacity_markdown(run: RunData, result: Analysis) -> str:
     """capacity.md: formula, inputs, assumptions, metadata, dimension, then measured vs estimated."""
     summary, est = result.summary, result.estimate
-    gpu = summary["gpu"]
     dims = {"gpu_memory": "GPU memory (seed 000 formula)", "kv_cache": "KV cache (server preallocates GPU memory)" + (f", bound by {est.binding.replace('_', ' ')}" if est.binding else ""),
             "none": "none: no estimate"}  # fmt: skip
     base_steps = run.steps[run.steps["phase"] == "baseline"] if not run.steps.empty else run.steps
@@ -173,6 +173,26 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         "## Formula",
         *_formula(est),
         "",
+        *_inputs(run, summary, est, date),
+        "",
+        "## Assumptions",
+        "- Memory grows linearly with concurrency (one increment per request in flight).",
+        "- No cross-request cache and no dynamic batching; with batching or CUDA graphs, measure a per-batch"
+        " increment instead (a server whose counters show batches: the Batches section below).",
+        *_size_assumptions(summary.get("page_mix")),
+    ]
+    lines += mix_markdown(summary.get("page_mix"))
+    lines += _measured_lines(result)
+    seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS, or Triton's config's limit
+    lines += batch_markdown(result.table, est.increment_mib, seqs if isinstance(seqs, int) else 0)
+    lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
+    return "\n".join(lines) + "\n"
+
+
+def _inputs(run: RunData, summary: dict[str, Any], est: Estimate, date: float) -> list[str]:
+    """capacity.md's inputs and metadata table."""
+    gpu = summary["gpu"]
+    return [
         "## Inputs and metadata",
         "| item | value |",
         "|---|---|",
@@ -191,18 +211,19 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         f"| tokens per request | {_fmt(est.tokens_per_request, '.0f')} |",
         f"| headroom | {est.headroom:g} |",
         f"| estimate | {_fmt(est.estimate, '')} |",
+        f"| engine limit (MAX_NUM_SEQS) | {_engine_limit(run.manifest)} |",
         f"| date | {_utc_date(date)} |",
-        "",
-        "## Assumptions",
-        "- Memory grows linearly with concurrency (one increment per request in flight).",
-        "- No cross-request cache and no dynamic batching; with batching or CUDA graphs, measure a per-batch"
-        " increment instead.",
-        *_size_assumptions(summary.get("page_mix")),
     ]
-    lines += mix_markdown(summary.get("page_mix"))
-    lines += _measured_lines(result)
-    lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
-    return "\n".join(lines) + "\n"
+
+
+def _engine_limit(manifest: dict[str, Any]) -> str:
+    """MAX_NUM_SEQS as the run had it, and where it came from: given, or the model config (STYLE=kserve)."""
+    seqs = manifest_setting(manifest, "max_num_seqs")
+    if not isinstance(seqs, int) or seqs <= 0:
+        return "n/a"
+    found = manifest.get("engine_limit")
+    source = found.get("from") if isinstance(found, dict) else None
+    return f"{seqs} (from {source})" if source else f"{seqs} (given)"
 
 
 def _measured_lines(result: Analysis) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_sampler import SamplerError
+from loadtest.launch.kserve_ready import with_kserve_tensors
 from loadtest.launch.preflight import PreflightError
 from loadtest.launch.procs import fail, free_port, locust_base, worker_cmd
 from loadtest.launch.run import add_run_flags, config_from_args, locust_env, preflight, render
@@ -106,7 +107,7 @@ def cmd_ui(ns: argparse.Namespace) -> int:
     # ignored, and Python then installs no handler of its own (only SIGTERM stopped it there)
     signal.signal(signal.SIGINT, _interrupt)
     try:
-        cfg = config_from_args(ns)
+        cfg = with_kserve_tensors(config_from_args(ns))
         preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return fail(str(exc))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gpu_sampler import SamplerError
 from loadtest.launch.idle import record_idle
+from loadtest.launch.kserve_ready import with_kserve_tensors
 from loadtest.launch.preflight import PreflightError
 from loadtest.launch.procs import OneLineParser, fail
 from loadtest.launch.run import (
@@ -87,7 +88,7 @@ def verdict_line(run_dir: Path) -> tuple[int, str]:
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
-        cfg = verify_config(ns)
+        cfg = with_kserve_tensors(verify_config(ns))
         answer_check, idle = preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return fail(str(exc))

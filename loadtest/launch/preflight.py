@@ -32,7 +32,7 @@ from scenarios import AnswerError, EncodedRequest, character_error_rate, extract
 SHOWN_CHARS = 80
 PATIENCE_S = 10.0  # a first answer slower than this gets one line saying the pre-flight still waits
 # multipart and json servers answer in the same shape: guess_style calls both "json"
-_SAME_SHAPE = {"multipart": "json", "json": "json", "openai": "openai"}
+_SAME_SHAPE = {"multipart": "json", "json": "json", "openai": "openai", "kserve": "kserve"}
 
 
 class PreflightError(RuntimeError):
@@ -56,7 +56,7 @@ def _post(
     url: str, enc: EncodedRequest, headers: dict[str, str], timeout_s: float, tls: TlsSettings
 ) -> tuple[int, bytes, Message]:
     req = urllib.request.Request(
-        url, data=enc.body, method="POST", headers={"Content-Type": enc.content_type, **headers}
+        url, data=enc.body, method="POST", headers={"Content-Type": enc.content_type, **dict(enc.headers), **headers}
     )
     # the same TLS settings as the load's (OcrUser) and the scrapes': what passes here passes there
     opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=tls.context()))
@@ -86,7 +86,7 @@ def check_first_answer(
     ctype = headers.get("Content-Type", "")
     looks = guess_style(body, ctype)
     try:
-        text = extract_text(cfg.style, body, cfg.json_path or None)
+        text = extract_text(cfg.style, body, cfg.json_path or None, cfg.kserve_output or None)
     except AnswerError as exc:
         hint = (
             f"it looks like STYLE={looks}"
@@ -242,6 +242,8 @@ def field_read(cfg: RunConfig, body: bytes) -> str:
     """Where the text was read, in the words a user sets JSON_PATH with."""
     if cfg.json_path:
         return f"JSON_PATH={cfg.json_path}"
+    if cfg.style == "kserve":
+        return f"output {cfg.kserve_output}" if cfg.kserve_output else "the first BYTES output"
     if cfg.style == "openai":
         streamed = body.lstrip()[:5] == b"data:"
         return "choices[0].delta.content of the streamed events" if streamed else "choices[0].message.content"

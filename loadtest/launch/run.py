@@ -21,6 +21,7 @@ from pathlib import Path
 from analysis.knee.find import DEFAULTS as KNEE_DEFAULTS
 from gpu_sampler import GpuMonitor, SamplerError
 from loadtest.launch.idle import read_idle, record_idle
+from loadtest.launch.kserve_ready import engine_limit_note, with_kserve_tensors
 from loadtest.launch.preflight import PreflightError, check_first_answer
 from loadtest.launch.procs import fail, free_port, locust_base, worker_cmd
 from loadtest.launch.soak_level import with_soak_level
@@ -235,7 +236,9 @@ def run_method(
 ) -> RunOutcome:
     """Pre-flight, the Locust run and the report, in `run_dir` (a new folder under OUT when None; a
     sweep gives each setting's)."""
+    told_seqs = cfg.max_num_seqs
     try:
+        cfg = with_kserve_tensors(cfg)  # STYLE=kserve: server and model ready, tensors named
         answer_check, idle = preflight(cfg)
     except (ConfigError, ScenarioError, PreflightError, SamplerError) as exc:
         return RunOutcome(fail(str(exc)), str(exc), None)
@@ -245,8 +248,9 @@ def run_method(
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     idle_before = record_idle(run_dir, idle)
+    limit = engine_limit_note(cfg) if cfg.max_num_seqs != told_seqs else {}
     write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check,
-                                           idle_before_preflight=idle_before, **images_sent(cfg)))  # fmt: skip
+                                           idle_before_preflight=idle_before, **images_sent(cfg), **limit))  # fmt: skip
     print(f"run folder: {shown_path(run_dir, os.getcwd())}", flush=True)
     early: list[EarlyRender] = []
     code = run_locust(cfg, run_dir, remote_workers, bind_host, master_port,

@@ -14,7 +14,7 @@ from loadtest.settings.run_config import SCENARIOS, STYLES, RunConfig
 # What each setting does, shown by `python -m loadtest run --help` and in Locust's web UI.
 FIELD_HELP = {
     "host": "base URL of the OCR server, e.g. http://gpu-box:8000",
-    "endpoint": "route to POST to; empty: /ocr, or /v1/chat/completions for STYLE=openai",
+    "endpoint": "route to POST to; empty: /ocr, /v1/chat/completions for STYLE=openai, /v2/models/MODEL/infer for STYLE=kserve",
     "style": f"request style: {' | '.join(STYLES)}",
     "field": "multipart field or JSON key that carries the image; empty: file / image",
     "headers": "extra headers, 'Authorization: Bearer abc; X-No-Cache: 1' (secret: prefer OCRCAP_HEADERS)",
@@ -23,18 +23,18 @@ FIELD_HELP = {
     "insecure": "skip TLS certificate checks on every request: pre-flight, load, /metrics, DCGM, sidecar",
     "ca_bundle": "PEM file of the CAs to trust (instead of the system's) for every HTTPS request; read on the master, its text sent to the workers",
     "ca_bundle_pem": "set by the runner: the text of CA_BUNDLE",
-    "model": "model name sent with STYLE=openai",
+    "model": "model name sent with STYLE=openai; with STYLE=kserve the model at /v2/models/MODEL",
     "prompt": "instruction sent with STYLE=openai",
     "max_tokens": "max_tokens sent with STYLE=openai",
     "stream": "ask for a streamed answer (STYLE=openai) and record the time to first byte",
     "json_path": "dotted path of the text in the answer, e.g. result.0.text; empty: found by the answer's shape",
     "scenario": f"what is sent: {' | '.join(SCENARIOS)}",
-    "images": "an image file or folder (with optional <name>.txt expected texts); empty: generated pages",
+    "images": "an image file, PDF, TIFF or folder of them (a document's pages sent as images; expected texts from <name>.txt files or a PDF's text layer); empty: generated pages",
     "buckets": "page sizes for SCENARIO=mixed, WxH:weight,...; empty: 640x480:4,1024x768:3,2048x1536:2,4000x3000:1",
     "seed": "seed of the generated pages and of each user's image choice",
     "levels": "concurrency levels to measure, e.g. 1,2,4,8; empty: chosen from the estimate",
     "workers": "local Locust worker processes; 0 runs the users in the master",
-    "gpu": "GPU source: none | nvml (every GPU) | nvml:0 | nvml:0,1 (summed) | nvml:GPU-<uuid> | nvml:MIG-<uuid> | sidecar:URL[#0,1] | dcgm:URL[#0|#GPU-<uuid>]",
+    "gpu": "GPU source: none | nvml (every GPU) | nvml:0 | nvml:0,1 (summed) | nvml:GPU-<uuid> | nvml:MIG-<uuid> | sidecar:URL[#0,1] | dcgm:URL[#0|#GPU-<uuid>] | server-metrics (Triton's own GPU series at SERVER_METRICS: coarser)",
     "gpu_token": "token of the GPU sidecar (secret: prefer OCRCAP_GPU_TOKEN)",
     "server_metrics": "URL of the server's Prometheus /metrics (vLLM names)",
     "framework_metric": (
@@ -112,6 +112,11 @@ FIELD_HELP = {
         "resize every image on the driver, aspect kept, before encoding, so its longest side is at most this"
         " many px (as seed 001's gateway does at 1024); sizes before and after go in the manifest; 0: off"
     ),
+    "kserve_input": "STYLE=kserve: the input tensor that carries the page; empty: the model's only (BYTES) input, from GET /v2/models/MODEL",
+    "kserve_output": "STYLE=kserve: the output tensor that holds the text; empty: the model's only (BYTES) output, from its metadata",
+    "kserve_binary": "STYLE=kserve: send the page as raw bytes with the binary tensor extension (Triton) instead of base64 in JSON",
+    "dpi": "resolution PDF pages are rendered at before load, dots per inch (200 reads small print; 300 a fine scan)",
+    "max_pages": "the most pages of one PDF or TIFF sent (its first ones); the manifest counts the rest",
     "rates": (
         "open-loop rates to measure instead of LEVELS, requests a second for the whole run, e.g. 2,4,8: requests"
         " arrive on schedule whether or not earlier ones came back (each worker sends rate / workers)"

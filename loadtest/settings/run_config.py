@@ -32,7 +32,7 @@ from loadtest.settings.open_loop import check_open_loop
 from scenarios.resize import MIN_SIDE_PX
 
 SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
-STYLES = ("multipart", "json", "openai")
+STYLES = ("multipart", "json", "openai", "kserve")
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,13 @@ class RunConfig:
     server_time_path: str = ""  # a JSON field of the answer holding it ("usage.server_ms")
     # --- sweep (issue 22): the driver resizes every image before encoding (scenarios/resize.py) -----
     max_side: int = 0  # px; every image's longest side at most this, aspect kept; 0 = off
+    # --- the Open Inference Protocol (issue 51): STYLE=kserve's tensors (scenarios/kserve.py) ---------
+    kserve_input: str = ""  # the input tensor that carries the page; "" = read from the model's metadata
+    kserve_output: str = ""  # the output tensor that holds the text; "" = read from the model's metadata
+    kserve_binary: bool = False  # the page as raw bytes (Triton's binary tensor extension), not base64 in JSON
+    # --- documents (issue 51): a PDF's or TIFF's pages rendered once before load (scenarios/documents.py)
+    dpi: int = 200  # PDF pages rendered at this resolution
+    max_pages: int = 50  # the most pages of one document sent (the first ones)
     # --- openloop (issue 23): open-loop arrivals and the verify phase (checks: loadtest/settings/open_loop.py)
     rates: str = ""  # "2,4,8" requests a second for the whole run (each worker rate / workers); not with LEVELS
     arrivals: str = "poisson"  # poisson | constant
@@ -122,6 +129,8 @@ class RunConfig:
     def endpoint_path(self) -> str:
         if self.endpoint:
             return self.endpoint
+        if self.style == "kserve":
+            return f"/v2/models/{self.model}/infer"
         return "/v1/chat/completions" if self.style == "openai" else "/ocr"
 
     @property

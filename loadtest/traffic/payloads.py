@@ -14,6 +14,8 @@ from typing import Any
 
 from loadtest.settings.run_config import RunConfig
 from scenarios import EncodedRequest, ImageItem, ImageSet, build_image_set, encode_request
+from scenarios.documents import DocumentOptions, documents_sent
+from scenarios.kserve import KserveTensors
 from scenarios.resize import SizeChange, resize_image_set
 
 
@@ -34,28 +36,37 @@ class Payloads:
 def image_set_for(cfg: RunConfig) -> ImageSet:
     """The images a run sends, read or generated from the config (on the master, or a local run), resized
     to MAX_SIDE when it is set."""
-    return _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side)[0]
+    return _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side, _documents(cfg))[0]
 
 
 def images_sent(cfg: RunConfig) -> dict[str, Any]:
     """The manifest's `images_sent` when MAX_SIDE is set: {"max_side_px", "sizes": [{"bucket", "before_px",
-    "after_px", "bytes", ...}]} of the payloads actually sent; {} when it is off."""
+    "after_px", "bytes", ...}]} of the payloads actually sent; {} when it is off. With `documents` where
+    IMAGES holds PDFs or TIFFs: {"dpi", "files": [{"file", "pages", "pages_sent", "text_layer_pages"}]}."""
+    image_set, changes = _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side, _documents(cfg))
+    files = documents_sent(image_set.items)
+    out: dict[str, Any] = {"documents": {"dpi": cfg.dpi, "files": files}} if files else {}
     if not cfg.max_side:
-        return {}
-    _, changes = _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side)
+        return out
     sizes = [
         {"bucket": c.bucket, "before_px": list(c.before_px), "after_px": list(c.after_px), "bytes": c.bytes_after,
          "bytes_before": c.bytes_before, "name": c.name}  # fmt: skip
         for c in changes
     ]
-    return {"images_sent": {"max_side_px": cfg.max_side, "sizes": sizes}}
+    return {**out, "images_sent": {"max_side_px": cfg.max_side, "sizes": sizes}}
+
+
+def _documents(cfg: RunConfig) -> DocumentOptions:
+    return DocumentOptions(dpi=cfg.dpi, max_pages=cfg.max_pages)
 
 
 @functools.lru_cache(maxsize=2)  # the pre-flight, the manifest and a local run read the same set once
 def _sized_set(
-    scenario: str, images: str, seed: int, buckets: str, max_side_px: int
+    scenario: str, images: str, seed: int, buckets: str, max_side_px: int, documents: DocumentOptions
 ) -> tuple[ImageSet, tuple[SizeChange, ...]]:
-    image_set = build_image_set(scenario, images or None, seed=seed, buckets=buckets or None)
+    image_set = build_image_set(
+        scenario, images or None, seed=seed, buckets=buckets or None, documents=documents
+    )
     if not max_side_px:
         return image_set, ()
     return resize_image_set(image_set, max_side_px)
@@ -75,6 +86,9 @@ def build_payloads(cfg: RunConfig, image_set: ImageSet | None = None) -> Payload
             prompt=cfg.prompt,
             max_tokens=cfg.max_tokens,
             stream=cfg.stream,
+            tensors=KserveTensors(cfg.kserve_input, cfg.kserve_output, cfg.kserve_binary)
+            if cfg.style == "kserve"
+            else None,
         )
         for item in image_set.items
     }

@@ -141,7 +141,7 @@ class OcrUser(FastHttpUser):
             session = self.client
             base = via or session.base_url or ""
             url = enc.path if _ABSOLUTE_URL.match(enc.path) else f"{base}{enc.path}"
-            headers = {"Content-Type": enc.content_type, **payloads.headers}
+            headers = {"Content-Type": enc.content_type, **dict(enc.headers), **payloads.headers}
             if session.auth_header:  # credentials in the host URL, as FastHttpSession sends them
                 headers["Authorization"] = session.auth_header
             if not any(k.lower() == "accept-encoding" for k in headers):

@@ -90,7 +90,7 @@ def _judge(cfg: RunConfig, item: ImageItem, reply: Reply) -> Verdict:
     if kind == failures.OK:
         text = None
         try:
-            text = extract_text(cfg.style, body, cfg.json_path or None)
+            text = extract_text(cfg.style, body, cfg.json_path or None, cfg.kserve_output or None)
         except AnswerError as e:
             error = str(e)
         if text is not None and item.expected_text is not None:

@@ -22,10 +22,12 @@ from simulator.exports.metrics import (
     render_vllm_metrics,
 )
 from simulator.exports.requestlog import RESET_KEY, START_KEY, RequestLog, timing_middleware
+from simulator.exports.triton_metrics import render_triton_metrics
 from simulator.exports.trtllm_metrics import iteration_stats, render_trtllm_metrics
 from simulator.front.bodies import read_json, read_ocr_body
 from simulator.front.chat_stream import stream_chat
 from simulator.front.images import BadInput, ImageInput, chat_request_from_json, inspect_image
+from simulator.front.oip import HEADER_LENGTH, image_of_infer, infer_answer, model_config, model_metadata
 from simulator.front.replies import (
     Reset,
     bearer_refused,
@@ -167,6 +169,12 @@ class SimServer:
         )
         app.router.add_post("/ocr", self._ocr)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v2/models/{model}/infer", self._infer)
+        app.router.add_get("/v2/health/ready", self._v2_ready)
+        app.router.add_get("/v2/health/live", self._v2_ready)
+        app.router.add_get("/v2/models/{model}", self._v2_model)
+        app.router.add_get("/v2/models/{model}/ready", self._v2_model)
+        app.router.add_get("/v2/models/{model}/config", self._v2_model)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/prometheus/metrics", self._prometheus)
@@ -242,6 +250,35 @@ class SimServer:
         except ConnectionResetError:  # the client left mid-stream; the engine already did the work
             return web.Response(status=499)
 
+    async def _infer(self, request: web.Request) -> web.StreamResponse:
+        """The Open Inference Protocol's infer (simulator.front.oip): one page in, its text as output TEXT."""
+        self._known_model(request)
+        decision = self._gate(request)
+        data = image_of_infer(await request.read(), request.headers.get(HEADER_LENGTH))
+        waiter = self._submit(inspect_image(data, self.config.max_pixels), None, False, decision)
+        outcome = await waiter.future
+        await self._finish(request, outcome, decision)
+        if isinstance(outcome, Failed):
+            return failed_response(outcome)
+        return web.json_response(infer_answer(self.profile, waiter.text))
+
+    def _known_model(self, request: web.Request) -> None:
+        name = request.match_info["model"]
+        if name != self.profile.model_name:
+            raise BadInput(404, f"Request for unknown model: '{name}' is not found")
+
+    async def _v2_ready(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=503 if self._unavailable() else 200)
+
+    async def _v2_model(self, request: web.Request) -> web.StreamResponse:
+        """GET /v2/models/{name}[/ready|/config]: its metadata, its readiness, Triton's model config."""
+        self._known_model(request)
+        if request.path.endswith("/ready"):
+            return web.Response(status=503 if self._unavailable() else 200)
+        if request.path.endswith("/config"):
+            return web.json_response(model_config(self.profile))
+        return web.json_response(model_metadata(self.profile))
+
     async def _finish(self, request: web.Request, outcome: Finished | Failed, decision: Decision) -> None:
         """The engine is done: note its start of work for the request log (Unix s), then the drawn spike."""
         if isinstance(outcome, Finished):
@@ -271,6 +308,8 @@ class SimServer:
             return web.json_response(iteration_stats(self.profile, snap, time.time()))
         if self.profile.server == "vllm":
             text = render_vllm_metrics(self.profile, snap, self.stats)
+        elif self.profile.server == "triton":  # Triton's nv_* (its port 8002's /metrics)
+            text = render_triton_metrics(self.profile, snap, self.stats)
         else:  # a PyTorch server (FastAPI, HF generate): no vllm:* series, the framework's view only
             text = render_framework_metric(self.profile, self.pipeline.take_framework_peak_mib())
         return web.Response(text=text, content_type="text/plain", charset="utf-8")

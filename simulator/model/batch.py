@@ -6,7 +6,8 @@ sequence the blocks its next token needs, preempting the most recently admitted 
 (recompute: its blocks and encoder memory freed, its tokens lost, back to the front of the queue), then
 admits from the waiting queue (FIFO) while the batch has fewer than max_batch sequences and, for vllm,
 free blocks cover the prompt plus one token (trtllm: plus its whole answer). A sequence of n tokens holds
-ceil((prompt_tokens + n) / kv_block_size_tokens) blocks. The vision-encoder memory of the running images
+ceil((prompt_tokens + n) / kv_block_size_tokens) blocks. Triton (a dynamic batcher, `_admit_batches`)
+admits whole batches instead: a free instance takes up to max_batch waiting requests at once. The vision-encoder memory of the running images
 (vllm, outside the KV pool) is counted here too: it is freed with the sequence.
 """
 
@@ -52,12 +53,17 @@ class Batch:
         self.free_blocks = profile.num_gpu_blocks
         self.encoder_mib = 0.0  # vision-encoder memory of the images in the running batch (vllm)
         self.preemptions = 0
+        self.executions = 0  # batches formed: Triton's nv_inference_exec_count
+        self.inferences = 0  # requests in them: its nv_inference_count (counted with the batch, as Triton does)
+        self._executing: list[set[int]] = []  # triton: the job ids of each instance's batch still running
 
     def blocks_for(self, job: Job, tokens: int) -> int:
         return math.ceil((job.work.prompt_tokens + tokens) / self.profile.kv_block_size_tokens)
 
     def admit(self, t: float) -> list[Job]:
         """The jobs joining the step that starts at `t` (running ones grown first, for vllm)."""
+        if self.profile.server == "triton":
+            return self._admit_batches(t)
         vllm = self.profile.kind == "vllm"
         joined: list[Job] = []
         if vllm:
@@ -75,7 +81,38 @@ class Batch:
             if job.admitted_ms is None:
                 job.admitted_ms = t
             joined.append(job)
+        if joined:
+            self.executions += 1
+            self.inferences += len(joined)
         return joined
+
+    def _admit_batches(self, t: float) -> list[Job]:
+        """Triton's dynamic batcher: an instance whose batch has all answered takes the next batch, up
+        to max_batch (max_batch_size) of the waiting requests at once, once max_batch wait or the oldest
+        has waited max_queue_delay_ms."""
+        running = set(self.running)
+        self._executing = [ids & running for ids in self._executing if ids & running]
+        joined: list[Job] = []
+        while self.waiting and len(self._executing) < self.profile.instances and self.batch_due_ms(t) is None:
+            batch = [self._jobs[self.waiting.popleft()] for _ in range(min(self.profile.max_batch, len(self.waiting)))]
+            for job in batch:
+                self.running.append(job.job_id)
+                if job.admitted_ms is None:
+                    job.admitted_ms = t
+            self._executing.append({job.job_id for job in batch})
+            self.executions += 1
+            self.inferences += len(batch)
+            joined.extend(batch)
+        return joined
+
+    def batch_due_ms(self, t: float) -> float | None:
+        """Triton: when the batch waiting for more requests goes anyway (its oldest request has waited
+        max_queue_delay); None when it may go now (full, or waited long enough) or nothing waits."""
+        p = self.profile
+        if not self.waiting or len(self.waiting) >= p.max_batch or p.max_queue_delay_ms <= 0:
+            return None
+        due = self._jobs[self.waiting[0]].engine_in_ms + p.max_queue_delay_ms
+        return due if due > t else None
 
     def _grow_running_blocks(self) -> None:
         """Each running sequence takes the blocks its next token needs; preempt the newest when short."""
@@ -129,3 +166,4 @@ class Batch:
         self.running.clear()
         self.free_blocks = self.profile.num_gpu_blocks
         self.encoder_mib = 0.0
+        self._executing.clear()

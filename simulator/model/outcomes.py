@@ -52,3 +52,5 @@ class Snapshot:
     down: bool
     preemptions_total: int
     heat: Reading | None = None  # temperature, SM clock, power, throttle reasons
+    executions_total: int = 0  # batches the engine formed (Triton's nv_inference_exec_count)
+    inferences_total: int = 0  # requests in those batches (Triton's nv_inference_count)

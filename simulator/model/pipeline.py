@@ -49,7 +49,7 @@ from simulator.model.work import Work
 
 __all__ = ["Failed", "Finished", "Outcome", "Pipeline", "Snapshot", "Tokens"]
 
-ARRIVE, GW_TIMEOUT, CPU_DONE, STEP_END, RESTART_DONE = range(5)
+ARRIVE, GW_TIMEOUT, CPU_DONE, STEP_END, RESTART_DONE, BATCH_DUE = range(6)
 
 
 class Pipeline:
@@ -128,6 +128,8 @@ class Pipeline:
             down=down,
             preemptions_total=self._batch.preemptions,
             heat=self.thermal.reading(now_ms, util / 100.0),  # power as NVML averages it: the last second
+            executions_total=self._batch.executions,
+            inferences_total=self._batch.inferences,
         )
 
     def take_framework_peak_mib(self) -> float:
@@ -149,6 +151,10 @@ class Pipeline:
             return
         if kind == RESTART_DONE:
             self._down_until_ms = None
+            return
+        if kind == BATCH_DUE:  # triton: a batch that waited max_queue_delay for more requests goes
+            if not self._stepping:
+                self._start_step(t)
             return
         job = self._jobs.get(ref)
         if job is None:
@@ -213,7 +219,8 @@ class Pipeline:
 
     def _enter_engine(self, job: Job, t: float) -> None:
         p = self.profile
-        if p.server == "hf" and self._in_engine() >= p.max_batch:  # generate's lock: wait before the GPU
+        # generate's lock (hf), Triton's queue: wait before the GPU, holding no GPU memory
+        if p.server in ("hf", "triton") and self._in_engine() >= p.engine_slots:
             job.stage = "lock"
             self._lock_queue.append(job.job_id)
             return
@@ -256,7 +263,7 @@ class Pipeline:
 
     def _unlock(self, t: float) -> None:
         """HF generate: the request that waited longest before the GPU enters as one leaves."""
-        while self._lock_queue and self._in_engine() < self.profile.max_batch:
+        while self._lock_queue and self._in_engine() < self.profile.engine_slots:
             self._enter_engine(self._jobs[self._lock_queue.popleft()], t)
 
     def _crash(self, t: float) -> None:
@@ -288,6 +295,9 @@ class Pipeline:
         joined = [job for job in joined if job.stage == "engine"]  # those that failed in the encoder cost nothing
         if not self._batch.running:
             self._stepping = False
+            due = self._batch.batch_due_ms(t)
+            if due is not None:
+                self._push(due, BATCH_DUE, 0)
             return
         n = len(self._batch.running)
         decode_ms = max(p.step_base_ms + p.step_per_seq_ms * n, p.step_compute_ms_per_seq * n)

@@ -17,7 +17,11 @@ Parameters of a `Profile` (a simulated server on one GPU):
     output_tokens_sigma       1      sigma of a per-request lognormal factor (median 1) on the answer length,
                                      as real pages vary; 0: every page of a size is answered alike
     chars_per_token           chars  characters of answer text per token: max_tokens cuts the text there
-    max_batch                 seqs   batch slots of the engine (vllm: max_num_seqs): the hard concurrency limit
+    max_batch                 seqs   batch slots of the engine (vllm: max_num_seqs): the hard concurrency limit;
+                                     triton: max_batch_size, one instance's batch
+    instances                 1      triton: model instances (instance_group count), each running one batch
+    max_queue_delay_ms        ms     triton: dynamic_batching's max_queue_delay: a batch short of max_batch waits
+                                     this long from its oldest request for more
     base_mib_per_request      MiB    pytorch: fixed memory per request in the engine
     act_mib_per_mpix          MiB    pytorch: activation memory per megapixel of the (resized) image
     mib_per_token             MiB    pytorch: memory per prompt+output token (a static generation cache)
@@ -46,6 +50,10 @@ Parameters of a `Profile` (a simulated server on one GPU):
 Backends (`kind` is the memory model: pytorch takes memory per request, vllm pre-allocates a KV pool):
     pytorch   FastAPI around a batching engine; exports only the framework's peak (ocr_framework_peak_bytes),
               no vllm:* series (a PyTorch server has none)
+    triton    NVIDIA Triton's dynamic batcher in front of a PyTorch-style model (memory per request): a free
+              instance takes up to max_batch_size waiting requests as one batch, after max_queue_delay; queued
+              requests wait off the GPU (Triton's queue holds no GPU memory) up to max_batch_size x instances; speaks
+              the Open Inference Protocol (/v2) and exports Triton's nv_* metrics (simulator.exports.triton_metrics)
     hf        HF transformers' `generate` behind FastAPI: one request at a time, no batching across requests
               (the others wait before the GPU, holding no GPU memory), memory per request; exports the same
     vllm      vLLM's OpenAI server: continuous batching, pre-allocated KV pool, preemption; vllm:* on /metrics
@@ -64,7 +72,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["pytorch", "vllm"]
-BACKENDS = {"pytorch": "pytorch", "hf": "pytorch", "vllm": "vllm", "trtllm": "vllm"}  # backend -> its kind
+BACKENDS = {"pytorch": "pytorch", "hf": "pytorch", "triton": "pytorch", "vllm": "vllm", "trtllm": "vllm"}  # backend -> its kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +112,13 @@ class Profile:
     retry_after_s: int = 1
     heat: bool = False
     backend: str = ""
+    instances: int = 1
+    max_queue_delay_ms: float = 0.0
+
+    @property
+    def engine_slots(self) -> int:
+        """Requests the engine runs at once: Triton's max_batch_size x instances, else max_batch."""
+        return self.max_batch * self.instances if self.server == "triton" else self.max_batch
 
     @property
     def kv_cache_size_tokens(self) -> int:
@@ -272,6 +287,20 @@ PROFILES: dict[str, Profile] = {
         mib_per_token=0.02,
     ),
     # pytorch-24g on a card that heats with load and throttles past 83 C (simulator.model.thermal).
+    # Triton with dynamic batching: two instances of a batch-4 model; a batch's step costs little more
+    # than one request's (the GPU's gain from batching), so throughput grows to 8 requests at once, then
+    # requests queue for a free instance (nv_inference_queue_duration_us grows).
+    "triton-24g": Profile(
+        name="triton-24g",
+        kind="pytorch",
+        model_name="sim-ocr",
+        backend="triton",
+        max_batch=4,
+        instances=2,
+        max_queue_delay_ms=20.0,
+        step_base_ms=3.0,
+        step_per_seq_ms=0.4,
+    ),
     "hot-24g": Profile(name="hot-24g", kind="pytorch", model_name="sim-ocr-1b", heat=True),
     # Throughput that falls past its limit (issue 48: Ray Serve's router backing off when every replica is full,
     # vLLM thrashing under KV pressure): 8 slots, and each request waiting for one costs every step 1 ms of host

@@ -12,7 +12,9 @@ import pandas as pd
 from analysis import STEP_COLUMNS, load_run, step_table
 from runfolder import SERVER_FILE, CsvAppender, ServerSample, columns_of
 
-OLD_COLUMNS = [c for c in columns_of(ServerSample) if c not in ("framework_peak_mib", "e2e_buckets_s", "balancer_replicas", "max_num_seqs_metric")]  # added later
+ADDED_LATER = ("framework_peak_mib", "e2e_buckets_s", "balancer_replicas", "max_num_seqs_metric", "inference_count_total",
+               "inference_exec_total", "inference_success_total", "queue_duration_us_total")  # fmt: skip
+OLD_COLUMNS = [c for c in columns_of(ServerSample) if c not in ADDED_LATER]
 
 
 def _plan(path: Path) -> list[dict[str, object]]:

@@ -11,6 +11,7 @@ from email.parser import BytesParser
 import pytest
 
 from scenarios import STYLES, EncodedRequest, ImageItem, ScenarioError, encode_request, make_document_image
+from scenarios.kserve import KserveTensors
 from scenarios.styles import BOUNDARY
 
 ITEM = make_document_image(320, 240, seed=9)
@@ -25,8 +26,8 @@ def _multipart_parts(request: EncodedRequest) -> list[EmailMessage]:
     return [part for part in message.iter_parts() if isinstance(part, EmailMessage)]
 
 
-def test_styles_are_the_three_the_design_names() -> None:
-    assert STYLES == ("multipart", "json", "openai")
+def test_styles_are_the_four_the_design_names() -> None:
+    assert STYLES == ("multipart", "json", "openai", "kserve")
 
 
 def test_multipart_body_parses_with_the_image_in_field_file() -> None:
@@ -100,7 +101,8 @@ def test_openai_stream_asks_for_usage() -> None:
 
 @pytest.mark.parametrize("style", STYLES)
 def test_encoding_is_deterministic(style: str) -> None:
-    assert encode_request(ITEM, style).body == encode_request(ITEM, style).body
+    tensors = KserveTensors("IMAGE") if style == "kserve" else None
+    assert encode_request(ITEM, style, tensors=tensors).body == encode_request(ITEM, style, tensors=tensors).body
 
 
 @pytest.mark.parametrize(

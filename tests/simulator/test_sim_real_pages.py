@@ -12,10 +12,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from simtest_support import b64, png_with_text, run, served, session_of
 
-from gpu_sampler.scrape import (
+from gpu_sampler.server_page import (
     ENGINE_LIMIT_GAUGES,
     HAPROXY_ACTIVE,
     SERVER_NAMES,
+    TRITON_ALIASES,
+    TRITON_COUNTERS,
     TRTLLM_NAMES,
     VLLM_KV_USAGE,
     parse_server_metrics,
@@ -117,8 +119,9 @@ def test_the_names_the_suite_reads_are_on_both_pages() -> None:
     real_keys, _ = _real()
     sim_keys, _ = _shape(_simulated_page("vllm-24g"))
     # trtllm-serve's: test_sim_backends; HAProxy's exporter's (a balancer's page): tests/integration/test_it_fleet.py;
-    # Triton's TensorRT-LLM engine-limit gauge: tests/gpu_sampler (its README's sample page)
-    others = {*TRTLLM_NAMES, *ENGINE_LIMIT_GAUGES, HAPROXY_ACTIVE}
+    # Triton's TensorRT-LLM engine-limit gauge: tests/gpu_sampler (its README's sample page); Triton's own
+    # nv_* (docs/user_guide/metrics.md): tests/simulator/test_sim_oip.py
+    others = {*TRTLLM_NAMES, *ENGINE_LIMIT_GAUGES, HAPROXY_ACTIVE, *TRITON_ALIASES, *TRITON_COUNTERS}
     vllm_names = [n for n in SERVER_NAMES if n not in others]
     missing_real = [n for n in vllm_names if n not in real_keys and n not in OLD_NAMES]
     assert not missing_real, f"the suite reads names real vLLM 0.32 does not write: {missing_real}"
