@@ -125,7 +125,7 @@ class SidecarClient:
         """The sidecar's 401: none sent and a wrong one are different fixes."""
         if not self.token:
             return (
-                f"GPU sidecar at {self.url} wants a token and no token was sent: set OCRCAP_GPU_TOKEN or pass"
+                f"GPU sidecar at {self.url} wants a token (HTTP 401) and no token was sent: set OCRCAP_GPU_TOKEN or pass"
                 " --gpu-token (the sidecar's --token or $GPU_SAMPLER_TOKEN)"
             )
         return (

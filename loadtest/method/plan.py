@@ -209,8 +209,10 @@ def _capacity_phases(
     choice = choose_levels()
     done: list[int] = []
     confirmed: list[int] = []  # levels measured once more to confirm a knee (Knee.confirm_level)
-    # the why of the levels is said once ([time_budget], the manifest's levels_why), not on every step's line
-    queue, climbs = [(level, "a planned level") for level in choice.levels], 0
+    # the why of the levels is said once ([time_budget], the manifest's levels_why), not on every step's line;
+    # a soak's one step keeps it: the soak's answer says why it held that level
+    note = choice.why if cfg.scenario == "soak" else "a planned level"
+    queue, climbs = [(level, note) for level in choice.levels], 0
     while queue:
         level, why = queue.pop(0)
         seek = level >= choice.p95_from or level not in choice.levels or level in done
