@@ -243,9 +243,9 @@ def steady_errors(clean: list[dict[str, Any]], p: dict[str, Any]) -> str:
         return ""
     total = _clean_total(clean)
     first, last = clean[0], clean[-1]
-    where = "from the baseline" if first.get("phase") == "baseline" else f"from level {first['level']}"
+    where = "from the baseline" if first.get("phase") == "baseline" else f"from {first['level']} users"
     return (
-        f"a steady failure rate, {total.rate:.1%} ({total.failed} of {total.requests} requests) {where} to level"
-        f" {last['level']}, did not grow with load: a constant loss in front of or in the server, not its limit;"
+        f"a steady failure rate, {total.rate:.1%} ({total.failed} of {total.requests} requests) {where} to {last['level']}"
+        " users, did not grow with load: a constant loss in front of or in the server, not its limit;"
         " levels are compared on answers back, failures counted with successes"
     )

@@ -52,8 +52,8 @@ class Fall:
             low, high = self.peak_between
             gap = f"; the peak may lie in {low + 1}..{high - 1}, not yet measured"
         return (
-            f"throughput falls past its peak: {self.peak_rps:.2f} rps at level {self.peak_level}, down"
-            f" {self.share:.0%} to {self.lowest_rps:.2f} rps at level {self.lowest_level} (overload costs"
+            f"throughput falls past its peak: {self.peak_rps:.2f} rps at {self.peak_level} users, down"
+            f" {self.share:.0%} to {self.lowest_rps:.2f} rps at {self.lowest_level} users (overload costs"
             f" throughput here: a limit at the answer, the gateway's, keeps the server at its peak){gap}"
         )
 

@@ -396,8 +396,9 @@ def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: Walk) -> s
     p_k, p_r = num(knee_row, "p95_ms"), num(rec_row, "p95_ms")
     gain = (t_k / t_r - 1) if t_r > 0 else math.nan
     rise = p_k / p_r if p_r > 0 else math.nan
-    # "+0% over" read as a contradiction: under half a percent is "about the same as"
-    over = "about the same as" if abs(gain) < 0.005 else f"{fmt(gain, '+.0%')} over"
+    # "+0% over" and "-5% over" read as contradictions: under half a percent is "about the same as", a loss "under"
+    over = ("about the same as" if abs(gain) < 0.005 else f"{fmt(gain, '+.0%')} over" if gain > 0
+            else f"{fmt(-gain, '.0%')} under")  # fmt: skip
     return (
         f"knee at {level} users (step {knee_row['step_index']}): throughput {fmt(t_k, '.2f')} rps is"
         f" {over} {rec} users' {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"

@@ -174,7 +174,7 @@ def _by_load(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def _load_text(row: dict[str, Any]) -> str:
     rate = num(row, "rate_rps")
-    return f"{rate:g} rps" if not math.isnan(rate) else f"level {int(row['level'])}"
+    return f"{rate:g} rps" if not math.isnan(rate) else f"{int(row['level'])} users"
 
 
 def goodput_peak(table: pd.DataFrame, latency_limit_s: float, where: str) -> dict[str, Any] | None:

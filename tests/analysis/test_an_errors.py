@@ -77,7 +77,7 @@ def test_one_percent_at_every_level_baseline_too_is_not_a_knee() -> None:
     assert knee.criterion == "latency" and knee.recommended_level == 8 and knee.knee_level == 16, knee.reason
     assert "failed" not in knee.reason
     # the reason names the loss it saw: 1 + 3 + 8 + 7 + 8 = 27 of 2040 outcomes, baseline to level 16
-    assert "a steady failure rate, 1.3% (27 of 2040 requests) from the baseline to level 16, did not grow" in knee.reason
+    assert "a steady failure rate, 1.3% (27 of 2040 requests) from the baseline to 16 users, did not grow" in knee.reason
 
 
 def test_no_failures_no_word_of_them() -> None:

@@ -85,7 +85,7 @@ def test_a_falling_curve_is_answered_at_the_level_reaching_its_peak_and_says_by_
     assert knee.found and knee.recommended_level == 11 and knee.peak_level == 12, knee.reason
     assert knee.plateau_rps == pytest.approx(11.4)  # 13's 11.3 lies past the peak: the fall's, not the plateau's
     assert knee.fall_share == pytest.approx(1 - 8.8 / 11.4) and knee.peak_between is None
-    assert "throughput falls past its peak: 11.40 rps at level 12, down 23% to 8.80 rps at level 32" in knee.reason
+    assert "throughput falls past its peak: 11.40 rps at 12 users, down 23% to 8.80 rps at 32 users" in knee.reason
 
 
 def test_the_levels_next_to_a_fallen_peak_are_measured_before_the_answer() -> None:

@@ -96,7 +96,7 @@ def _table(goodput_by_level: dict[int, float]) -> pd.DataFrame:
 def test_goodput_peak_is_the_highest_level_whose_goodput_still_grows():
     peak = goodput_peak(_table({2: 4.0, 4: 7.8, 6: 9.5, 8: 9.6, 10: 8.0}), 3.0, "SLO_P95_S")
     assert peak is not None and peak["level"] == 6 and not peak["still_growing"]
-    assert "level 8 added no more" in peak["why"]
+    assert "8 users added no more" in peak["why"]
     dip = goodput_peak(_table({2: 4.0, 4: 3.9, 6: 8.0}), 3.0, "SLO_P95_S")  # a dip is not the end if it grows again
     assert dip is not None and dip["level"] == 6 and dip["still_growing"]
     assert goodput_peak(_table({}), 3.0, "x") is None

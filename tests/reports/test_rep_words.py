@@ -37,6 +37,8 @@ OLD_FORMS = {  # the old form -> what says it now
     r"warm-up for \d+(?! users?\b)": "warm-up for N users",
     r"latenc(y|ies) at \d+ from P50": "latency at N users, from the P50 ... at M users",
     r"[+-]0% over": "about the same as",
+    r"-\d+% over": "N% under",
+    r"rps at level \d|to level \d": "at N users (the fall's and the steady loss's words)",
     r"smallest level that reaches it": "the fewest users that reach it",
     r"ms at level \d": "P95 ... ms at N users (the config's comments)",
     r": (\d+)-\1 s\b": "one number when both ends round alike",
@@ -56,6 +58,7 @@ def old_forms(text: str) -> list[str]:
     "knee at level 10 (step 14): throughput 13.89 rps is +0% over level 8's 13.79 rps", "level 5 of 5, verify",
     "3 rounds x 20 requests", "warm-up for 3: 1 latency at 3 from P50 338 ms at 1: 1-1 s", "plateau: 13.8 rps",
     "ui: stopping: a run in progress stops", "at the baseline (92%) and level 8 (92%)", "Driver saturated at levels 8, 10", "(`ui` ended, or", "verify: 20.83 rps (1.5x the plateau 13.89 rps) until",
+    "throughput 13.16 rps is -5% over 8 users'", "13.79 rps at level 8, down 40%", "from the baseline to level 10",
 ])  # fmt: skip
 def test_each_old_form_is_caught(text: str) -> None:
     assert old_forms(text), text  # the search itself finds what the issue quoted
