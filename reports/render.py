@@ -16,6 +16,7 @@ import yaml
 
 from analysis.soak.words import soak_answer_lines
 from analysis.table.driver import DRIVER_BUSY_PCT
+from analysis.table.loader import manifest_setting
 from analysis.table.open_loop import behind_schedule, rejected_from
 from analysis.written.fleet import ASSUMPTIONS, figure, fleet_rows
 from analysis.written.phase_time import minutes
@@ -123,15 +124,10 @@ def fmt_check(value: Any, unit: Any) -> str:
 
 def verify_note(summary: Mapping[str, Any]) -> str:
     """Why a run has no verify verdict: VERIFY=0, or no verify phase (stopped before it, an older run)."""
-    told = manifest_setting_of(mapping(summary.get("manifest")), "verify")
+    told = manifest_setting(mapping(summary.get("manifest")), "verify")
     if told is False or told in (0, "0", "false"):
         return "Not verified under overload: the verify phase was off (VERIFY=0)."
     return "Not verified under overload: this run has no verify phase (it stopped before it, or predates it)."
-
-
-def manifest_setting_of(manifest: Mapping[str, Any], key: str) -> Any:
-    """A setting from the manifest's top level or its config section."""
-    return manifest.get(key, mapping(manifest.get("config")).get(key))
 
 
 def is_rows(value: Any) -> bool:
