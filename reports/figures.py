@@ -102,81 +102,20 @@ def _has(points: Sequence[Any], attr: str) -> bool:
 def build_charts(summary: Mapping[str, Any], frames: ReportFrames) -> list[Chart]:
     steps = summary.get("steps") or []
     points = level_points(steps)
-    knee = mapping(summary.get("knee"))
-    knee_level = whole(knee.get("knee_level")) if knee.get("found", True) else None
-    recommended = whole(summary.get("recommended_level"))
     estimate = mapping(summary.get("estimate"))
     gpu_info = mapping(summary.get("gpu"))
     no_gpu = "No GPU data in this run" + (
         f": {gpu_info['why_missing']}" if gpu_info.get("why_missing") else "."
     )
     no_steps = "No measured steps in this run, so there is nothing to plot against level."
-    out: list[Chart] = []
-
-    out.append(
-        make_chart(
-            "latency",
-            "Latency against level",
-            "P50, P95 and P99 of successful requests per step; the knee (red) and the recommended level (green).",
-            one_axis(charts.plot_latency, points, knee_level, recommended)
-            if _has(points, "p95_ms")
-            else None,
-            no_steps,
-        )
-    )
-    out.append(
-        make_chart(
-            "throughput",
-            "Throughput against level",
-            "Successful requests per second; the dotted line is perfect scaling from the first step.",
-            one_axis(charts.plot_throughput, points, knee_level, recommended)
-            if _has(points, "throughput_rps")
-            else None,
-            no_steps,
-        )
-    )
-    total = num(gpu_info.get("total_mib")) or num(estimate.get("total_mib"))
-    is_mem_estimate = estimate.get("dimension") == "gpu_memory"
-    out.append(
-        make_chart(
-            "memory",
-            "GPU memory peak against level",
-            "Measured peak per step (the device's reading) against the card's total, the headroom line and the"
-            " estimate's prediction"
-            + (
-                "; the framework's own peak (torch.cuda.max_memory_allocated, from the server) is its own series."
-                if _has(points, "framework_peak_mib")
-                else "."
-            ),
-            one_axis(
-                charts.plot_memory,
-                points,
-                total,
-                num(estimate.get("headroom")),
-                num(estimate.get("idle_mib")) if is_mem_estimate else None,
-                num(estimate.get("increment_mib")) if is_mem_estimate else None,
-                whole(estimate.get("estimate")),
-            )
-            if _has(points, "mem_peak_mib") or _has(points, "framework_peak_mib")
-            else None,
-            no_gpu
-            if not gpu_info.get("available", True)
-            else "No GPU memory readings in the measured steps.",
-        )
-    )
+    out: list[Chart] = [
+        *_level_charts(summary, points, no_steps),
+        _memory_chart(points, gpu_info, estimate, no_gpu),
+    ]
+    # charts only some runs have: a page mix (its OOM odds), a vLLM server (its KV cache)
     mix = summary.get("page_mix")
     if isinstance(mix, Mapping) and mix.get("oom_odds"):
-        seen = [(int(r["level"]), r["ooms"] / r["requests"]) for r in mix.get("levels") or [] if r.get("requests")]
-        out.append(
-            make_chart(
-                "oom_odds",
-                "The odds of running out of memory against level",
-                "A mix of page sizes: the chance that a request finds the card full, from memory per size measured"
-                " alone (N requests in service are N draws of the mix), beside the OOMs each step saw.",
-                one_axis(charts.plot_oom_odds, mix["oom_odds"], float(mix["oom_risk"]), int(mix["safe_level"]), seen),
-                "",
-            )
-        )
+        out.append(_oom_odds_chart(mix))
     if _has(points, "kv_cache_peak_frac"):
         out.append(
             make_chart(
@@ -187,29 +126,8 @@ def build_charts(summary: Mapping[str, Any], frames: ReportFrames) -> list[Chart
                 "",
             )
         )
-    util_attrs = ("util_mean_pct", "util_peak_pct", "gpu_host_cpu_mean_pct", "driver_cpu_mean_pct")
-    out.append(
-        make_chart(
-            "utilisation",
-            "Utilisation against level",
-            "GPU utilisation per step, with the CPU of the GPU host and of the driver.",
-            one_axis(charts.plot_utilisation, points) if any(_has(points, a) for a in util_attrs) else None,
-            no_gpu
-            if not gpu_info.get("available", True)
-            else "No utilisation readings in the measured steps.",
-        )
-    )
-    errors = error_points(steps)
-    total_failed = sum(sum(p.counts.values()) for p in errors)
-    out.append(
-        make_chart(
-            "errors",
-            "Errors by kind per step",
-            "Failed requests in each measured step, stacked by failure kind.",
-            one_axis(charts.plot_errors, errors) if total_failed else None,
-            "No failed requests in any measured step." if errors else no_steps,
-        )
-    )
+    out.append(_utilisation_chart(points, gpu_info, no_gpu))
+    out.append(_errors_chart(steps, no_steps))
     buckets = bucket_points(summary.get("buckets") or [])
     if len({b.bucket for b in buckets}) > 1:
         out.append(
@@ -226,6 +144,104 @@ def build_charts(summary: Mapping[str, Any], frames: ReportFrames) -> list[Chart
     if isinstance(soak, Mapping):
         out.append(_soak_chart(soak, frames, no_gpu))
     return out
+
+
+def _level_charts(summary: Mapping[str, Any], points: Sequence[Any], no_steps: str) -> list[Chart]:
+    """Latency and throughput against level, each marked with the knee and the recommended level."""
+    knee = mapping(summary.get("knee"))
+    knee_level = whole(knee.get("knee_level")) if knee.get("found", True) else None
+    recommended = whole(summary.get("recommended_level"))
+    latency = make_chart(
+        "latency",
+        "Latency against level",
+        "P50, P95 and P99 of successful requests per step; the knee (red) and the recommended level (green).",
+        one_axis(charts.plot_latency, points, knee_level, recommended)
+        if _has(points, "p95_ms")
+        else None,
+        no_steps,
+    )
+    throughput = make_chart(
+        "throughput",
+        "Throughput against level",
+        "Successful requests per second; the dotted line is perfect scaling from the first step.",
+        one_axis(charts.plot_throughput, points, knee_level, recommended)
+        if _has(points, "throughput_rps")
+        else None,
+        no_steps,
+    )
+    return [latency, throughput]
+
+
+def _memory_chart(
+    points: Sequence[Any], gpu_info: Mapping[str, Any], estimate: Mapping[str, Any], no_gpu: str
+) -> Chart:
+    """Peak GPU memory per step against the card's total and the estimate's line (its idle and increment
+    only when the estimate is about memory)."""
+    total = num(gpu_info.get("total_mib")) or num(estimate.get("total_mib"))
+    is_mem_estimate = estimate.get("dimension") == "gpu_memory"
+    return make_chart(
+        "memory",
+        "GPU memory peak against level",
+        "Measured peak per step (the device's reading) against the card's total, the headroom line and the"
+        " estimate's prediction"
+        + (
+            "; the framework's own peak (torch.cuda.max_memory_allocated, from the server) is its own series."
+            if _has(points, "framework_peak_mib")
+            else "."
+        ),
+        one_axis(
+            charts.plot_memory,
+            points,
+            total,
+            num(estimate.get("headroom")),
+            num(estimate.get("idle_mib")) if is_mem_estimate else None,
+            num(estimate.get("increment_mib")) if is_mem_estimate else None,
+            whole(estimate.get("estimate")),
+        )
+        if _has(points, "mem_peak_mib") or _has(points, "framework_peak_mib")
+        else None,
+        no_gpu
+        if not gpu_info.get("available", True)
+        else "No GPU memory readings in the measured steps.",
+    )
+
+
+def _oom_odds_chart(mix: Mapping[str, Any]) -> Chart:
+    """The page mix's odds of a full card against level, beside the OOMs each step saw."""
+    seen = [(int(r["level"]), r["ooms"] / r["requests"]) for r in mix.get("levels") or [] if r.get("requests")]
+    return make_chart(
+        "oom_odds",
+        "The odds of running out of memory against level",
+        "A mix of page sizes: the chance that a request finds the card full, from memory per size measured"
+        " alone (N requests in service are N draws of the mix), beside the OOMs each step saw.",
+        one_axis(charts.plot_oom_odds, mix["oom_odds"], float(mix["oom_risk"]), int(mix["safe_level"]), seen),
+        "",
+    )
+
+
+def _utilisation_chart(points: Sequence[Any], gpu_info: Mapping[str, Any], no_gpu: str) -> Chart:
+    util_attrs = ("util_mean_pct", "util_peak_pct", "gpu_host_cpu_mean_pct", "driver_cpu_mean_pct")
+    return make_chart(
+        "utilisation",
+        "Utilisation against level",
+        "GPU utilisation per step, with the CPU of the GPU host and of the driver.",
+        one_axis(charts.plot_utilisation, points) if any(_has(points, a) for a in util_attrs) else None,
+        no_gpu
+        if not gpu_info.get("available", True)
+        else "No utilisation readings in the measured steps.",
+    )
+
+
+def _errors_chart(steps: Sequence[Any], no_steps: str) -> Chart:
+    errors = error_points(steps)
+    total_failed = sum(sum(p.counts.values()) for p in errors)
+    return make_chart(
+        "errors",
+        "Errors by kind per step",
+        "Failed requests in each measured step, stacked by failure kind.",
+        one_axis(charts.plot_errors, errors) if total_failed else None,
+        "No failed requests in any measured step." if errors else no_steps,
+    )
 
 
 def _timeline_chart(frames: ReportFrames, no_gpu: str) -> Chart:

@@ -16,6 +16,7 @@ import yaml
 
 from analysis.soak.words import soak_answer_lines
 from analysis.table.driver import DRIVER_BUSY_PCT
+from analysis.table.loader import manifest_setting
 from analysis.table.open_loop import behind_schedule, rejected_from
 from analysis.written.fleet import ASSUMPTIONS, figure, fleet_rows
 from analysis.written.phase_time import minutes
@@ -123,15 +124,10 @@ def fmt_check(value: Any, unit: Any) -> str:
 
 def verify_note(summary: Mapping[str, Any]) -> str:
     """Why a run has no verify verdict: VERIFY=0, or no verify phase (stopped before it, an older run)."""
-    told = manifest_setting_of(mapping(summary.get("manifest")), "verify")
+    told = manifest_setting(mapping(summary.get("manifest")), "verify")
     if told is False or told in (0, "0", "false"):
         return "Not verified under overload: the verify phase was off (VERIFY=0)."
     return "Not verified under overload: this run has no verify phase (it stopped before it, or predates it)."
-
-
-def manifest_setting_of(manifest: Mapping[str, Any], key: str) -> Any:
-    """A setting from the manifest's top level or its config section."""
-    return manifest.get(key, mapping(manifest.get("config")).get(key))
 
 
 def is_rows(value: Any) -> bool:
@@ -276,13 +272,18 @@ def build_context(
 ) -> dict[str, Any]:
     manifest = mapping(summary.get("manifest"))
     steps = [s for s in summary.get("steps") or [] if isinstance(s, Mapping)]
-    estimate = mapping(summary.get("estimate"))
-    knee = mapping(summary.get("knee"))
-    recommended = whole(summary.get("recommended_level"))
-    at_rec = step_at(steps, recommended)
-    knee_step = whole(knee.get("knee_step_index")) if knee.get("found") else None
-    gpu = mapping(summary.get("gpu"))
-    present = set(files) if files is not None else {name for name, _ in RUN_FILES}
+    return {
+        **_run_header(summary, manifest),
+        **_answer_context(summary, manifest, steps, config_annotated),
+        "charts": list(charts),
+        **_steps_context(summary, steps),
+        **_further_answers(summary),
+        **_run_record(summary, frames, steps, files),
+    }
+
+
+def _run_header(summary: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Which run this is, whether it is whole, and on what GPU."""
     return {
         "summary": summary,
         "run_id": summary.get("run_id") or manifest.get("run_id") or "unnamed run",
@@ -291,19 +292,38 @@ def build_context(
         "head": headline(manifest),
         "complete": bool(summary.get("complete", True)),
         "missing": [str(m) for m in summary.get("missing") or []],
-        "gpu": gpu,
+        "gpu": mapping(summary.get("gpu")),
         "server_gpu": mapping(summary.get("server_gpu")),
+    }
+
+
+def _answer_context(
+    summary: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    config_annotated: str | None,
+) -> dict[str, Any]:
+    """The answer: the recommended level, the knee, the estimate beside it, and the config they give."""
+    estimate = mapping(summary.get("estimate"))
+    knee = mapping(summary.get("knee"))
+    recommended = whole(summary.get("recommended_level"))
+    return {
         "recommended": recommended,
         "knee": knee,
-        "knee_step": knee_step,
+        "knee_step": whole(knee.get("knee_step_index")) if knee.get("found") else None,
         "answer_check": mapping(manifest.get("answer_check")) if manifest.get("answer_check") else None,
         "estimate": estimate,
         "estimate_formula": estimate_formula(estimate),
-        "at_rec": at_rec,
+        "at_rec": step_at(steps, recommended),
         "predicted_mem_at_rec": predicted_mem_mib(estimate, recommended),
         "config_yaml": config_yaml_of(summary),
         "config_annotated": config_annotated or "",
-        "charts": list(charts),
+    }
+
+
+def _steps_context(summary: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The step table and what reads it: the diagnosis, the driver's own load, the baseline, the SLO."""
+    return {
         "steps": steps,
         "step_columns": shown_columns(steps),
         "measured_count": sum(1 for s in steps if s.get("phase") == "step"),
@@ -312,6 +332,12 @@ def build_context(
         "driver_busy_pct": DRIVER_BUSY_PCT,
         "baseline": summary.get("baseline"),
         "slo": summary.get("slo"),
+    }
+
+
+def _further_answers(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The sections a run has when it asked for them: verify, fleet, goodput, runaway, soak."""
+    return {
         "verify": mapping(summary.get("verify")) or None,
         "verify_note": verify_note(summary),
         "fleet": mapping(summary.get("fleet")) or None,  # TARGET_RPS, REPLICAS, GPU_HOUR_COST (analysis/written/fleet.py)
@@ -321,6 +347,18 @@ def build_context(
         "runaway": mapping(summary.get("runaway")) or None,
         "soak": summary.get("soak"),
         "soak_lines": soak_answer_lines(summary["soak"]) if isinstance(summary.get("soak"), Mapping) else [],
+    }
+
+
+def _run_record(
+    summary: Mapping[str, Any],
+    frames: ReportFrames,
+    steps: Sequence[Mapping[str, Any]],
+    files: Sequence[str] | None,
+) -> dict[str, Any]:
+    """What the run recorded beside its steps: events, workers, error examples, and the files it holds."""
+    present = set(files) if files is not None else {name for name, _ in RUN_FILES}
+    return {
         "events": list(summary.get("events") or [])[:MAX_EVENTS],
         "events_total": len(summary.get("events") or []),
         "rows_only": mapping(summary.get("rows_only_on_workers")),

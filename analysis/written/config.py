@@ -87,28 +87,58 @@ def build_config(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """(content, comments): comments map dotted keys ("server.queue.max_size") to where a value came from."""
     level = knee.recommended_level
-    comments: dict[str, str] = {}
-    if level is None:
-        concurrency = 1
-        comments["server.max_concurrency"] = f"no safe level measured ({_short(knee.reason)}); 1 until fixed"
-    elif knee.found:
-        concurrency = level
-        comments["server.max_concurrency"] = f"the step before the knee at {knee.knee_level} users"
-    else:
-        concurrency = level
-        comments["server.max_concurrency"] = (
-            f"at least {level}: the highest level measured, no knee yet (estimate {estimate.estimate});"
-            f" test above {level}"
-        )
+    concurrency, why = _max_concurrency(knee, estimate)
+    comments: dict[str, str] = {"server.max_concurrency": why}
     row = row_at(table, level if level is not None else 1)
+    p95_s, where = _p95_s_of(table, row)
+    config: dict[str, Any] = {
+        "server": _server_limits(row, concurrency, p95_s, where, timeout_multiple, wait_multiple, comments)
+    }
+    config["circuit_breaker"] = _breaker(row, p95_s, where, comments)
+    if server_kind == "vllm":
+        config["vllm_args"] = ["--max-num-seqs", int(concurrency)]
+        comments["vllm_args"] = "vLLM's own cap on running sequences, equal to max_concurrency"
+    return config, comments
+
+
+def _max_concurrency(knee: Knee, estimate: Estimate) -> tuple[int, str]:
+    """server.max_concurrency and where it came from: the recommended level, 1 when no level was safe."""
+    level = knee.recommended_level
+    if level is None:
+        return 1, f"no safe level measured ({_short(knee.reason)}); 1 until fixed"
+    if knee.found:
+        return level, f"the step before the knee at {knee.knee_level} users"
+    return level, (
+        f"at least {level}: the highest level measured, no knee yet (estimate {estimate.estimate});"
+        f" test above {level}"
+    )
+
+
+def _p95_s_of(table: pd.DataFrame, row: dict[str, Any] | None) -> tuple[float, str]:
+    """The P95 in s the timeouts are sized by, and where it came from: the level's, else the baseline's (level
+    1), else a 10 s placeholder."""
     p95_s = _num(row, "p95_ms") / 1000.0
-    thr = _num(row, "throughput_rps")
     if math.isnan(p95_s):
         fallback = _num(row_at(table, 1), "p95_ms") / 1000.0
         p95_s = fallback if not math.isnan(fallback) else 10.0
         where = "baseline P95" if not math.isnan(fallback) else "no P95 measured: a 10 s placeholder"
     else:
         where = f"P95 {p95_s * 1000:.0f} ms at {row['level'] if row else '?'} users"
+    return p95_s, where
+
+
+def _server_limits(
+    row: dict[str, Any] | None,
+    concurrency: int,
+    p95_s: float,
+    where: str,
+    timeout_multiple: float,
+    wait_multiple: float,
+    comments: dict[str, str],
+) -> dict[str, Any]:
+    """The "server" block: timeouts from the P95, the queue from the throughput; `comments` gets where each
+    value came from."""
+    thr = _num(row, "throughput_rps")
     wait, timeout = timeouts_s(p95_s, wait_multiple, timeout_multiple)
     drained = thr * wait * QUEUE_WAIT_SHARE if not math.isnan(thr) else 4.0 * concurrency
     queue = max(concurrency, _ceil(drained))
@@ -127,20 +157,13 @@ def build_config(
     comments["server.queue.wait_timeout_s"] = f"{wait_multiple:g} x {where}, rounded up"
     comments["server.reject_status"] = "reject when the queue is full; never queue without bound"
     comments["server.retry_after_s"] = f"about one P95 ({where}): when a slot frees"
-    config: dict[str, Any] = {
-        "server": {
-            "max_concurrency": int(concurrency),
-            "request_timeout_s": int(timeout),
-            "queue": {"max_size": int(queue), "wait_timeout_s": int(wait)},
-            "reject_status": 503,
-            "retry_after_s": int(retry),
-        }
+    return {
+        "max_concurrency": int(concurrency),
+        "request_timeout_s": int(timeout),
+        "queue": {"max_size": int(queue), "wait_timeout_s": int(wait)},
+        "reject_status": 503,
+        "retry_after_s": int(retry),
     }
-    config["circuit_breaker"] = _breaker(row, p95_s, where, comments)
-    if server_kind == "vllm":
-        config["vllm_args"] = ["--max-num-seqs", int(concurrency)]
-        comments["vllm_args"] = "vLLM's own cap on running sequences, equal to max_concurrency"
-    return config, comments
 
 
 def _breaker(row: dict[str, Any] | None, p95_s: float, where: str, comments: dict[str, str]) -> dict[str, Any]:

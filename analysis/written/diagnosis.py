@@ -115,11 +115,7 @@ def _against_estimate(table: pd.DataFrame, estimate: Estimate, knee: Knee, held:
     if not compared:
         return Diagnosis("unknown", "No estimate or no memory samples per step: nothing to compare the "
                          "measurement with.", {"dimension": estimate.dimension})  # fmt: skip
-    records = {int(r["step_index"]): r for r in table.to_dict("records")}
     base = estimate.idle_mib if estimate.dimension == "gpu_memory" and estimate.idle_mib is not None else 0.0
-    floor = ABOVE_FLOOR_MIB if estimate.dimension == "gpu_memory" else ABOVE_FLOOR_FRAC
-    worst = max(compared, key=lambda r: (r["measured"] - r["predicted"]) / max(r["predicted"] - base, 1e-9))
-    excess = worst["measured"] - worst["predicted"]
     evidence: dict[str, Any] = {
         "dimension": estimate.dimension,
         "steps": [
@@ -127,6 +123,25 @@ def _against_estimate(table: pd.DataFrame, estimate: Estimate, knee: Knee, held:
             for r in compared
         ],
     }
+    above = _memory_above(compared, estimate, base, unit, held, evidence)
+    if above is not None:
+        return above
+    return _where_latency_went(table, compared, knee, base, unit, evidence)
+
+
+def _memory_above(
+    compared: list[dict[str, Any]],
+    estimate: Estimate,
+    base: float,
+    unit: str,
+    held: HighWater | None,
+    evidence: dict[str, Any],
+) -> Diagnosis | None:
+    """The case "memory_above" when the step furthest above its prediction exceeds it by more than the
+    tolerance (None otherwise); `evidence` gets that step's numbers."""
+    floor = ABOVE_FLOOR_MIB if estimate.dimension == "gpu_memory" else ABOVE_FLOOR_FRAC
+    worst = max(compared, key=lambda r: (r["measured"] - r["predicted"]) / max(r["predicted"] - base, 1e-9))
+    excess = worst["measured"] - worst["predicted"]
     if excess > max(ABOVE_TOL * (worst["predicted"] - base), floor):
         evidence.update(level=worst["level"], predicted=worst["predicted"], measured=worst["measured"])
         above = (f"At level {worst['level']} memory measured {_num(worst['measured'], unit)}, above the predicted"
@@ -142,6 +157,20 @@ def _against_estimate(table: pd.DataFrame, estimate: Estimate, knee: Knee, held:
             " requests, allocator fragmentation, extra intermediate buffers; check for request-level objects"
             " that are never freed, then rerun a soak to see whether memory creeps."
         ), evidence)  # fmt: skip
+    return None
+
+
+def _where_latency_went(
+    table: pd.DataFrame,
+    compared: list[dict[str, Any]],
+    knee: Knee,
+    base: float,
+    unit: str,
+    evidence: dict[str, Any],
+) -> Diagnosis:
+    """Memory within the estimate: at the knee (or the top step), whether latency climbed and what was busy
+    when it did ("memory_below_latency_up", "compute_bound", or "estimate_holds")."""
+    records = {int(r["step_index"]): r for r in table.to_dict("records")}
     at = _focus(compared, knee)
     first = compared[0]
     latency_ratio = at["p95_ms"] / first["p95_ms"] if first["p95_ms"] > 0 else math.nan

@@ -6,9 +6,10 @@ plan through Locust's own `/swarm` and stops it through `/ocr/stop`; when the pl
 renders the same run folder, analysis and report as a headless run, each report reachable under its run
 id (`/ocr/report/<run_id>`). One run at a time: a start clears the last run's state from the panel.
 
-A stop by the user (the panel's Stop, Locust's STOP, Ctrl-C or SIGTERM of the master) is noted here as
-it is asked for, and the run's end says so (`Controller.stop_by_user`): Locust's workers leave its count
-while they stop, which once read as "every worker was lost".
+A stop by the user (the panel's Stop, Locust's STOP, Ctrl-C or SIGTERM of the master) is noted as it
+is asked for (panel_runs.py, with the runs the panel knows), and the run's end says so
+(`Controller.stop_by_user`): Locust's workers leave its count while they stop, which once read as "every
+worker was lost".
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,16 +25,22 @@ import gevent
 from flask import Response, jsonify, redirect, request, send_file
 from locust import argument_parser
 from locust.env import Environment
-from locust.runners import STATE_INIT, STATE_RUNNING, STATE_SPAWNING, MasterRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from loadtest.method.controller import Controller
 from loadtest.settings.manifest import REPO_ROOT
 from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
+from loadtest.views.panel_runs import (
+    note_user_stop,
+    on_start,
+    panel_of,
+    start_refused,
+    start_under_way,
+    stop_asked,
+)
 from loadtest.views.panel_state import rendered_view, snapshot
 
 RUN_FILES_SHOWN = ("recommended-config.yaml", "haproxy.cfg")  # what /ocr/file/<run_id>/<name> serves
-MAX_RUNS_KEPT = 50  # report links by run id (a long `ui` session)
-START_WAIT_S = 30.0  # a stop asked for while a start's first tick runs waits this long at most for the run
 TAB_KEY = "ocr-plan"
 # the parameters Locust's form shows, with a help short enough for one line; every other one keeps the
 # value `ui` was started with (make ui VAR=...)
@@ -89,84 +95,12 @@ LINK_HTML = (
 )
 
 
-class _Panel:
-    """Per Locust environment: the run shown, the runs rendered, a stop the user asked for."""
-
-    def __init__(self) -> None:
-        self.current: Controller | None = None
-        self.started_at: float | None = None  # a start was asked for; its controller comes at the first tick
-        self.runs: dict[str, Controller] = {}
-        self.rendered: dict[str, dict[str, Any]] = {}
-        self.rendering: set[str] = set()
-        self.user_stop = ""
-
-
-_panels: dict[int, _Panel] = {}
-
-
-def _panel(environment: Environment) -> _Panel:
-    return _panels.setdefault(id(environment), _Panel())
-
-
-def track(environment: Environment, ctl: Controller) -> None:
-    """The controller whose state the page shows (the running run, or the last one)."""
-    panel = _panel(environment)
-    panel.current = ctl
-    panel.started_at = None
-    panel.runs[ctl.run_dir.name] = ctl
-    while len(panel.runs) > MAX_RUNS_KEPT:
-        del panel.runs[next(iter(panel.runs))]
-
-
-def note_user_stop(environment: Environment, how: str) -> None:
-    """The user asked for the run to stop (`how`: which control); the run's end records it."""
-    runner = environment.runner
-    if runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING):
-        _panel(environment).user_stop = how
-
-
-def start_under_way(environment: Environment) -> bool:
-    """A start whose first tick still runs: Locust's state reads "ready" until the plan's first tick returns
-    (about 2 s: the run folder, the GPU reader), and its runner.stop() does nothing in that state: a STOP
-    right after a start was answered "Test stopped" while the whole plan ran."""
-    runner = environment.runner
-    return runner is not None and runner.state == STATE_INIT and getattr(runner, "shape_greenlet", None) is not None
-
-
-def wait_for_start(environment: Environment) -> None:
-    """A stop asked for while a start is under way: once the run spawns or runs, a stop stops it."""
-    deadline = time.monotonic() + START_WAIT_S
-    while start_under_way(environment) and time.monotonic() < deadline:
-        gevent.sleep(0.1)
-
-
-def stop_asked(environment: Environment, how: str) -> None:
-    """A stop from the user (`how`): once a start under way has its run, the stop is recorded as the user's."""
-    wait_for_start(environment)
-    note_user_stop(environment, how)
-
-
-def take_user_stop(environment: Environment) -> str:
-    panel = _panel(environment)
-    how, panel.user_stop = panel.user_stop, ""
-    return how
-
-
-def _on_start(environment: Environment, **_kwargs: Any) -> None:
-    """A new run (a start from either page, or Locust's test_start): the panel forgets the last run (its
-    report stays under its run id). The new run's controller may already be tracked (the shape's first
-    tick makes it before Locust fires test_start): that one stays."""
-    panel = _panel(environment)
-    if panel.current is None or panel.current.finished:
-        panel.current, panel.started_at, panel.user_stop = None, time.time(), ""
-
-
 def render_soon(ctl: Controller, environment: Environment) -> None:
     """The ended run's analysis and report, a second from now (its last rows in): marked as being written at
     once, so Start stays disabled from the run's end until its report is linked (it once flickered enabled
     in the second before the render began, and a start there printed the last run's `report:` line after
     the next run's first step)."""
-    _panel(environment).rendering.add(ctl.run_dir.name)
+    panel_of(environment).rendering.add(ctl.run_dir.name)
     gevent.spawn_later(1.0, render_after_run, ctl, environment)
 
 
@@ -174,7 +108,7 @@ def render_after_run(ctl: Controller, environment: Environment | None = None) ->
     """Analysis and report in their own process (run in a greenlet). Its lines (the answer, plateau, errors,
     verify, config, gateway and report: reports.__main__.print_answer, as `run` prints them) go to `ui`'s
     terminal and to the panel, the same words on both."""
-    panel = _panel(environment) if environment is not None else None
+    panel = panel_of(environment) if environment is not None else None
     if panel is not None:
         panel.rendering.add(ctl.run_dir.name)
     try:
@@ -232,7 +166,7 @@ def settings_of(environment: Environment) -> dict[str, Any]:
 
 
 def state_of(environment: Environment) -> dict[str, Any]:
-    panel = _panel(environment)
+    panel = panel_of(environment)
     ctl = panel.current
     locust = _locust_view(environment)
     base = {"locust": locust, "locust_state": locust["state"], "host": environment.host,
@@ -301,7 +235,7 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
             why = start_refused(environment)
             if why:  # Locust would answer 200 "Swarming started" while, rightly, nothing starts
                 return jsonify({"success": False, "message": why, "host": environment.host}), 409
-            _on_start(environment)
+            on_start(environment)
         elif request.path.endswith("/stop") and not request.path.endswith("/ocr/stop"):
             stop_asked(environment, "Locust's STOP")  # then Locust's own /stop stops the run
         return None
@@ -321,18 +255,6 @@ def _extend_locust_page(environment: Environment, app: Any) -> None:
             scripts = LINK_HTML + form_labels_script() + follow_script
             response.set_data(page.replace("</body>", scripts + "</body>", 1))
         return response
-
-
-def start_refused(environment: Environment) -> str:
-    """Why a start now would start nothing ("" when it may start): one run at a time."""
-    runner, panel = environment.runner, _panel(environment)
-    if runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING):
-        return "a run is in progress: one run at a time; stop it first (the panel's Stop or Locust's STOP)"
-    if panel.current is not None and not panel.current.finished:
-        return "the last run is still ending (its rows and report): start again once the panel says it ended"
-    if panel.rendering:
-        return "the last run's report is still being written: start again once the panel links it"
-    return ""
 
 
 def report_on_disk(out: Path, run_id: str) -> Path | None:
@@ -364,7 +286,7 @@ def _tables_to_run_folder(environment: Environment) -> None:
     """Locust prints its summary tables as it quits (the last run's: its stats reset at each start), which
     left `ui`'s terminal ending on them; they go to the last run's folder instead, as a headless run's do
     (Locust reads --json-file after the quitting event)."""
-    options, ctl = environment.parsed_options, _panel(environment).current
+    options, ctl = environment.parsed_options, panel_of(environment).current
     if environment.web_ui is None or options is None or getattr(options, "json_file", None) or ctl is None:
         return
     folder = ctl.run_dir / WORKER_COPY_DIR
@@ -373,7 +295,7 @@ def _tables_to_run_folder(environment: Environment) -> None:
 
 
 def attach(environment: Environment) -> None:
-    environment.events.test_start.add_listener(_on_start)
+    environment.events.test_start.add_listener(on_start)
     environment.events.quitting.add_listener(_on_quitting)
     app = environment.web_ui.app if environment.web_ui else None
     if app is None:
@@ -405,7 +327,7 @@ def attach(environment: Environment) -> None:
     @app.route("/ocr/file/<run_id>/<name>")
     def ocr_file(run_id: str, name: str) -> Any:
         """recommended-config.yaml or haproxy.cfg of a run, as text (the panel links them beside the config)."""
-        ctl = _panel(environment).runs.get(run_id)
+        ctl = panel_of(environment).runs.get(run_id)
         report = Path(ctl.report_path) if ctl is not None and ctl.report_path else report_on_disk(
             Path(getattr(environment.parsed_options, "ocr_out", "") or "results"), run_id)  # fmt: skip
         path = report.parent / name if report is not None and name in RUN_FILES_SHOWN else None
@@ -416,7 +338,7 @@ def attach(environment: Environment) -> None:
     @app.route("/ocr/report")
     @app.route("/ocr/report/<run_id>")
     def ocr_report(run_id: str | None = None) -> Any:
-        panel = _panel(environment)
+        panel = panel_of(environment)
         ctl = panel.runs.get(run_id) if run_id else panel.current
         path = Path(ctl.report_path) if ctl is not None and ctl.report_path else None
         if ctl is None and run_id:  # a run of an earlier `ui` session: its folder under OUT

@@ -36,7 +36,7 @@ from loadtest.traffic import clock, rowlink, users
 from loadtest.traffic.merge import WORKER_COPY_DIR
 from loadtest.traffic.payloads import build_payloads
 from loadtest.traffic.state import STATE, StepTag, worker_id_of
-from loadtest.views import promexport, webui
+from loadtest.views import panel_runs, promexport, webui
 from loadtest.wiring import link
 from runfolder import Event, new_run_folder, write_manifest
 
@@ -89,7 +89,7 @@ def controller_for(environment: Environment) -> Controller:
     _workers_seen.clear()
     _lost_announced.clear()
     _report_offsets(ctl)
-    webui.track(environment, ctl)
+    panel_runs.track(environment, ctl)
     promexport.track(environment, ctl)
     if isinstance(runner, LocalRunner):
         gevent.spawn(_feed_local_rows, ctl)
@@ -188,7 +188,7 @@ def _on_rows_message(environment: Environment, msg: Any, **_kwargs: Any) -> None
 def _on_master_stop(environment: Environment, **_kwargs: Any) -> None:
     if not isinstance(environment.runner, MasterRunner | LocalRunner):
         return
-    stopped_by = webui.take_user_stop(environment)  # "" when the plan ended, or Locust stopped by itself
+    stopped_by = panel_runs.take_user_stop(environment)  # "" when the plan ended, or Locust stopped by itself
     ctl = _controllers.get(id(environment))
     if ctl is not None:
         runner = environment.runner

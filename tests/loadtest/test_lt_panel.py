@@ -17,7 +17,7 @@ from loadtest.method.controller import Controller
 from loadtest.method.live import level_label, level_position
 from loadtest.method.plan import PhaseSpec
 from loadtest.settings.run_config import RunConfig
-from loadtest.views import webui
+from loadtest.views import panel_runs
 from loadtest.views.panel_state import plan_view, snapshot
 from runfolder import Phase, RequestRow
 
@@ -121,12 +121,12 @@ def test_a_stop_by_the_user_is_recorded_as_such_and_the_panel_says_where(tmp_pat
 
 def test_a_stop_is_the_users_only_while_a_run_goes_on_and_is_taken_once() -> None:
     env = SimpleNamespace(runner=SimpleNamespace(state=STATE_STOPPED))
-    webui.note_user_stop(env, "Locust's STOP")  # type: ignore[arg-type]
-    assert webui.take_user_stop(env) == ""  # type: ignore[arg-type]
+    panel_runs.note_user_stop(env, "Locust's STOP")  # type: ignore[arg-type]
+    assert panel_runs.take_user_stop(env) == ""  # type: ignore[arg-type]
     env.runner.state = STATE_RUNNING
-    webui.note_user_stop(env, "Locust's STOP")  # type: ignore[arg-type]
-    assert webui.take_user_stop(env) == "Locust's STOP"  # type: ignore[arg-type]
-    assert webui.take_user_stop(env) == ""  # type: ignore[arg-type]
+    panel_runs.note_user_stop(env, "Locust's STOP")  # type: ignore[arg-type]
+    assert panel_runs.take_user_stop(env) == "Locust's STOP"  # type: ignore[arg-type]
+    assert panel_runs.take_user_stop(env) == ""  # type: ignore[arg-type]
 
 
 def test_the_spawn_rate_reaches_a_level_within_a_tick_without_locusts_warning(tmp_path: Path) -> None:

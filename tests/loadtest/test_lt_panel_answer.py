@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from locust.runners import STATE_STOPPED
 
-from loadtest.views import webui
+from loadtest.views import panel_runs, webui
 from loadtest.views.panel_state import rendered_view, verify_view
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
@@ -54,12 +54,12 @@ def test_the_panel_and_the_terminal_say_the_reports_own_lines(tmp_path: Path, ca
     heads = [line.split(":", 1)[0] for line in printed]
     assert heads[:4] == ["answer", "plateau", "errors", "verify"] and heads[-1] == "report", printed
     assert ctl.report_path and Path(ctl.report_path).is_file() and not ctl.events
-    view = webui._panel(env).rendered[run_dir.name]  # type: ignore[arg-type]
+    view = panel_runs.panel_of(env).rendered[run_dir.name]  # type: ignore[arg-type]
     assert view["lines"] == printed  # the panel holds the terminal's words
     assert view["said"]["answer"] == printed[0].removeprefix("answer: ")
     assert view["recommended_level"] is not None and "max_concurrency" in view["config_yaml"]
     assert view["files"] == ["recommended-config.yaml"]  # no gateway in this run: no haproxy.cfg to link
-    assert not webui._panel(env).rendering  # type: ignore[arg-type]
+    assert not panel_runs.panel_of(env).rendering  # type: ignore[arg-type]
 
 
 def test_no_config_to_paste_without_a_recommendation(tmp_path: Path) -> None:
@@ -74,8 +74,8 @@ def test_no_config_to_paste_without_a_recommendation(tmp_path: Path) -> None:
 def test_start_waits_for_the_last_report(rendering: bool) -> None:
     env = SimpleNamespace(runner=SimpleNamespace(state=STATE_STOPPED))
     if rendering:
-        webui._panel(env).rendering.add("run-1")  # type: ignore[arg-type]
-    why = webui.start_refused(env)  # type: ignore[arg-type]
+        panel_runs.panel_of(env).rendering.add("run-1")  # type: ignore[arg-type]
+    why = panel_runs.start_refused(env)  # type: ignore[arg-type]
     assert ("still being written" in why) if rendering else why == ""
 
 

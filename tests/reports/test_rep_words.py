@@ -91,7 +91,8 @@ def test_the_consoles_phase_names_and_notes_say_it_the_new_way() -> None:
 
 
 @pytest.mark.parametrize("source", ["loadtest/views/static/panel.html", "loadtest/commands/ui.py",
-                                    "loadtest/method/decisions.py", "loadtest/views/webui.py"])  # fmt: skip
+                                    "loadtest/method/decisions.py", "loadtest/views/webui.py",
+                                    "loadtest/views/panel_runs.py"])  # fmt: skip
 def test_the_panels_and_the_terminals_own_strings_say_it_the_new_way(source: str) -> None:
     package, _, name = source.rpartition("/")
     text = resources.files(package.replace("/", ".").removesuffix(".static")).joinpath(
