@@ -108,18 +108,52 @@ def _make_cached(
     measure = _measurer(font)
 
     if text is not None:
-        lines = _wrap(text, usable_w, measure)
-        if len(lines) > max_lines:
-            raise ScenarioError(
-                f"text of {len(text)} chars needs {len(lines)} lines but a {width_px}x{height_px} page holds "
-                f"{max_lines}; use a larger page or shorter text"
-            )
-        rows = [(line, "") for line in lines]
+        rows = [(line, "") for line in _given_lines(text, size, max_lines, usable_w, measure)]
     elif receipt:
         rows = _receipt_rows(rng, max_lines, usable_w, measure)
     else:
         rows = [(line, "") for line in _page_lines(rng, max_lines, usable_w, measure)]
 
+    image = _drawn(rng, size, layout, rows, font, measure, margin_px, line_h)
+    truth = "\n".join(f"{left} {right}" if right else left for left, right in rows)
+    ext, mime = FORMATS[fmt]
+    return ImageItem(
+        name=f"{layout}-{width_px}x{height_px}-s{seed}.{ext}",
+        bucket=bucket_of(width_px, height_px),
+        width_px=width_px,
+        height_px=height_px,
+        data=_encoded(image, truth, fmt),
+        mime=mime,
+        expected_text=truth,
+        weight=1.0,
+    )
+
+
+def _given_lines(
+    text: str, size: tuple[int, int], max_lines: int, usable_w: int, measure: Measure
+) -> list[str]:
+    """The caller's text wrapped to the page; an error when the page cannot hold it."""
+    lines = _wrap(text, usable_w, measure)
+    if len(lines) > max_lines:
+        width_px, height_px = size
+        raise ScenarioError(
+            f"text of {len(text)} chars needs {len(lines)} lines but a {width_px}x{height_px} page holds "
+            f"{max_lines}; use a larger page or shorter text"
+        )
+    return lines
+
+
+def _drawn(
+    rng: random.Random,
+    size: tuple[int, int],
+    layout: str,
+    rows: list[tuple[str, str]],
+    font: ImageFont.FreeTypeFont | ImageFont.ImageFont,
+    measure: Measure,
+    margin_px: int,
+    line_h: int,
+) -> Image.Image:
+    """The rows drawn on white, or on grey paper for a photo; a receipt's price right-aligned."""
     if layout == "photo":
         image = _paper(rng, size)
         ink = (35, 35, 40)
@@ -131,9 +165,12 @@ def _make_cached(
         y = margin_px + i * line_h
         draw.text((margin_px, y), left, fill=ink, font=font)
         if right:
-            draw.text((width_px - margin_px - measure(right), y), right, fill=ink, font=font)
-    truth = "\n".join(f"{left} {right}" if right else left for left, right in rows)
+            draw.text((size[0] - margin_px - measure(right), y), right, fill=ink, font=font)
+    return image
 
+
+def _encoded(image: Image.Image, truth: str, fmt: str) -> bytes:
+    """The image's file bytes with the ground truth inside: a PNG text chunk or a JPEG comment."""
     out = io.BytesIO()
     if fmt == "PNG":
         info = PngImagePlugin.PngInfo()
@@ -144,17 +181,7 @@ def _make_cached(
         if len(comment) > JPEG_COMMENT_MAX_BYTES:
             raise ScenarioError(f"text of {len(comment)} bytes is too long for a JPEG comment; use PNG")
         image.save(out, "JPEG", quality=90, comment=comment)
-    ext, mime = FORMATS[fmt]
-    return ImageItem(
-        name=f"{layout}-{width_px}x{height_px}-s{seed}.{ext}",
-        bucket=bucket_of(width_px, height_px),
-        width_px=width_px,
-        height_px=height_px,
-        data=out.getvalue(),
-        mime=mime,
-        expected_text=truth,
-        weight=1.0,
-    )
+    return out.getvalue()
 
 
 def _measurer(font: ImageFont.FreeTypeFont | ImageFont.ImageFont) -> Measure:

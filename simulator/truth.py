@@ -3,7 +3,8 @@
 `truth` runs the server's own model (`Pipeline`) in virtual time under a closed-loop client with
 C = 1, 2, ... users (each sends its next request the moment its answer arrives, no think time), for
 `warmup = 2C` answers and then `measured = max(400, 40C)` answers (max(600, 40C) for a profile with noisy
-answer lengths, drawn from random.Random(TRUTH_SEED), so its knee does not move with the seed):
+answer lengths, drawn from random.Random(TRUTH_SEED), so its knee does not move with the seed; one level is
+`simulator.model.closed_loop.simulate_closed_loop`):
     throughput(C) = C / mean latency of the measured answers (Little's law; answers / their time span
         when some failed); p50(C), p95(C) from their latencies.
     knee_concurrency = the smallest C with throughput(C) >= KNEE_FRACTION x max throughput: the last
@@ -57,33 +58,19 @@ set to their defaults before the cached walk (`_curve_options`), so a habit cost
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from simulator.model.closed_loop import CurvePoint, simulate_closed_loop
 from simulator.model.options import CURVE_FREE, Options, make_options
 from simulator.model.page_mix import PageSize, oom_odds, page_sizes
-from simulator.model.pipeline import Failed, Finished, Pipeline
 from simulator.model.profiles import Profile, get_profile
 from simulator.model.settings import settle
 from simulator.model.thermal import clock_at, steady_c
-from simulator.model.work import Work, drawn_work, runaway_work, work_of
+from simulator.model.work import Work, work_of
 
 HEADROOM = 0.7
 KNEE_FRACTION = 0.95
-TRUTH_SEED = 20240  # answer lengths of the virtual-time client (noisy profiles); the server uses --seed
-
-
-@dataclass(frozen=True, slots=True)
-class CurvePoint:
-    concurrency: int
-    throughput_rps: float
-    p50_ms: float
-    p95_ms: float
-    failures: int
-    gpu_util_pct: float = 0.0  # GPU-busy share of the measured window (DCGM_FI_DEV_GPU_UTIL's meaning)
-    peak_mem_mib: float = 0.0  # the most device memory used during the level
-    preemptions: int = 0  # vLLM preemptions during the level
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,30 +181,9 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
     work = work_of(p, o, width_px, height_px, max_tokens)
     idle = p.idle_mib + o.first_request_mib  # the resident memory once the service runs
     slots = min(p.engine_slots, o.gateway_slots) if o.gateway_slots > 0 else p.engine_slots
-    c_max = 2 * slots + 4
-    if o.gateway_slots > 0:
-        c_max = min(c_max, o.gateway_slots + o.gateway_queue)
-    oom: int | None = None
-    if p.kind == "pytorch":
-        increment = work.increment_mib
-        estimate = math.floor((p.total_mib * HEADROOM - idle) / increment)
-        fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment)
-        # hf, triton: only the requests generate (a batch) runs hold memory; the others wait off the GPU
-        held = p.engine_slots if p.server in ("hf", "triton") else None
-        if not (o.gateway_slots > 0 and o.gateway_slots <= fit) and not (held is not None and held <= fit):
-            oom = _find_oom(p, o, width_px, height_px, max_tokens, fit + 1)
-        if oom is not None:
-            c_max = min(c_max, oom - 1)
-        kv_tokens = None
-    else:
-        increment = work.encoder_mib  # outside the pool, while the image is encoded (0: memory is flat)
-        estimate = math.floor(p.kv_cache_size_tokens / (work.prompt_tokens + work.output_tokens))
-        kv_tokens = p.kv_cache_size_tokens
-        fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment) if increment > 0 else slots
-        if slots > fit:  # the images joining one step outgrow the card: a burst of fit + 1 OOMs
-            oom = _find_oom(p, o, width_px, height_px, max_tokens, fit + 1)
-        if oom is not None:
-            c_max = min(c_max, oom - 1)
+    increment, estimate, oom = _memory(p, o, work, idle, slots, width_px, height_px, max_tokens)
+    kv_tokens = None if p.kind == "pytorch" else p.kv_cache_size_tokens
+    c_max = _c_max(o, slots, oom)
     if c_max < 1 or (p.kind == "vllm" and work.prompt_tokens + work.output_tokens > p.kv_cache_size_tokens):
         raise ValueError(
             f"a {width_px}x{height_px} image does not fit {p.name} even alone: pass max_side to resize it"
@@ -261,6 +227,37 @@ def _walked(p: Profile, o: Options, width_px: int, height_px: int, max_tokens: i
     )
 
 
+def _memory(
+    p: Profile, o: Options, work: Work, idle: float, slots: int, w: int, h: int, max_tokens: int | None
+) -> tuple[float, int, int | None]:
+    """(increment_mib, estimate, oom_concurrency) by seed 000's method (the module docstring's Memory)."""
+    if p.kind == "pytorch":
+        increment = work.increment_mib
+        estimate = math.floor((p.total_mib * HEADROOM - idle) / increment)
+        fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment)
+        # hf, triton: only the requests generate (a batch) runs hold memory; the others wait off the GPU
+        held = p.engine_slots if p.server in ("hf", "triton") else None
+        if not (o.gateway_slots > 0 and o.gateway_slots <= fit) and not (held is not None and held <= fit):
+            return increment, estimate, _find_oom(p, o, w, h, max_tokens, fit + 1)
+        return increment, estimate, None
+    increment = work.encoder_mib  # outside the pool, while the image is encoded (0: memory is flat)
+    estimate = math.floor(p.kv_cache_size_tokens / (work.prompt_tokens + work.output_tokens))
+    fit = math.floor((p.total_mib - p.reserved_mib - idle) / increment) if increment > 0 else slots
+    if slots > fit:  # the images joining one step outgrow the card: a burst of fit + 1 OOMs
+        return increment, estimate, _find_oom(p, o, w, h, max_tokens, fit + 1)
+    return increment, estimate, None
+
+
+def _c_max(o: Options, slots: int, oom: int | None) -> int:
+    """The walk's last level: 2 x slots + 4, capped by the gateway's capacity and below the OOM."""
+    c_max = 2 * slots + 4
+    if o.gateway_slots > 0:
+        c_max = min(c_max, o.gateway_slots + o.gateway_queue)
+    if oom is not None:
+        c_max = min(c_max, oom - 1)
+    return c_max
+
+
 def _walk(
     p: Profile, o: Options, w: int, h: int, max_tokens: int | None, c_max: int
 ) -> tuple[CurvePoint, ...]:
@@ -286,92 +283,6 @@ def _find_oom(p: Profile, o: Options, w: int, h: int, max_tokens: int | None, fi
         if simulate_closed_loop(p, o, c, w, h, max_tokens, measured=max(40, 2 * c)).failures:
             return c
     return None
-
-
-def simulate_closed_loop(
-    p: Profile,
-    o: Options,
-    concurrency: int,
-    width_px: int,
-    height_px: int,
-    max_tokens: int | None = None,
-    measured: int | None = None,
-    seed: int = TRUTH_SEED,
-    start_temp_c: float | None = None,
-) -> CurvePoint:
-    """Run `concurrency` closed-loop users against the model in virtual time; failures retry after 10 ms.
-
-    Each request draws its answer length from random.Random(seed) (a no-op without noise), then whether it
-    runs away from another (a no-op without runaways)."""
-    work = work_of(settle(p, o), o, width_px, height_px, max_tokens)
-    rng, runaways = random.Random(seed), random.Random(seed + 1)
-    pipe = Pipeline(p, o, start_temp_c=start_temp_c)
-    warmup = 2 * concurrency
-    if measured is None:  # a tail (noisy lengths, runaways) needs more answers for a stable P95 and throughput
-        noisy = p.output_tokens_sigma > 0 or o.runaway_rate > 0
-        measured = max(600, 40 * concurrency) if noisy else max(400, 40 * concurrency)
-
-    def draw() -> Work:
-        return runaway_work(drawn_work(p, work, rng), o.runaway_rate, runaways)
-
-    for job_id in range(concurrency):
-        pipe.submit(job_id, draw(), 0.0)
-    next_id = concurrency
-    answers = 0
-    failures = 0
-    t_first = 0.0
-    t_last = 0.0
-    busy_first = 0.0
-    snap_first = pipe.snapshot(0.0)
-    latencies: list[float] = []
-    while answers < warmup + measured:
-        due = pipe.next_due_ms()
-        if due is None:
-            break
-        for outcome in pipe.advance(due):
-            if isinstance(outcome, Finished):
-                answers += 1
-                if answers == warmup:
-                    t_first, busy_first = outcome.t_ms, pipe.busy_total_ms
-                    snap_first = pipe.snapshot(outcome.t_ms)
-                elif answers > warmup:
-                    latencies.append(outcome.e2e_ms)
-                    t_last = outcome.t_ms
-                pipe.submit(next_id, draw(), outcome.t_ms)
-            elif isinstance(outcome, Failed):
-                failures += 1
-                if failures > 10 * (warmup + measured):
-                    answers = warmup + measured  # nothing but failures: stop
-                pipe.submit(next_id, draw(), outcome.t_ms + 10.0)
-            else:
-                continue
-            next_id += 1
-    latencies.sort()
-    span_ms = t_last - t_first
-    return CurvePoint(
-        concurrency=concurrency,
-        throughput_rps=_throughput_rps(concurrency, latencies, failures, span_ms),
-        p50_ms=_quantile(latencies, 0.5),
-        p95_ms=_quantile(latencies, 0.95),
-        failures=failures,
-        gpu_util_pct=min(100.0, 100.0 * (pipe.busy_total_ms - busy_first) / span_ms) if span_ms > 0 else 0.0,
-        peak_mem_mib=pipe.peak_mem_mib,
-        preemptions=pipe.snapshot(t_last).preemptions_total - snap_first.preemptions_total,
-    )
-
-
-def _throughput_rps(concurrency: int, latencies: list[float], failures: int, span_ms: float) -> float:
-    """Little's law, C / mean latency, when every cycle is an answer: answers come in batch-sized bursts,
-    and answers / span is off by up to a burst (a dip of 7% at C = 9 on smooth-24g); else answers / span."""
-    if failures == 0 and latencies:
-        return 1000.0 * concurrency * len(latencies) / sum(latencies)
-    return 1000.0 * len(latencies) / span_ms if span_ms > 0 else 0.0
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return math.nan
-    return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
 
 
 def latency_factor(t: Truth, minutes: float) -> float:

@@ -35,6 +35,15 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m simulator", description="Simulated GPU OCR server (see simulator/README.md).")
+    _add_serving_flags(p)
+    _add_model_flags(p)
+    _add_habit_flags(p)
+    _add_fault_flags(p)
+    return p
+
+
+def _add_serving_flags(p: argparse.ArgumentParser) -> None:
+    """Which profile, where and how it listens (TLS, a metrics token), its seed, clock and body limits."""
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"one of {', '.join(sorted(PROFILES))}")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
@@ -48,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=float, default=1.0, help="multiplies every duration")
     p.add_argument("--max-body-mib", type=float, default=64.0)
     p.add_argument("--max-pixels", type=int, default=50_000_000, help="decompression-bomb limit (pixels)")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """The model's options and settings: gateway, engine slots and pool, stalls, heat, CPU pool, answers,
+    allocator (and the request log, kept where --help has always listed it)."""
     p.add_argument("--gateway-slots", type=int, default=None, help="gateway semaphore size (0: no gateway; default: the profile's)")
     p.add_argument("--gateway-queue", type=int, default=None, help="gateway bounded queue (requests; default: the profile's)")
     p.add_argument("--gateway-wait-s", type=float, default=None, help="longest gateway queue wait (s; default: the profile's)")
@@ -73,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="device memory view: free (falls back per request), caching (PyTorch's high-water mark),"
         " caching-empty-cache (caching with torch.cuda.empty_cache() per request)",
     )  # fmt: skip
+
+
+def _add_habit_flags(p: argparse.ArgumentParser) -> None:
+    """Habits of real servers (simulator/README.md), defaults Options's: the truth records them."""
     o = Options()
     p.add_argument("--error-rate", type=float, default=o.error_rate,
                    help="share of requests answered --error-status at every load (the truth records it)")
@@ -86,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slow-first-s", type=float, default=o.slow_first_s, help="their extra time (s)")
     p.add_argument("--latency-drift-pct-per-min", type=float, default=o.latency_drift_pct_per_min,
                    help="engine steps grow this many %% slower per minute since start (latency creeps in a soak)")
+
+
+def _add_fault_flags(p: argparse.ArgumentParser) -> None:
+    """Faults (simulator.model.faults), defaults Faults's: spikes, resets, a slow start, a leak, OOMs."""
     d = Faults()
     p.add_argument("--spike-rate", type=float, default=d.spike_rate, help="fraction delayed by --spike-ms")
     p.add_argument("--spike-ms", type=float, default=d.spike_ms)
@@ -96,7 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force-oom", type=int, default=d.force_oom, help="the next N requests fail with OOM")
     p.add_argument("--restart-on-oom", action="store_true", help="an OOM takes the server down --restart-s")
     p.add_argument("--restart-s", type=float, default=d.restart_s)
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

@@ -8,11 +8,11 @@ import math
 import pytest
 
 from simulator import PROFILES, Truth, truth
+from simulator.model.closed_loop import simulate_closed_loop
 from simulator.model.options import Options
 from simulator.model.pipeline import Failed, Finished, Pipeline, Tokens
 from simulator.model.profiles import ProfileError
 from simulator.model.work import work_of
-from simulator.truth import simulate_closed_loop
 
 PT = PROFILES["pytorch-24g"]
 VL = PROFILES["vllm-24g"]

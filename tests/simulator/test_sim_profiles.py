@@ -13,11 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from simulator import PROFILES, truth
 from simulator.exports.metrics import ServerStats, render_vllm_metrics
 from simulator.front.answers import ocr_fields, page_lines, shaped_text
+from simulator.model.closed_loop import simulate_closed_loop
 from simulator.model.options import Options
 from simulator.model.pipeline import Failed, Finished, Pipeline
 from simulator.model.profiles import Profile, ProfileError
 from simulator.model.work import drawn_work, work_of
-from simulator.truth import KNEE_FRACTION, simulate_closed_loop, truth_of
+from simulator.truth import KNEE_FRACTION, truth_of
 
 NEW = ("smooth-24g", "noisy-24g", "vllm-far", "oom-first-24g")
 
