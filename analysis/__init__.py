@@ -10,10 +10,9 @@ from analysis.estimate.capacity import (
     estimate_from_baseline,
     estimate_from_kv_cache,
     gpus_named,
-    parse_levels,
-    plan_levels,
 )
 from analysis.estimate.memory_slope import MemorySlope, memory_slope, restate_estimate
+from analysis.estimate.planned_levels import parse_levels, plan_levels
 from analysis.knee.find import Knee, find_knee
 from analysis.knee.next_level import PROBE_Z, Remeasure, next_refine_level, probe_level, remeasure_level
 from analysis.overload.verify import verify_summary

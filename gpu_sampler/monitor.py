@@ -74,45 +74,54 @@ class GpuMonitor:
         deliver_interval_s: float = 0.25,
     ) -> None:
         self.kind, self.url, self.selection = parse_gpu_spec(spec)
+        self._check_server_metrics(server_metrics_url)
+        self.step_of, self.clock, self.scrape_interval_s = step_of, clock, scrape_interval_s
+        self._start_delivery(deliver_interval_s, gpu=on_gpu, server=on_server, host=on_host, event=on_event)
+        self._latest_mem: dict[int, float | None] = {}
+        self._card: int | None = None  # the server's card once chosen (use_card)
+        self._info: dict[str, Any] | None = None
+        self._why_missing: str | None = NONE_WHY if self.kind == "none" else None
+        self._metrics_headers, self._tls = metrics_headers, tls or TlsSettings()
+        self.gpu_reader = gpu_reader or self._make_gpu_reader(pid)
+        self._open_http_readers(token, server_metrics_url, framework_metric)
+        self.samplers: list[Sampler] = []
+        self._sampler_of: dict[str, Sampler] = {}  # by the queue it fills
+        self._add_samplers(nvml_interval_s, host_reader or HostReader("driver"))
+        self._start_poller_state()
+
+    def _check_server_metrics(self, server_metrics_url: str | None) -> None:
+        """An http(s) URL for the server's /metrics, the GPU's source too with GPU=server-metrics."""
         if server_metrics_url is not None and not server_metrics_url.startswith(("http://", "https://")):
             raise SamplerError(f"bad server metrics URL {server_metrics_url!r}: use http://HOST:PORT/metrics")
         if self.kind == SERVER_GPU:
             if not server_metrics_url:
                 raise SamplerError("GPU=server-metrics reads the server's own /metrics: set SERVER_METRICS=http://HOST:8002/metrics")
             self.url = server_metrics_url
-        self.step_of, self.clock, self.scrape_interval_s = step_of, clock, scrape_interval_s
-        self._callbacks: dict[str, Callable[[Any], None]] = {
-            "gpu": on_gpu,
-            "server": on_server,
-            "host": on_host,
-            "event": on_event,
-        }
+
+    def _start_delivery(self, deliver_interval_s: float, **callbacks: Callable[[Any], None]) -> None:
+        """A queue per callback, which the producers fill and the deliverer empties (not started yet)."""
+        self._callbacks: dict[str, Callable[[Any], None]] = dict(callbacks)
         self._queues: dict[str, deque[Any]] = {k: deque() for k in self._callbacks}
-        self._latest_mem: dict[int, float | None] = {}
-        self._card: int | None = None  # the server's card once chosen (use_card)
-        self._info: dict[str, Any] | None = None
-        self._why_missing: str | None = NONE_WHY if self.kind == "none" else None
         self._deliver_interval_s = deliver_interval_s
         self._stopping = False
         self._failed_callbacks: set[str] = set()
         self._deliverer: Any = None
 
-        self._metrics_headers, self._tls = metrics_headers, tls or TlsSettings()
-        self.gpu_reader = gpu_reader or self._make_gpu_reader(pid)
+    def _open_http_readers(self, token: str | None, server_metrics_url: str | None, framework_metric: str) -> None:
+        """The sidecar's client (with GPU=sidecar:URL) and the server's /metrics reader (with its URL)."""
         self.client = (
             SidecarClient(self.url, token=token, tls=self._tls) if self.kind == "sidecar" and self.url else None
         )
         self.server_reader = (
             ServerMetricsReader(
-                server_metrics_url, framework_metric=framework_metric, headers=metrics_headers, tls=self._tls
+                server_metrics_url, framework_metric=framework_metric, headers=self._metrics_headers, tls=self._tls
             )
             if server_metrics_url
             else None
         )
-        self.samplers: list[Sampler] = []
-        self._sampler_of: dict[str, Sampler] = {}  # by the queue it fills
-        self._add_samplers(nvml_interval_s, host_reader or HostReader("driver"))
-        # the sidecar poller's state
+
+    def _start_poller_state(self) -> None:
+        """The sidecar poller's state: nothing read, no step marked yet."""
         self._cursor: int | None = None
         self._boot_id: str | None = None
         self._wanted_step: int | None = None

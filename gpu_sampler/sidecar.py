@@ -199,102 +199,118 @@ _STEP_PATH = re.compile(r"^/steps/(-?\d+)$")
 
 
 def make_handler(sidecar: Sidecar, token: str | None) -> type[BaseHTTPRequestHandler]:
-    expected = f"Bearer {token}".encode() if token else None
+    """The handler class for this sidecar and token (the server makes one handler per request)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpu_sampler"
+    class Handler(SidecarHandler):
+        pass
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if status == 401:
-                self.send_header("WWW-Authenticate", "Bearer")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _authorised(self) -> bool:
-            if expected is None:
-                return True
-            given = self.headers.get("Authorization", "").encode()
-            if hmac.compare_digest(given, expected):
-                return True
-            self._send(401, {"error": "missing or wrong token: send Authorization: Bearer <token>"})
-            return False
-
-        def do_GET(self) -> None:
-            if not self._authorised():
-                return
-            url = urllib.parse.urlsplit(self.path)
-            query = urllib.parse.parse_qs(url.query)
-            try:
-                if url.path == "/health":
-                    self._send(200, sidecar.health())
-                elif url.path == "/info":
-                    self._send(200, sidecar.info())
-                elif url.path == "/samples":
-                    cursor = int(query.get("cursor", ["0"])[0])
-                    limit = int(query.get("limit", [str(MAX_PAGE)])[0])
-                    self._send(200, sidecar.samples(cursor, max(1, limit)))
-                elif url.path == "/server":
-                    self._send(200, sidecar.server_info())
-                elif match := _STEP_PATH.match(url.path):
-                    stats = sidecar.step_stats(int(match.group(1)))
-                    if stats is None:
-                        self._send(404, {"error": f"no samples in step {match.group(1)}"})
-                    else:
-                        self._send(200, stats)
-                else:
-                    self._send(404, {"error": f"no {url.path}: try /health, /info, /samples, /steps/<i>"})
-            except _NoServerControl:
-                self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
-            except ValueError:
-                self._send(400, {"error": "cursor and limit must be integers"})
-
-        def _body(self) -> Any:
-            length = int(self.headers.get("Content-Length", "0"))
-            return json.loads(self.rfile.read(min(length, 65536)) or b"{}")
-
-        def do_POST(self) -> None:
-            if not self._authorised():
-                return
-            if self.path == "/server/restart":
-                self._restart()
-                return
-            if self.path != "/step":
-                self._send(404, {"error": f"no POST {self.path}: try POST /step or POST /server/restart"})
-                return
-            try:
-                body = self._body()
-                step_index = body["step_index"]
-                if not isinstance(step_index, int) or isinstance(step_index, bool):
-                    raise ValueError
-            except (ValueError, KeyError, TypeError):
-                self._send(400, {"error": 'send JSON {"step_index": <int>}'})
-                return
-            self._send(200, sidecar.mark_step(step_index))
-
-        def _restart(self) -> None:
-            try:
-                body = self._body()
-                values = body["values"]
-            except (ValueError, KeyError, TypeError):
-                self._send(400, {"error": 'send JSON {"values": {"<placeholder>": "<value>", ...}}'})
-                return
-            try:
-                self._send(200, sidecar.restart_server(values))
-            except _NoServerControl:
-                self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
-            except ServerControlError as err:
-                self._send(400, {"error": str(err)})
-            except RestartInProgress as err:
-                self._send(409, {"error": str(err), "reason": "restart_in_progress"})
-
+    Handler.sidecar = sidecar
+    Handler.expected = f"Bearer {token}".encode() if token else None
     return Handler
+
+
+class SidecarHandler(BaseHTTPRequestHandler):
+    """The API's routes; `make_handler` binds the sidecar and the token a subclass serves."""
+
+    server_version = "gpu_sampler"
+    sidecar: Sidecar
+    expected: bytes | None = None  # the Authorization header every call must carry (None: no token)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorised(self) -> bool:
+        if self.expected is None:
+            return True
+        given = self.headers.get("Authorization", "").encode()
+        if hmac.compare_digest(given, self.expected):
+            return True
+        self._send(401, {"error": "missing or wrong token: send Authorization: Bearer <token>"})
+        return False
+
+    def do_GET(self) -> None:
+        if not self._authorised():
+            return
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        try:
+            self._send(*self._get(url.path, query))
+        except _NoServerControl:
+            self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
+        except ValueError:
+            self._send(400, {"error": "cursor and limit must be integers"})
+
+    def _get(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """A GET's status and body by its path."""
+        sidecar = self.sidecar
+        if path == "/health":
+            return 200, sidecar.health()
+        if path == "/info":
+            return 200, sidecar.info()
+        if path == "/samples":
+            cursor = int(query.get("cursor", ["0"])[0])
+            limit = int(query.get("limit", [str(MAX_PAGE)])[0])
+            return 200, sidecar.samples(cursor, max(1, limit))
+        if path == "/server":
+            return 200, sidecar.server_info()
+        if match := _STEP_PATH.match(path):
+            stats = sidecar.step_stats(int(match.group(1)))
+            if stats is None:
+                return 404, {"error": f"no samples in step {match.group(1)}"}
+            return 200, stats
+        return 404, {"error": f"no {path}: try /health, /info, /samples, /steps/<i>"}
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length", "0"))
+        return json.loads(self.rfile.read(min(length, 65536)) or b"{}")
+
+    def do_POST(self) -> None:
+        if not self._authorised():
+            return
+        if self.path == "/server/restart":
+            self._restart()
+            return
+        if self.path != "/step":
+            self._send(404, {"error": f"no POST {self.path}: try POST /step or POST /server/restart"})
+            return
+        self._mark_step()
+
+    def _mark_step(self) -> None:
+        try:
+            body = self._body()
+            step_index = body["step_index"]
+            if not isinstance(step_index, int) or isinstance(step_index, bool):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            self._send(400, {"error": 'send JSON {"step_index": <int>}'})
+            return
+        self._send(200, self.sidecar.mark_step(step_index))
+
+    def _restart(self) -> None:
+        try:
+            body = self._body()
+            values = body["values"]
+        except (ValueError, KeyError, TypeError):
+            self._send(400, {"error": 'send JSON {"values": {"<placeholder>": "<value>", ...}}'})
+            return
+        try:
+            self._send(200, self.sidecar.restart_server(values))
+        except _NoServerControl:
+            self._send(409, {"error": NO_SERVER_CONTROL, "reason": "no_server_control"})
+        except ServerControlError as err:
+            self._send(400, {"error": str(err)})
+        except RestartInProgress as err:
+            self._send(409, {"error": str(err), "reason": "restart_in_progress"})
 
 
 def make_server(

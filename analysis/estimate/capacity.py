@@ -1,4 +1,4 @@
-"""The capacity estimate (seed 000) and the load levels planned from it.
+"""The capacity estimate (seed 000); the load levels planned from it: analysis.estimate.planned_levels.
 
 GPU-memory dimension, seed 000's formula:
     increment = single_peak - idle          (MiB one request adds)
@@ -70,7 +70,6 @@ from analysis.table.server_card import gpu_of as gpu_of
 from analysis.table.server_card import gpus_named as gpus_named
 
 KV_HEADROOM = 1.0  # the KV cache is already the budget: see the module doc
-DEFAULT_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.2)
 NOISE_FLOOR_MIB = 32.0  # smallest increment we believe: NVML rounds, allocators jitter by a few MiB
 NOISE_STD_FACTOR = 3.0  # an increment below 3 standard deviations of idle memory is noise
 FELL_BACK_FRACTION = 0.5  # after the baseline, memory within half a request of idle fell back: freed
@@ -378,30 +377,3 @@ def _kv_estimate(
             reason=f"floor({headroom:g} / {peak:.4f} peak KV-cache fraction of one request) = {estimate}",
         )  # fmt: skip
     return None
-
-
-def plan_levels(estimate: int, fractions: Sequence[float] = DEFAULT_FRACTIONS) -> list[int]:
-    """Levels around the estimate (seed 000: 1/4, 1/2, 3/4, 1x, 1.2x), rounded, deduplicated, >= 1."""
-    if estimate < 1:
-        raise ValueError(f"estimate {estimate} is below 1; pass explicit LEVELS=1,2,4")
-    return sorted({max(1, math.floor(estimate * f + 0.5)) for f in fractions})  # half up, not banker's
-
-
-def parse_levels(text: str) -> list[int]:
-    """ "1,2,4,8" -> [1, 2, 4, 8] (sorted, deduplicated). One-line ValueError for anything else."""
-    hint = "write LEVELS as positive integers separated by commas, e.g. LEVELS=1,2,4,8,16"
-    if not text or not text.strip():
-        raise ValueError(f"LEVELS is empty; {hint}")
-    levels: set[int] = set()
-    for part in text.split(","):
-        item = part.strip()
-        if not item:
-            raise ValueError(f"LEVELS {text!r} has an empty item; {hint}")
-        try:
-            value = int(item)
-        except ValueError:
-            raise ValueError(f"LEVELS item {item!r} is not an integer; {hint}") from None
-        if value < 1:
-            raise ValueError(f"LEVELS item {value} is below 1; {hint}")
-        levels.add(value)
-    return sorted(levels)

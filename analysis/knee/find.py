@@ -92,6 +92,7 @@ from analysis.estimate.engine_limit import EngineLimit, cap_level, engine_limit,
 from analysis.knee.failure_rule import outcomes_of, steady_errors
 from analysis.knee.fall import Fall, find_fall
 from analysis.knee.knee_points import Walk, points_of, request_count, walk_points, without_aborted
+from analysis.knee.knee_words import driver_limited, fmt, knee_words
 from analysis.knee.plateau import confidence_interval, plateau_interval, recommend
 from analysis.table.answer_length import basis_words
 from analysis.table.driver import driver_load
@@ -161,13 +162,6 @@ class Knee:
             "fall_share": self.fall_share,
             "peak_between": list(self.peak_between) if self.peak_between else None,
         }
-
-
-def fmt(value: float, spec: str = ".0f", unit: str = "") -> str:
-    """A number for a sentence: "n/a" instead of nan, so no sentence ever says "nan ms"."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:{spec}}{unit}"
 
 
 def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee:
@@ -318,25 +312,6 @@ def _error_knee(w: Walk, top: dict[str, Any], p: dict[str, Any], flagged: tuple[
                 server_limit=limit)  # fmt: skip
 
 
-def _driver_limited(lo: dict[str, Any], hi: dict[str, Any]) -> str:
-    """Words when throughput stopped growing from lo to hi but latency did not rise as Little's law
-    requires (latency = users / throughput): the users were not all in flight, the driver was the limit."""
-    t_lo, t_hi = num(lo, "throughput_rps"), num(hi, "throughput_rps")
-    m_lo, m_hi = num(lo, "mean_ms"), num(hi, "mean_ms")
-    if any(math.isnan(v) or v <= 0 for v in (t_lo, t_hi, m_lo, m_hi)):
-        return ""
-    expected = (int(hi["level"]) / t_hi) / (int(lo["level"]) / t_lo)
-    observed = m_hi / m_lo
-    if expected < 1.5 or observed - 1 >= (expected - 1) / 3:
-        return ""
-    return (
-        f"throughput stopped growing from level {lo['level']} to {hi['level']} but mean latency went only"
-        f" {observed:.2f}x (Little's law expects {expected:.2f}x at that throughput): the users were not"
-        " all in flight, so the load generator (driver CPU or network) is the limit, not the server;"
-        " add workers or driver machines"
-    )
-
-
 def _plateau_knee(
     w: Walk,
     rec: int,
@@ -352,7 +327,7 @@ def _plateau_knee(
     below = [r for r in w.points if int(r["level"]) < rec]
     above = [r for r in w.points if int(r["level"]) > rec]
     lower = below[-1] if below else None
-    driver = _driver_limited(lower if lower is not None else rec_row, w.clean[-1])
+    driver = driver_limited(lower if lower is not None else rec_row, w.clean[-1])
     if driver:
         return Knee(False, None, None, rec, driver, criterion="driver", flagged_steps=flagged, at_least=True,
                     plateau_rps=peak, server_limit=limit, engine_limit=cap)  # fmt: skip
@@ -361,7 +336,7 @@ def _plateau_knee(
         words.append(f"{lower['level']} users only {fmt(_share(lower, peak), '.0%')}")
     knee_row = above[0] if above else None
     if knee_row is not None:
-        words.insert(0, _knee_words(knee_row, rec_row, w))
+        words.insert(0, knee_words(knee_row, rec_row, w))
     if capped:
         words.insert(0, capped)
     refine = (int(lower["level"]), rec) if lower is not None and rec - int(lower["level"]) > 1 else None
@@ -385,22 +360,3 @@ def _plateau_knee(
 
 def _share(row: dict[str, Any], peak: float) -> float:
     return num(row, "throughput_rps") / peak if peak > 0 else math.nan
-
-
-def _knee_words(knee_row: dict[str, Any], rec_row: dict[str, Any], w: Walk) -> str:
-    """What happened at the knee level against the recommended one."""
-    level, rec = knee_row["level"], rec_row["level"]
-    if knee_row is w.failing:
-        return f"knee at {level} users (step {knee_row['step_index']}): {w.failure}"
-    t_k, t_r = num(knee_row, "throughput_rps"), num(rec_row, "throughput_rps")
-    p_k, p_r = num(knee_row, "p95_ms"), num(rec_row, "p95_ms")
-    gain = (t_k / t_r - 1) if t_r > 0 else math.nan
-    rise = p_k / p_r if p_r > 0 else math.nan
-    # "+0% over" and "-5% over" read as contradictions: under half a percent is "about the same as", a loss "under"
-    over = ("about the same as" if abs(gain) < 0.005 else f"{fmt(gain, '+.0%')} over" if gain > 0
-            else f"{fmt(-gain, '.0%')} under")  # fmt: skip
-    return (
-        f"knee at {level} users (step {knee_row['step_index']}): throughput {fmt(t_k, '.2f')} rps is"
-        f" {over} {rec} users' {fmt(t_r, '.2f')} rps while P95 went {fmt(rise, '.2f', 'x')}"
-        f" ({fmt(p_r)} -> {fmt(p_k)} ms)"
-    )

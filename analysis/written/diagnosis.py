@@ -35,7 +35,8 @@ import pandas as pd
 
 from analysis.estimate.capacity import Estimate
 from analysis.estimate.memory_cases import HighWater, high_water_mark, out_of_memory
-from analysis.knee.find import Knee, fmt
+from analysis.knee.find import Knee
+from analysis.knee.knee_words import fmt
 from analysis.table.driver import DRIVER_BUSY_PCT
 from analysis.table.heat import throttle_finding
 

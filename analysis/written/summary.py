@@ -15,10 +15,10 @@ from analysis.estimate.capacity import (
     Estimate,
     estimate_from_baseline,
     gpus_named,
-    parse_levels,
 )
 from analysis.estimate.memory_slope import restate_estimate
 from analysis.estimate.page_memory import is_mixed, page_memory
+from analysis.estimate.planned_levels import parse_levels
 from analysis.knee.find import Knee, find_knee
 from analysis.overload.verify import own_failure_share, split_by_gateway, verify_summary, with_gateway
 from analysis.soak.trend import slo_level, soak_trend

@@ -1,4 +1,5 @@
-"""The master's side of a run: the plan, the run folder's writers, the GPU monitor, progress lines.
+"""The master's side of a run: the plan, the run folder's writers, the GPU monitor, progress lines
+(what reaches the master, written and counted as it comes: loadtest.method.run_inputs).
 
 The shape's `tick()` (on the master only; Locust's once a second, polled every 0.1 s within it, each change
 applied at once: loadtest/wiring/shape.py) calls `Controller.tick()`, which
@@ -9,7 +10,6 @@ and the sampler the new step, and returns the user count for Locust.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import analysis
-from analysis.overload.verify import may_be_own, turned_away_fast
 from gpu_sampler import GpuMonitor
 from loadtest.method.card_watch import CardWatch
 from loadtest.method.decisions import PlanDecisions
@@ -27,23 +26,13 @@ from loadtest.method.overload import OVERLOAD, OverloadWatch
 from loadtest.method.phase_timing import PhaseTiming
 from loadtest.method.plan import PhaseSpec, plan_phases
 from loadtest.method.progress import live_line, load_words, progress
+from loadtest.method.run_inputs import RunInputs
 from loadtest.method.settle import MemorySettle, at_rest, preflight_reading
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.state import STATE, StepTag
 from runfolder import (
     CLOSED_KEY,
-    EVENTS_FILE,
-    GPU_FILE,
-    HOST_FILE,
-    REQUESTS_FILE,
-    SERVER_FILE,
-    STEPS_FILE,
-    CsvAppender,
-    Event,
-    GpuSample,
-    HostSample,
-    JsonlAppender,
     Phase,
     RequestRow,
     ServerSample,
@@ -59,7 +48,7 @@ VERIFYING = (Phase.VERIFY, Phase.DRAIN)
 TIMELINE_EVERY_S = 1.0  # the live panel's timeline: one point a second (deque of an hour), and each user change
 
 
-class Controller(PlanDecisions):
+class Controller(PlanDecisions, RunInputs):
     def __init__(
         self,
         cfg: RunConfig,
@@ -74,20 +63,18 @@ class Controller(PlanDecisions):
         self.run_dir = run_dir
         self.clock = clock
         self.broadcast = broadcast
-        self.requests = CsvAppender(run_dir / REQUESTS_FILE, RequestRow)
-        self.steps = JsonlAppender(run_dir / STEPS_FILE)
-        self.gpu = CsvAppender(run_dir / GPU_FILE, GpuSample)
-        self.server = CsvAppender(run_dir / SERVER_FILE, ServerSample)
-        self.host = CsvAppender(run_dir / HOST_FILE, HostSample)
-        self.events = JsonlAppender(run_dir / EVENTS_FILE)
+        self._open_writers(run_dir)
         self.monitor = monitor
-        self.rows_per_step: Counter[int] = Counter()
         self.row_listeners: list[Callable[[list[RequestRow]], None]] = []
-        self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
-        self.server_limit_said = False
-        self.live_latency_ms: list[float] = []
-        self.live_tokens: list[float] = []  # their completion tokens (NaN: not said), for a step read by length
-        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = self.live_own = 0
+        self._start_phase_state()
+        self._start_watches(cfg)
+        self._start_plan(cfg)
+        self._start_live_view()
+
+    def _start_phase_state(self) -> None:
+        """The running phase (none yet) and its counts, and how the run ended (not yet)."""
+        self.rows_per_step: Counter[int] = Counter()
+        self._reset_phase_counts()
         self.step_index = -1
         self.spec: PhaseSpec | None = None
         self._ramp_from = 0  # the users of the phase before: Locust stops them at the spawn rate
@@ -97,8 +84,13 @@ class Controller(PlanDecisions):
         self.phase_past_knee = ""  # the step ended early: requests of our own load timed out in a row
         self.aborted = ""
         self.phases_done = 0
-        self.levels_planned: list[int] = []
-        self.measured_levels: list[int] = []
+        self.stopped_by_user = ""  # how the user stopped the run (the panel, Locust's STOP, Ctrl-C, SIGTERM)
+        self.finished = False
+
+    def _start_watches(self, cfg: RunConfig) -> None:
+        """What watches the server while the plan runs: its failures, its memory, its card, the phases' times."""
+        self.watch = OverloadWatch(cfg.abort_after_failures)  # failures in a row: outage or our own load
+        self.server_limit_said = False
         self.idle_mib: float | None = None
         self.preflight_idle_mib = preflight_reading(self._manifest())  # before anything of ours reached it
         self.settle = MemorySettle()  # the current phase's memory samples, for the cooldown's end
@@ -106,97 +98,34 @@ class Controller(PlanDecisions):
         self.timing = PhaseTiming(self)  # warm-ups, step targets and cooldowns that follow the server
         self.gpus_named = analysis.gpus_named({"config": {"gpu": cfg.gpu}})  # GPU= names the server's cards
         self.card = CardWatch(self.gpus_named)  # the server's card: every card until chosen after the baseline
+        self.last_ok_at: float | None = None  # set when load first starts; a hung server never moves it
+
+    def _start_plan(self, cfg: RunConfig) -> None:
+        """The plan's phases, asked one at a time, and what its decisions chose so far (nothing yet)."""
+        self.levels_planned: list[int] = []
+        self.measured_levels: list[int] = []
         self.estimate_now: analysis.Estimate | None = None  # the estimate as last (re-)stated
         self.choice: LevelChoice | None = None
         self.knee_seen = None  # the knee as last evaluated (decisions), for the live panel
-        self.stopped_by_user = ""  # how the user stopped the run (the panel, Locust's STOP, Ctrl-C, SIGTERM)
         self._first_level_step = 0
         self._refined = 0  # levels added by refinement
         self._remeasures = Remeasures()
-        self.finished = False
-        self.live = LiveSteps()
         self._plan = plan_phases(
             cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
             self._remeasure_level, self._verify_plan, self._gateway_plan, self.timing.p95.short,
         )  # fmt: skip
         self._raw_verify_step = -2  # the verify window against the server as it is (no gateway)
+
+    def _start_live_view(self) -> None:
+        """The live view (web UI panel, console lines): bounded."""
+        self.live = LiveSteps()
         self._last_progress = 0.0
-        # live view (web UI panel): bounded
         self.estimate: dict[str, Any] | None = None
         self.last_server: ServerSample | None = None
         self.completed: list[dict[str, Any]] = []
         self.timeline: deque[tuple[float, int, float | None, float | None]] = deque(maxlen=3600)
         self.report_path: str | None = None
         self._last_line = ""  # the last event line printed
-        self.last_ok_at: float | None = None  # set when load first starts; a hung server never moves it
-
-    # --- inputs ------------------------------------------------------------------------
-    def on_rows(self, rows: list[RequestRow]) -> None:
-        self.requests.append(rows)
-        for listener in self.row_listeners:  # e.g. /metrics' running totals (loadtest.views.promexport)
-            listener(rows)
-        self.live.add_rows(rows)
-        for row in rows:
-            self.rows_per_step[row.step_index] += 1
-            if row.step_index == self.step_index:
-                if row.ok:
-                    self.live_latency_ms.append(row.latency_ms)
-                    self.live_tokens.append(math.nan if row.completion_tokens is None else float(row.completion_tokens))
-                else:
-                    self.live_errors += 1
-                    self.live_rejected += row.failure_kind == "rejected"  # the verify window's checks count them
-                    self._count_not_admitted(row)
-            self.watch.on_row(row)
-            if row.ok:
-                self.last_ok_at = self.clock()
-            elif row.step_index == self._raw_verify_step and row.failure_kind == "rejected":
-                self.verify_rejected += 1  # the server's own admission control: GATEWAY=auto needs none
-
-    def _count_not_admitted(self, row: RequestRow) -> None:
-        """A failed request of the current phase, as analysis/overload/verify.py's share of fast rejections counts it."""
-        if row.final_attempt:
-            self.live_failed += 1
-            self.live_not_fast += not turned_away_fast(row.failure_kind, row.latency_ms)
-            self.live_own += may_be_own(row.failure_kind)  # a 500, a reset: the verify's set-aside
-
-    def on_gpu(self, samples: list[GpuSample]) -> None:
-        self.gpu.append(samples)
-        # every card settles until the server's card is chosen (after the baseline), then that card alone
-        watched = samples if self.card.index is None else self.card.server_samples(samples)
-        for sample in watched:
-            if sample.mem_used_mib is not None and sample.step_index == self.step_index:
-                self.settle.add(sample.gpu_index, sample.t_unix_s, sample.mem_used_mib)
-        self.card.add(samples)  # the live panel: the server's card (loadtest.method.card_watch)
-
-    @property
-    def last_gpu(self) -> GpuSample | None:
-        return self.card.last
-
-    @property
-    def gpu_peak_per_step(self) -> dict[int, float]:
-        return self.card.peak_per_step
-
-    def on_host(self, samples: list[HostSample]) -> None:
-        self.host.append(samples)
-        self.live.add_host(samples)
-
-    def on_event(self, event: Event) -> None:
-        self.events.append([event])
-        progress(f"[{event.kind}] {event.message}")
-
-    def on_server(self, samples: list[ServerSample]) -> None:
-        self.server.append(samples)
-        self.live.add_server(samples)
-        if samples:
-            self.last_server = samples[-1]
-
-    def event(self, kind: str, message: str, shown: str = "") -> None:
-        """An event, whole in events.jsonl; on the terminal `shown` where given (the line at a glance)."""
-        self.events.append([Event(self.clock(), self.step_index, kind, message)])
-        line = f"[{kind}] {shown or message}"
-        if line != self._last_line:  # the same line twice in a row (a knee re-judged unchanged) is said once
-            progress(line)
-        self._last_line = line
 
     # --- the shape's tick ---------------------------------------------------------------
     def tick(self, user_count: int) -> tuple[int, float] | None:
@@ -289,8 +218,7 @@ class Controller(PlanDecisions):
         self.phase_past_knee = ""
         self.settle.reset()
         self.timing.reset()
-        self.live_latency_ms, self.live_tokens = [], []
-        self.live_errors = self.live_rejected = self.live_failed = self.live_not_fast = self.live_own = 0
+        self._reset_phase_counts()
         if spec.phase == Phase.VERIFY and not spec.via:
             self._raw_verify_step = self.step_index
         tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via)
@@ -421,7 +349,6 @@ class Controller(PlanDecisions):
             self.monitor.stop()
         gpu = self.last_gpu  # the timeline ends on the reading the panel's cards show
         self.timeline.append((self.clock(), 0, gpu.mem_used_mib if gpu else None, gpu.util_pct if gpu else None))
-        for sink in (self.requests, self.steps, self.gpu, self.server, self.host, self.events):
-            sink.close()
+        self._close_writers()
         self._update_manifest(**{CLOSED_KEY: self.clock()})  # the launcher renders from here (launch/run.py)
 

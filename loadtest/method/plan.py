@@ -34,7 +34,7 @@ passes in, so this module has no Locust, no clock and no files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +183,29 @@ def _capacity_phases(
     probe_level: Callable[[], int | None],
     remeasure_level: Callable[[float], tuple[int, float, str] | None],
 ) -> Iterator[PhaseSpec]:
+    yield from _baseline_phases(cfg)
+    if cfg.verify_rate_rps > 0:  # `python -m loadtest verify`: the baseline, then the verify phase only
+        return
+    if cfg.rates.strip():  # open loop: each rate once, no knee search over users
+        for rate in parse_rates(cfg.rates):
+            yield from open_loop_step(cfg, rate, f"open loop at {rate:g} rps ({cfg.arrivals} arrivals)")
+        return
+
+    choice = choose_levels()
+    done: list[int] = []
+    confirmed: list[int] = []  # levels measured once more to confirm a knee (Knee.confirm_level)
+    climbs = yield from _climb(cfg, choice, done, confirmed, knee_now, probe_level)
+    if cfg.scenario == "soak" and done:  # a soak held its one level: no knee to refine
+        return
+    if not cfg.refine:
+        return
+    refined: list[int] = []  # the refinement's steps, every round's: --refine-budget is the whole run's
+    yield from _refine(cfg, done, confirmed, refined, refine_level)
+    yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level, remeasure_level)
+
+
+def _baseline_phases(cfg: RunConfig) -> Iterator[PhaseSpec]:
+    """Idle memory, the warm-up, the baseline of one user, and its cooldown: every run starts so."""
     if cfg.idle_s > 0:
         # ends once memory is back at the pre-flight's reading (loadtest/method/settle.py), at most IDLE_S
         yield PhaseSpec(Phase.IDLE, 0, "idle GPU memory", min(IDLE_FLOOR_S, cfg.idle_s), cfg.idle_s)
@@ -199,16 +222,14 @@ def _capacity_phases(
         baseline_requests,
     )
     yield _cooldown(cfg)
-    if cfg.verify_rate_rps > 0:  # `python -m loadtest verify`: the baseline, then the verify phase only
-        return
-    if cfg.rates.strip():  # open loop: each rate once, no knee search over users
-        for rate in parse_rates(cfg.rates):
-            yield from open_loop_step(cfg, rate, f"open loop at {rate:g} rps ({cfg.arrivals} arrivals)")
-        return
 
-    choice = choose_levels()
-    done: list[int] = []
-    confirmed: list[int] = []  # levels measured once more to confirm a knee (Knee.confirm_level)
+
+def _climb(
+    cfg: RunConfig, choice: LevelChoice, done: list[int], confirmed: list[int], knee_now: Callable[[], Any],
+    probe_level: Callable[[], int | None],
+) -> Generator[PhaseSpec, None, int]:  # fmt: skip
+    """Step up the chosen levels until the knee (confirmed where it asks, probed below a far first step),
+    doubling past the highest while no knee shows; a soak stops after its one level. Returns the climbs."""
     # the why of the levels is said once ([time_budget], the manifest's levels_why), not on every step's line;
     # a soak's one step keeps it: the soak's answer says why it held that level
     note = choice.why if cfg.scenario == "soak" else "a planned level"
@@ -219,7 +240,7 @@ def _capacity_phases(
         yield from _step(cfg, level, why if seek else f"{why}; its throughput alone", seek)
         done.append(level)
         if cfg.scenario == "soak":
-            return
+            break
         knee = knee_now()
         again = confirm_level(knee, confirmed)
         if again is not None:
@@ -240,11 +261,7 @@ def _capacity_phases(
             more = climb_further(knee, choice, done, climbs, cfg)
             if more is not None:
                 queue, climbs = [(more, f"no knee yet at {max(done)}: doubling")], climbs + 1
-    if not cfg.refine:
-        return
-    refined: list[int] = []  # the refinement's steps, every round's: --refine-budget is the whole run's
-    yield from _refine(cfg, done, confirmed, refined, refine_level)
-    yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level, remeasure_level)
+    return climbs
 
 
 def _with_p95(

@@ -182,6 +182,23 @@ class RunConfig:
 
     def checked(self) -> RunConfig:
         """Raise ConfigError (one line) for a setting that cannot work; return self otherwise."""
+        self._check_choices()
+        self._check_amounts()
+        self._check_server_access()
+        if self.max_side < 0 or 0 < self.max_side < MIN_SIDE_PX:
+            raise ConfigError(f"bad MAX_SIDE={self.max_side}: give the longest side in px (>= {MIN_SIDE_PX},"
+                              " e.g. 1024), or 0 to send images as they are")  # fmt: skip
+        check_metrics_config(self.metrics_port, self.metrics_host)
+        check_server_time_config(self.server_time_header, self.server_time_path)
+        check_fleet_config(self.target_rps, self.peak_factor, self.gpu_hour_cost, self.replicas)
+        check_soak_config(self.scenario, self.soak_s, self.soak_level, self.soak_run)
+
+        check_open_loop(self, ConfigError)
+        limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
+        return self
+
+    def _check_choices(self) -> None:
+        """What is run, and against what: the style, the scenario, the levels, the host."""
         if self.style not in STYLES:
             raise ConfigError(f"unknown STYLE={self.style!r}: use one of {', '.join(STYLES)}")
         if self.scenario not in SCENARIOS:
@@ -191,6 +208,9 @@ class RunConfig:
         except ValueError as exc:
             raise ConfigError(f"bad LEVELS={self.levels!r}: {exc}") from None
         check_host(self.host, self.endpoint)
+
+    def _check_amounts(self) -> None:
+        """Shares, counts and seconds in their ranges."""
         if not 0 < self.headroom <= 1:
             raise ConfigError(f"bad HEADROOM={self.headroom}: use a fraction in (0, 1], e.g. 0.7")
         if not 0 < self.oom_risk < 1:
@@ -215,6 +235,9 @@ class RunConfig:
             )
         if self.baseline_rounds < 1 or self.baseline_round_requests < 1:
             raise ConfigError("bad baseline: rounds and requests per round must be >= 1")
+
+    def _check_server_access(self) -> None:
+        """How the server's /metrics is read and how its certificate is trusted."""
         if self.framework_metric and not self.server_metrics:
             raise ConfigError(
                 f"FRAMEWORK_METRIC={self.framework_metric} is read from the server's /metrics: "
@@ -231,17 +254,6 @@ class RunConfig:
             raise ConfigError(
                 f"INSECURE=1 turns certificate checks off, CA_BUNDLE={self.ca_bundle} names what to trust: give one"
             )
-        if self.max_side < 0 or 0 < self.max_side < MIN_SIDE_PX:
-            raise ConfigError(f"bad MAX_SIDE={self.max_side}: give the longest side in px (>= {MIN_SIDE_PX},"
-                              " e.g. 1024), or 0 to send images as they are")  # fmt: skip
-        check_metrics_config(self.metrics_port, self.metrics_host)
-        check_server_time_config(self.server_time_header, self.server_time_path)
-        check_fleet_config(self.target_rps, self.peak_factor, self.gpu_hour_cost, self.replicas)
-        check_soak_config(self.scenario, self.soak_s, self.soak_level, self.soak_run)
-
-        check_open_loop(self, ConfigError)
-        limits_of(self).check()  # warm-up, step, stop timeout, drain, flush and cooldown in an order that works
-        return self
 
 
 def with_ca_pem(cfg: RunConfig) -> RunConfig:
