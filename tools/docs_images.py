@@ -172,8 +172,10 @@ def sweep_sheet(browser: Any, work: Path, out: Path) -> None:
     with running(argv) as sweep:
         code = sweep.popen.wait(timeout=SWEEP_TIMEOUT_S)
         time.sleep(0.5)  # the last lines through the pipe
-    # each setting's run ends with its own `report:` line; the sweep's sheet comes last
-    sheets = [x.split(maxsplit=1)[1] for x in sweep.lines if x.startswith("report: ") and x.endswith("sweep.html")]
+    # each setting's run ends with its own `report:` line; the sweep's sheet comes last, its path before any
+    # "; the server is back at the pick ..." that a sweep restarting its server adds
+    reports = [x.split(maxsplit=1)[1].split(";")[0] for x in sweep.lines if x.startswith("report: ")]
+    sheets = [r for r in reports if r.endswith("sweep.html")]
     if code != 0 or not sheets:
         raise RuntimeError(f"demo-sweep ended with exit status {code} and no sweep.html")
     sheet = Path(sheets[-1])
