@@ -137,9 +137,15 @@ def soak_trend(gpu: pd.DataFrame, steps: pd.DataFrame, manifest: dict[str, Any],
     served_rps = drift["served_rps"] if drift else None
     total = part["mem_total_mib"].dropna() if "mem_total_mib" in part else pd.Series(dtype=float)
     total_mib = float(total.iloc[-1]) if not total.empty else None
-    return {**fit, "level": int(rows["level"].iloc[-1]), "plan_note": str(rows["note"].iloc[-1] or ""),
+    return {**fit, "level": int(rows["level"].iloc[-1]), "plan_note": _plan_why(manifest, rows),
             "duration_s": t1 - t0, "requests": drift["requests"] if drift else None, "served_rps": served_rps,
             "mem_total_mib": total_mib, **card_runway(fit, total_mib, served_rps), "drift": drift}  # fmt: skip
+
+
+def _plan_why(manifest: dict[str, Any], rows: pd.DataFrame) -> str:
+    """Why the soak held its level: the plan's why, said once in the manifest (levels_why); a run from before
+    it was there carries it in its step's note."""
+    return str(manifest.get("levels_why") or rows["note"].iloc[-1] or "")
 
 
 def slo_level(table: pd.DataFrame, slo_p95_s: float, max_error_rate: float = 0.01) -> dict[str, Any]:

@@ -230,10 +230,8 @@ def _climb(
 ) -> Generator[PhaseSpec, None, int]:  # fmt: skip
     """Step up the chosen levels until the knee (confirmed where it asks, probed below a far first step),
     doubling past the highest while no knee shows; a soak stops after its one level. Returns the climbs."""
-    # the why of the levels is said once ([time_budget], the manifest's levels_why), not on every step's line;
-    # a soak's one step keeps it: the soak's answer says why it held that level
-    note = choice.why if cfg.scenario == "soak" else "a planned level"
-    queue, climbs = [(level, note) for level in choice.levels], 0
+    # the why of the levels is said once ([time_budget], the manifest's levels_why), not on every step's line
+    queue, climbs = [(level, "a planned level") for level in choice.levels], 0
     while queue:
         level, why = queue.pop(0)
         seek = level >= choice.p95_from or level not in choice.levels or level in done
