@@ -70,16 +70,16 @@ def _ran_more(table: pd.DataFrame, limit: int) -> bool:
     return not math.isnan(running) and running > limit
 
 
-def engine_limit(table: pd.DataFrame, given: int, shown: int | None) -> EngineLimit | None:
+def engine_limit(table: pd.DataFrame, given: int, shown: int | None, given_from: str = "as given") -> EngineLimit | None:
     """The engine's limit the recommendation stays within: the server's own (`shown`), else its gauge's
-    (`gauge_limit`), else `given` (MAX_NUM_SEQS), a stated one unless some step ran more requests at once
-    than it; None when none is known."""
+    (`gauge_limit`), else `given` (MAX_NUM_SEQS; `given_from` says where the run took it), a stated one unless
+    some step ran more requests at once than it; None when none is known."""
     if shown:
         return EngineLimit(shown, f"the server's vllm:num_requests_running stays at {shown} while others wait")
     exported = gauge_limit(table)
     for level, source in (
         (exported, f"the server's /metrics gives its limit {exported} (server.csv max_num_seqs)"),
-        (given, f"MAX_NUM_SEQS={given} as given"),
+        (given, f"MAX_NUM_SEQS={given} {given_from}"),
     ):
         if level is not None and level > 0 and not _ran_more(table, level):
             return EngineLimit(level, source)

@@ -164,9 +164,10 @@ class Knee:
         }
 
 
-def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee:
+def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, max_num_seqs_from: str = "as given", **params: Any) -> Knee:
     """Rules 1-4 of the module docstring; params override DEFAULTS. `max_num_seqs`: the engine's limit as
-    the user gave it (MAX_NUM_SEQS; 0 unknown), for rule 2b where the server does not show its own."""
+    the run had it (MAX_NUM_SEQS; 0 unknown), for rule 2b where the server does not show its own;
+    `max_num_seqs_from`: where the run took it, in words (given, or the model config's)."""
     unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"find_knee: unknown parameter(s) {', '.join(sorted(unknown))}")
@@ -177,7 +178,7 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
     if not steps:
         return Knee(False, None, None, None, "no measured steps yet: run the stepped load", flagged_steps=flagged)
     w = walk_points(table, p)
-    knee = replace(_decide(table, w, p, flagged, max_num_seqs), answers_back=w.answers_back)
+    knee = replace(_decide(table, w, p, flagged, (max_num_seqs, max_num_seqs_from)), answers_back=w.answers_back)
     kept = _before_fall(w)[0].clean
     if knee.plateau_rps is not None and kept:
         _, thr, se = _clean_arrays(kept)
@@ -188,7 +189,7 @@ def find_knee(table: pd.DataFrame, max_num_seqs: int = 0, **params: Any) -> Knee
             f"{knee.reason}; this rests on few failures ({few}): level {w.confirm_level} is to be measured once"
             " more before it ends the range"))  # fmt: skip
     elif w.confirm_level is None and flagged:
-        knee = _short_of_requests(table, knee, p, max_num_seqs)
+        knee = _short_of_requests(table, knee, p, (max_num_seqs, max_num_seqs_from))
     steady = steady_errors(w.clean, p)
     if steady:
         knee = replace(knee, reason=f"{knee.reason}; {steady}")
@@ -231,9 +232,9 @@ def _with_fall(knee: Knee, fall: Fall | None) -> Knee:
                    fall_share=fall.share, peak_between=fall.peak_between)  # fmt: skip
 
 
-def _decide(table: pd.DataFrame, w: Walk, p: dict[str, Any], flagged: tuple[int, ...], max_num_seqs: int) -> Knee:
+def _decide(table: pd.DataFrame, w: Walk, p: dict[str, Any], flagged: tuple[int, ...], given: tuple[int, str]) -> Knee:
     limit = server_limit(table)
-    engine = engine_limit(table, max_num_seqs, limit)
+    engine = engine_limit(table, given[0], limit, given[1])
     known = engine.level if engine is not None else None
     if not w.clean:
         return replace(_no_clean_level(w, p, flagged, limit), engine_limit=known)
@@ -260,7 +261,7 @@ def _decide(table: pd.DataFrame, w: Walk, p: dict[str, Any], flagged: tuple[int,
     )  # fmt: skip
 
 
-def _short_of_requests(table: pd.DataFrame, knee: Knee, p: dict[str, Any], max_num_seqs: int) -> Knee:
+def _short_of_requests(table: pd.DataFrame, knee: Knee, p: dict[str, Any], given: tuple[int, str]) -> Knee:
     """The knee, asking for a level to be measured once more when a point short of `min_requests` decides
     it: rule 2 with every point trusted finds a knee with another answer, whose recommended (else knee) level is such
     a point, measured once, that a second window like its first brings to `min_requests` (the two are then
@@ -268,7 +269,7 @@ def _short_of_requests(table: pd.DataFrame, knee: Knee, p: dict[str, Any], max_n
     knee's level 4 only 18 or 19 requests: untrusted, it moved the answer up a level or two, or hid the
     plateau and the plan climbed on to 64 users (bench/bench_time_to_answer.py, habit:slow)."""
     trusting = {**p, "min_requests": 1}
-    alt = _decide(table, walk_points(table, trusting), trusting, (), max_num_seqs)
+    alt = _decide(table, walk_points(table, trusting), trusting, (), given)
     if not alt.found or (knee.found, knee.recommended_level) == (True, alt.recommended_level):
         return knee
     points = {int(r["level"]): r for r in points_of(table)[0]}

@@ -147,6 +147,14 @@ def manifest_setting(manifest: Mapping[str, Any], key: str) -> Any:
     return None
 
 
+def engine_limit_from(manifest: Mapping[str, Any]) -> str:
+    """Where the run took MAX_NUM_SEQS, in words: "as given", or the model config the pre-flight read
+    (the manifest's engine_limit.from, STYLE=kserve against Triton)."""
+    found = manifest.get("engine_limit")
+    source = found.get("from") if isinstance(found, Mapping) else None
+    return f"from {source}" if isinstance(source, str) and source else "as given"
+
+
 def empty_frame(record_type: type) -> pd.DataFrame:
     """A frame with the declared columns and no rows."""
     return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns_of(record_type)})

@@ -16,7 +16,7 @@ import pandas as pd
 from analysis.estimate.capacity import Estimate
 from analysis.overload.gateway import GatewayError, Upstream, run_gateway, run_upstreams
 from analysis.soak.trend import scenario_name
-from analysis.table.loader import RunData, load_run, manifest_setting
+from analysis.table.loader import RunData, engine_limit_from, load_run, manifest_setting
 from analysis.table.open_loop import capacity_rows
 from analysis.table.steps import STEP_COLUMNS
 from analysis.written.alerts import alert_rules, alerts_yaml, runbook
@@ -221,9 +221,8 @@ def _engine_limit(manifest: dict[str, Any]) -> str:
     seqs = manifest_setting(manifest, "max_num_seqs")
     if not isinstance(seqs, int) or seqs <= 0:
         return "n/a"
-    found = manifest.get("engine_limit")
-    source = found.get("from") if isinstance(found, dict) else None
-    return f"{seqs} (from {source})" if source else f"{seqs} (given)"
+    source = engine_limit_from(manifest)
+    return f"{seqs} ({source})" if source != "as given" else f"{seqs} (given)"
 
 
 def _measured_lines(result: Analysis) -> list[str]:

@@ -24,7 +24,7 @@ from analysis.overload.verify import own_failure_share, split_by_gateway, verify
 from analysis.soak.trend import slo_level, soak_trend
 from analysis.table.driver import driver_load, server_on_driver
 from analysis.table.goodput import GOODPUT_COLUMNS, cer_limits, goodput_peak, runaway_summary, with_goodput
-from analysis.table.loader import RunData, manifest_setting
+from analysis.table.loader import RunData, engine_limit_from, manifest_setting
 from analysis.table.open_loop import capacity_rows, with_capacity_levels
 from analysis.table.server_card import PREFLIGHT_STEP_INDEX, choose_server_card, manifest_card, run_card
 from analysis.table.server_time import time_split
@@ -302,7 +302,8 @@ def analyze_run(
     steps = with_capacity_levels(steps, table)  # an open-loop step's level: its requests in flight
     estimate = run_estimate(run, table, headroom, gpu["total_mib"])
     told_seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS as the run was told (rule 2b)
-    knee = find_knee(table, max_num_seqs=told_seqs if isinstance(told_seqs, int) and told_seqs > 0 else 0)
+    knee = find_knee(table, max_num_seqs=told_seqs if isinstance(told_seqs, int) and told_seqs > 0 else 0,
+                     max_num_seqs_from=engine_limit_from(run.manifest))  # fmt: skip
     knee, mix = held_to_the_mix(run, table, estimate, knee, risk)
     steps = with_mix_odds(steps, mix)  # steps.csv's oom_odds column, a mixed run's only
     kind = server_kind(run)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis import find_knee, next_refine_level
 from analysis.estimate.engine_limit import QUEUE_GAIN_SHARE, EngineLimit, cap_level, engine_limit
+from analysis.table.loader import engine_limit_from
 
 
 def _row(index: int, level: int, thr: float, se: float, mean_ms: float, running: float, waiting: float,
@@ -63,6 +64,17 @@ def test_max_num_seqs_given_keeps_the_answer_at_8_where_the_server_shows_no_gaug
     knee = find_knee(table, max_num_seqs=8)
     assert knee.found and knee.recommended_level == 8 and knee.confidence == (8, 8), knee.reason
     assert knee.server_limit is None and knee.engine_limit == 8 and "MAX_NUM_SEQS=8 as given" in knee.reason
+
+
+def test_max_num_seqs_from_the_model_config_is_named_so_not_as_given() -> None:
+    """STYLE=kserve against Triton: the pre-flight took MAX_NUM_SEQS from the model config; the reason says where."""
+    manifest = {"engine_limit": {"requests": 8, "from": "GET /v2/models/m/config (Triton's max_batch_size x instances)"}}
+    assert engine_limit_from(manifest) == "from GET /v2/models/m/config (Triton's max_batch_size x instances)"
+    assert engine_limit_from({}) == "as given" and engine_limit_from({"engine_limit": "odd"}) == "as given"
+    knee = find_knee(_table(SEEN_WITH_MAX_NUM_SEQS_8, gauges=False), max_num_seqs=8,
+                     max_num_seqs_from=engine_limit_from(manifest))  # fmt: skip
+    assert knee.engine_limit == 8 and "as given" not in knee.reason, knee.reason
+    assert "MAX_NUM_SEQS=8 from GET /v2/models/m/config" in knee.reason, knee.reason
 
 
 def test_a_level_above_the_stated_limit_that_scaled_runs_its_users_and_rule_2_stands() -> None:
