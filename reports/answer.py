@@ -11,7 +11,9 @@ as such), the verify verdict and where the config, the gateway and the report ar
     gateway: <run>/haproxy.cfg
     report: <run>/report.html
 
-Locust's own summary tables and error report are not printed (the report holds every number).
+Locust's own summary tables and error report are not printed (the report holds every number). A line longer
+than ANSWER_CHARS goes on over indented lines, broken only between its clauses ("; " outside brackets): every
+word of the reason stays on the last screen, none of its lines ~400 characters wide.
 """
 
 from __future__ import annotations
@@ -28,6 +30,41 @@ from reports.render import fmt_ms, step_at, verify_note
 KIND_WORDS = {"oom": "out of memory", "rejected": "turned away (503/429)", "timeout": "timed out",
               "cut": "cut at a step-down"}  # fmt: skip
 VERIFY_PHASES = ("verify", "drain")
+ANSWER_CHARS = 200  # a line's width before it goes on below, indented (a clause longer than that stays whole)
+GOES_ON = "  "  # the indent of a line that goes on the one above (unwrapped joins them back: the panel's said)
+
+
+def clauses(text: str) -> list[str]:
+    """`text` split at each "; " outside brackets (a parenthesis holds its own "; "), each with its "; " kept."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth <= 0 and text.startswith("; ", i):
+            parts.append(text[start : i + 1])
+            start = i + 2
+    return [*parts, text[start:]]
+
+
+def wrapped(line: str, limit: int = ANSWER_CHARS) -> list[str]:
+    """`line` as lines of at most `limit` characters where its clauses allow, the later ones indented."""
+    out: list[str] = []
+    for part in clauses(line):
+        if out and len(out[-1]) + 1 + len(part) <= limit:
+            out[-1] = f"{out[-1]} {part}"
+        else:
+            out.append(part if not out else GOES_ON + part)
+    return out
+
+
+def unwrapped(lines: Sequence[str]) -> list[str]:
+    """Printed lines with each that goes on the one above (indented by `wrapped`) joined back to it."""
+    out: list[str] = []
+    for line in lines:
+        if line.startswith(GOES_ON) and out:
+            out[-1] = f"{out[-1]} {line.strip()}"
+        else:
+            out.append(line)
+    return out
 
 
 def answer_line(summary: Mapping[str, Any]) -> str:
@@ -114,8 +151,10 @@ def answer_lines(summary: Mapping[str, Any]) -> list[str]:
     verdict alone: it asked no capacity question."""
     soak = summary.get("soak")
     if isinstance(soak, Mapping):  # a soak holds one level by design: its own answer, no knee, no verify
-        return soak_answer_lines(soak)
+        return [w for line in soak_answer_lines(soak) for w in wrapped(line)]
     phases = {s.get("phase") for s in summary.get("steps") or [] if isinstance(s, Mapping)}
     if "step" not in phases and "verify" in phases:
-        return [errors_line(summary), verify_line(summary)]
-    return [answer_line(summary), plateau_line(summary), errors_line(summary), verify_line(summary)]
+        lines = [errors_line(summary), verify_line(summary)]
+    else:
+        lines = [answer_line(summary), plateau_line(summary), errors_line(summary), verify_line(summary)]
+    return [w for line in lines for w in wrapped(line)]

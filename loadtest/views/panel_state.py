@@ -71,6 +71,16 @@ def verify_view(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"where": where, "passed": bool(v.get("passed")), "why": str(v.get("why") or "")} for where, v in windows]
 
 
+def said_of(lines: list[str]) -> dict[str, str]:
+    """The printed lines by their head ("answer: ..." -> {"answer": "..."}), a line that goes on the one
+    above (indented: reports/answer.py's wrapped) joined to it."""
+    from reports.answer import (
+        unwrapped,  # here: the reports package loads matplotlib, which the panel needs not
+    )
+
+    return {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in unwrapped(lines) if ": " in line}
+
+
 def rendered_view(run_dir: Path, lines: list[str] | None = None) -> dict[str, Any] | None:
     """The report's answer once rendered: summary.json's knee and answer, the verify verdict, the config to
     paste (none without a recommendation: its `max_concurrency: 1` is a placeholder), the files beside it,
@@ -81,7 +91,7 @@ def rendered_view(run_dir: Path, lines: list[str] | None = None) -> dict[str, An
     except (OSError, ValueError):
         return None
     knee = summary.get("knee") or {}
-    said = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines or [] if ": " in line}
+    said = said_of(lines or [])
     return {
         "answer": summary.get("answer"),
         "recommended_level": summary.get("recommended_level"),

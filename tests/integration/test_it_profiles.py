@@ -31,6 +31,7 @@ import pandas as pd
 import pytest
 from it_procs import spawn_cli
 
+from reports.answer import unwrapped
 from simulator import truth
 
 # whichever test runs first waits for the module's seven demos (the fixture): each may be that one (-k)
@@ -181,7 +182,7 @@ def test_the_demo_ends_with_its_answer_and_keeps_its_time_promise(runs: dict[str
     spawn-rate warning at the verify window's 256 users; the rest of the run within what the plan said."""
     run = runs["pytorch-24g"]
     run_dir, said = run["dir"], run["stdout"] + run["stderr"]
-    last = run["stdout"].strip().splitlines()[-7:]
+    last = unwrapped(run["stdout"].strip().splitlines())[-7:]  # a long line goes on indented: read it whole
     assert [line.split(":", 1)[0] for line in last] == ["answer", "plateau", "errors", "verify", "config", "gateway",
                                                          "report"], "\n".join(last)  # fmt: skip
     level = run["summary"]["recommended_level"]

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from it_procs import run_cli
 
+from reports.answer import unwrapped
 from simulator import truth
 from simulator.truth import creep_mib_per_h, hours_to_full
 
@@ -45,6 +46,7 @@ def _soak(sim: Any, out: Path, level: tuple[str, ...] = ("--soak-level", str(LEV
 
 def _last(lines: list[str]) -> dict[str, str]:
     """The soak's last lines by their first word; `report:` must be the very last, and no capacity wording."""
+    lines = unwrapped(lines)  # a long line goes on indented (reports/answer.py): read it whole
     tail = lines[lines.index(next(x for x in lines if x.startswith("soak: held"))):]
     assert tail[-1].startswith("report: ") and len(tail) == 7, tail
     assert not any(x.startswith(("answer:", "plateau:", "verify:", "config:", "gateway:")) for x in tail), tail

@@ -26,6 +26,8 @@ from it_procs import REPO
 from it_ui import end, events, js, launched, signal_ends_ui, start_ui
 from pages import collect_errors
 
+from reports.answer import unwrapped
+
 ARTIFACTS = REPO / "test-artifacts"
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -92,7 +94,7 @@ def test_a_run_to_its_answer_then_a_clean_second_run_stopped_from_locusts_page(
         errors_said = page.text_content("#errors-line") or ""
         assert errors_said.startswith("Errors: ") and "Locust's own page counts these" in errors_said, errors_said
         # ui's terminal: the answer lines `run` prints, the same words as the panel's
-        said = [line for line in ui.lines if line.split(":")[0] in ("answer", "plateau", "errors", "verify", "gateway")]
+        said = [line for line in unwrapped([x.rstrip("\n") for x in ui.lines]) if line.split(":")[0] in ("answer", "plateau", "errors", "verify", "gateway")]
         assert [line.split(":")[0] for line in said] == ["answer", "plateau", "errors", "verify", "gateway"], ui.log()
         assert said[0].removeprefix("answer: ").split(": ")[0] in (page.text_content("#answer") or "")
         # the verify window overloads the server (it runs out of memory as it is; HAProxy turns the excess

@@ -51,12 +51,14 @@ def test_the_panel_and_the_terminal_say_the_reports_own_lines(tmp_path: Path, ca
     ctl = _Ended(run_dir)
     webui.render_after_run(ctl, env)  # type: ignore[arg-type]
     printed = capsys.readouterr().out.splitlines()
-    heads = [line.split(":", 1)[0] for line in printed]
+    heads = [line.split(":", 1)[0] for line in printed if not line.startswith("  ")]  # wrapped lines go on indented
     assert heads[:4] == ["answer", "plateau", "errors", "verify"] and heads[-1] == "report", printed
     assert ctl.report_path and Path(ctl.report_path).is_file() and not ctl.events
     view = panel_runs.panel_of(env).rendered[run_dir.name]  # type: ignore[arg-type]
     assert view["lines"] == printed  # the panel holds the terminal's words
-    assert view["said"]["answer"] == printed[0].removeprefix("answer: ")
+    plateau_at = next(i for i, line in enumerate(printed) if line.startswith("plateau: "))
+    goes_on = [line.strip() for line in printed[1:plateau_at]]  # the answer's lines that go on, indented
+    assert view["said"]["answer"] == " ".join([printed[0].removeprefix("answer: "), *goes_on])
     assert view["recommended_level"] is not None and "max_concurrency" in view["config_yaml"]
     assert view["files"] == ["recommended-config.yaml"]  # no gateway in this run: no haproxy.cfg to link
     assert not panel_runs.panel_of(env).rendering  # type: ignore[arg-type]

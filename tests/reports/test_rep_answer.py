@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from analysis.common.words import duration_words, plural
-from reports.answer import answer_line, answer_lines, errors_line, plateau_line, verify_line
+from reports.answer import answer_line, answer_lines, clauses, errors_line, plateau_line, verify_line, wrapped
 
 REASON = "recommended 8: knee at 10 users (step 14): throughput 27.76 rps is +2% over 8 users' 27.09 rps"
 
@@ -81,3 +81,15 @@ def test_a_verify_only_run_answers_with_its_verdict_alone() -> None:
     summary = _summary(recommended_level=None, knee={})
     summary["steps"] = [s for s in summary["steps"] if s["phase"] != "step"]
     assert [line.split(":")[0] for line in answer_lines(summary)] == ["errors", "verify"]
+
+
+def test_a_long_line_goes_on_indented_between_its_clauses_and_keeps_every_word() -> None:
+    reason = "; ".join(f"clause {i} says something about level {i} (with its own; inner part)" for i in range(9))
+    line = f"answer: 8 concurrent requests (95% interval 8–8): {reason}"
+    lines = wrapped(line, limit=120)
+    assert len(lines) > 2 and all(len(w) <= 120 for w in lines), lines
+    assert lines[0].startswith("answer: 8 ") and all(w.startswith("  clause ") for w in lines[1:]), lines
+    assert " ".join(w.strip() for w in lines) == line  # nothing lost, nothing cut
+    assert all("(with its own;" in w for w in lines[1:])  # a bracket's own "; " is no place to break
+    assert wrapped("short: line") == ["short: line"]
+    assert clauses("a; b (c; d); e") == ["a;", "b (c; d);", "e"]

@@ -62,7 +62,9 @@ def test_report_and_compare_print_their_paths(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     # the answer (reports/answer.py), where the config is; the run's manifest names no server (an old
     # form): no haproxy.cfg, one line why, before `report:`
-    lines = proc.stdout.splitlines()
+    printed = proc.stdout.splitlines()
+    assert printed[1].startswith("  ") and all(len(line) <= 200 for line in printed[:3]), printed  # the reason goes on
+    lines = [line for line in printed if not line.startswith("  ")]
     assert [line.split(":", 1)[0] for line in lines[:5]] == ["answer", "plateau", "errors", "verify", "config"]
     assert lines[0].startswith("answer: 6 concurrent requests (95% interval 6–8): knee at 8 users (step 8): ")
     assert lines[4] == f"config: {a / 'recommended-config.yaml'}"
