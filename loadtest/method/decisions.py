@@ -205,10 +205,12 @@ class PlanDecisions:
             return None
         table, knee = found
         self._restate_estimate(table)
-        if knee.confirm_level is not None:
-            self.event("confirm", f"{knee.confirm_why}: measured once more: {knee.reason}")
+        if knee.confirm_level is not None:  # whole in events.jsonl, at a glance on the terminal
+            said = f"{knee.confirm_why}: measured once more: {knee.reason}"
+            self.event("confirm", said, shown=fit(said, "events.jsonl"))
         elif knee.found:
-            self.event("knee", f"past the knee, climbing stops: {knee.reason}")
+            said = f"past the knee, climbing stops: {knee.reason}"
+            self.event("knee", said, shown=fit(said, "events.jsonl"))
         elif knee.server_limit and not self.server_limit_said:
             self.server_limit_said = True
             self.event("server_limit", f"the server runs at most {knee.server_limit} requests at once"

@@ -127,8 +127,11 @@ def test_a_server_whose_latency_follows_its_answers_length_is_read_by_it(runs: d
         rows = [s for s in summary["steps"] if s["phase"] in ("baseline", "step")]
         assert rows and {s["throughput_basis"] for s in rows} == {basis}, (name, [s["throughput_basis"] for s in rows])
         assert ("mean answer length" in summary["knee"]["reason"]) == (basis == "answer length"), summary["knee"]["reason"]
-        live = [line for line in runs[name]["stdout"].splitlines() if line.startswith("[knee] ")]  # the master's
+        said = [json.loads(x) for x in (runs[name]["dir"] / "events.jsonl").read_text().splitlines() if x]
+        live = [e["message"] for e in said if e["kind"] == "knee"]  # the master's, whole
         assert live and all(("mean answer length" in line) == (basis == "answer length") for line in live), live
+        shown = [line for line in runs[name]["stdout"].splitlines() if line.startswith("[knee] ")]  # at a glance
+        assert shown and all(len(line) <= 160 + len("[knee] ") for line in shown), shown
 
 
 def test_a_far_estimate_without_a_cap_is_no_level_and_is_probed_downward(runs: dict[str, dict[str, Any]]) -> None:
