@@ -4,6 +4,7 @@ built-in simulator, ending with `report: <path>`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from loadtest.launch.preflight import PreflightError
@@ -12,6 +13,9 @@ from loadtest.launch.run import add_run_flags, config_from_args, run_method, sta
 from loadtest.method.child import stop_process
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.options import option_flag
+from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.payloads import unchanged_resize
+from scenarios import ScenarioError
 
 DEMO_SETTINGS = {"idle_s": 3.0, "step_s": 8.0, "warmup_s": 1.0, "cooldown_s": 10.0}  # the demo's phases
 
@@ -37,7 +41,19 @@ def cmd_run(ns: argparse.Namespace) -> int:
         cfg = config_from_args(ns)
     except ConfigError as exc:
         return fail(str(exc))
+    _warn_unchanged_resize(cfg)
     return run_method(cfg, ns.remote_workers, ns.master_bind_host, ns.master_port).code
+
+
+def _warn_unchanged_resize(cfg: RunConfig) -> None:
+    """MAX_SIDE at or above every page's longest side: one warning line before load (the run goes on: it
+    measures the pages as they are). A bad image is the pre-flight's to say, in its own words."""
+    try:
+        line = unchanged_resize(cfg)
+    except ScenarioError:
+        return
+    if line:
+        print(line, file=sys.stderr, flush=True)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:

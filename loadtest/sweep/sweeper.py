@@ -57,7 +57,7 @@ from loadtest.sweep.grid import (
     server_keys,
 )
 from loadtest.sweep.restart import Restarted, ServerRestarter, back_to_pick, restarter_for
-from loadtest.traffic.payloads import build_payloads, images_sent
+from loadtest.traffic.payloads import build_payloads, unchanged_resize
 
 SWEEP_FILE = "sweep.json"
 SETTING_FILE = "setting.json"
@@ -167,20 +167,8 @@ def check_images(configs: list[RunConfig]) -> list[str]:
         if key not in seen:
             seen.add(key)
             build_payloads(cfg)
-            warnings += [line for line in [unchanged_resize(cfg)] if line and line not in warnings]
+            warnings += [line for line in [unchanged_resize(cfg, "max_side")] if line and line not in warnings]
     return warnings
-
-
-def unchanged_resize(cfg: RunConfig) -> str:
-    """The warning for a MAX_SIDE no page is larger than ("" when it resizes one, or is off)."""
-    sizes = images_sent(cfg).get("images_sent", {}).get("sizes", [])
-    if not sizes or any(s["before_px"] != s["after_px"] for s in sizes):
-        return ""
-    largest = max(max(s["before_px"]) for s in sizes)
-    return (
-        f"warning: max_side={cfg.max_side} changes no page (the largest is {largest} px on its longest side):"
-        f" it sends what max_side=0 sends; give a max_side below {largest} px to measure smaller pages"
-    )
 
 
 def new_sweep_folder(out: Path) -> Path:

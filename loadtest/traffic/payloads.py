@@ -56,6 +56,19 @@ def images_sent(cfg: RunConfig) -> dict[str, Any]:
     return {**out, "images_sent": {"max_side_px": cfg.max_side, "sizes": sizes}}
 
 
+def unchanged_resize(cfg: RunConfig, name: str = "MAX_SIDE") -> str:
+    """The warning for a MAX_SIDE no page is larger than ("" when it resizes one, or is off): a run or a sweep's
+    setting with it measures what MAX_SIDE=0 measures. `name`: the setting as the user wrote it."""
+    sizes = images_sent(cfg).get("images_sent", {}).get("sizes", [])
+    if not sizes or any(s["before_px"] != s["after_px"] for s in sizes):
+        return ""
+    largest = max(max(s["before_px"]) for s in sizes)
+    return (
+        f"warning: {name}={cfg.max_side} changes no page (the largest is {largest} px on its longest side):"
+        f" it sends what {name}=0 sends; give a {name} below {largest} px to measure smaller pages"
+    )
+
+
 def _documents(cfg: RunConfig) -> DocumentOptions:
     return DocumentOptions(dpi=cfg.dpi, max_pages=cfg.max_pages)
 

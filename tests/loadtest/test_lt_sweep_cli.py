@@ -90,3 +90,15 @@ def test_a_max_side_that_changes_no_page_is_warned_before_load(tmp_path, capsys)
         "warning: max_side=2048 changes no page (the largest is 1000 px on its longest side): it sends what"
         " max_side=0 sends; give a max_side below 1000 px to measure smaller pages",
     ]
+
+
+@pytest.mark.parametrize(("max_side", "warned"), [("1024", True), ("512", False)])
+def test_a_single_run_whose_max_side_changes_no_page_is_warned_before_load(tmp_path, capsys, max_side, warned):
+    """`make loadtest MAX_SIDE=1024` on 1000 x 700 pages sends them as they are: one warning line before the
+    pre-flight (here it then fails at once: nothing listens on HOST), named as the user wrote it."""
+    code = cli.main(["run", "--host", HOST, "--out", str(tmp_path), "--max-side", max_side, "--gpu", "none"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and err, err  # the pre-flight's one line: no server
+    expected = ("warning: MAX_SIDE=1024 changes no page (the largest is 1000 px on its longest side): it sends what"
+                " MAX_SIDE=0 sends; give a MAX_SIDE below 1000 px to measure smaller pages")  # fmt: skip
+    assert (err[0] == expected) == warned and sum("changes no page" in line for line in err) == int(warned), err
