@@ -16,6 +16,7 @@ import pandas as pd
 from analysis.estimate.capacity import Estimate
 from analysis.overload.gateway import GatewayError, Upstream, run_gateway, run_upstreams
 from analysis.soak.trend import scenario_name
+from analysis.soak.words import soak_answer_lines
 from analysis.table.loader import RunData, engine_limit_from, load_run, manifest_setting
 from analysis.table.open_loop import capacity_rows
 from analysis.table.steps import STEP_COLUMNS
@@ -155,16 +156,55 @@ def _bounds_formula(est: Estimate) -> list[str]:
 
 
 def capacity_markdown(run: RunData, result: Analysis) -> str:
-    """capacity.md: formula, inputs, assumptions, metadata, dimension, then measured vs estimated."""
+    """capacity.md: formula, inputs, assumptions, metadata, dimension, then measured vs estimated; a soak's
+    (soak_markdown) answers its own question first."""
+    summary, est = result.summary, result.estimate
+    if isinstance(summary.get("soak"), dict):
+        return soak_markdown(run, result)
+    lines = [
+        f"# Capacity estimate: {summary['run_id']}",
+        *fleet_lead(summary.get("fleet")),  # through a balancer of N replicas: whose answer it is, first
+        "",
+        *_estimate_lines(run, result),
+    ]
+    lines += mix_markdown(summary.get("page_mix"))
+    lines += _measured_lines(result)
+    seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS, or Triton's config's limit
+    lines += batch_markdown(result.table, est.increment_mib, seqs if isinstance(seqs, int) else 0)
+    lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
+    return "\n".join(lines) + "\n"
+
+
+def soak_markdown(run: RunData, result: Analysis) -> str:
+    """A soak's capacity.md: its answer (the level held, memory's creep and the card's runway, drift), its
+    levels measured, then the baseline's estimate for reference; no knee and no diagnosis (a soak holds one
+    level by design: it asks whether the server stays as it is over time, not how much it serves)."""
+    summary = result.summary
+    measured = _measured_lines(result)
+    table = measured[: next((i for i, x in enumerate(measured) if x.startswith("Knee: ")), len(measured))]
+    return "\n".join([
+        f"# Soak: {summary['run_id']}",
+        "",
+        "A soak holds one level for a while and asks whether memory creeps and whether latency, errors or"
+        " throughput drift; it is no capacity search (no knee, no verify window). Its answer:",
+        "",
+        *(f"- {line}" for line in soak_answer_lines(summary["soak"])),
+        *table,
+        "",
+        "# The estimate from the soak's baseline (for reference)",
+        "",
+        *_estimate_lines(run, result),
+    ]) + "\n"  # fmt: skip
+
+
+def _estimate_lines(run: RunData, result: Analysis) -> list[str]:
+    """The estimate: its dimension, why, formula, inputs and assumptions."""
     summary, est = result.summary, result.estimate
     dims = {"gpu_memory": "GPU memory (seed 000 formula)", "kv_cache": "KV cache (server preallocates GPU memory)" + (f", bound by {est.binding.replace('_', ' ')}" if est.binding else ""),
             "none": "none: no estimate"}  # fmt: skip
     base_steps = run.steps[run.steps["phase"] == "baseline"] if not run.steps.empty else run.steps
     date = float(base_steps["t_start_unix_s"].min()) if not base_steps.empty else summary["generated_unix_s"]
-    lines = [
-        f"# Capacity estimate: {summary['run_id']}",
-        *fleet_lead(summary.get("fleet")),  # through a balancer of N replicas: whose answer it is, first
-        "",
+    return [
         f"Dimension used: **{dims[est.dimension]}**. Estimate: **{_fmt(est.estimate, '')}** concurrent"
         f" request{'' if est.estimate == 1 else 's'}.",
         "",
@@ -181,12 +221,6 @@ def capacity_markdown(run: RunData, result: Analysis) -> str:
         " increment instead (a server whose counters show batches: the Batches section below).",
         *_size_assumptions(summary.get("page_mix")),
     ]
-    lines += mix_markdown(summary.get("page_mix"))
-    lines += _measured_lines(result)
-    seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS, or Triton's config's limit
-    lines += batch_markdown(result.table, est.increment_mib, seqs if isinstance(seqs, int) else 0)
-    lines += fleet_markdown(summary.get("fleet"))  # TARGET_RPS, REPLICAS or GPU_HOUR_COST given: the fleet
-    return "\n".join(lines) + "\n"
 
 
 def _inputs(run: RunData, summary: dict[str, Any], est: Estimate, date: float) -> list[str]:

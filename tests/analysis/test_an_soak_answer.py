@@ -136,3 +136,25 @@ def test_the_series_over_the_soak_follows_latency_and_errors() -> None:
     assert series[0]["p95_ms"] < 330 and series[-1]["p95_ms"] > 560
     assert series[0]["error_rate"] == 0.0 and series[-1]["error_rate"] > 0.1
     assert series[5]["throughput_rps"] == pytest.approx(10.0, rel=0.05)
+
+
+def test_a_soaks_capacity_md_answers_the_soak_and_keeps_the_estimate_for_reference(tmp_path) -> None:
+    """capacity.md of a soak leads with the soak's own answer (the level held, memory, drift), then its
+    measured levels; no knee and no diagnosis (no capacity search wording); the baseline's estimate below."""
+    from synth_runs import synth_run
+
+    from analysis.table.loader import load_run
+    from analysis.written.outputs import capacity_markdown
+    from analysis.written.summary import analyze_run
+
+    run = load_run(synth_run(tmp_path / "soak", levels=(6,), scenario="soak", step_s=120))
+    result = analyze_run(run)
+    text = capacity_markdown(run, result)
+    lines = text.splitlines()
+    assert lines[0] == "# Soak: soak" and "no capacity search" in text, text[:600]
+    said = [x.removeprefix("- ") for x in lines if x.startswith("- ")][: len(soak_answer_lines(result.summary["soak"]))]
+    assert said == soak_answer_lines(result.summary["soak"])
+    assert said[0].startswith("soak: held 6 concurrent requests for ") and said[1].startswith("memory: ")
+    assert "| 6 | step |" in text and "## Formula" in text  # its levels, and the estimate for reference
+    assert text.index("## Measured vs estimated") < text.index("# The estimate from the soak's baseline")
+    assert "Knee:" not in text and "Diagnosis" not in text and "pick a level" not in text
