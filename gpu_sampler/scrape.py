@@ -91,7 +91,7 @@ def fetch_text(
     return body.decode("utf-8", errors="replace")
 
 
-def _fetcher(timeout_s: float, headers: Mapping[str, str] | None, tls: TlsSettings | None) -> Fetch:
+def metrics_fetcher(timeout_s: float, headers: Mapping[str, str] | None, tls: TlsSettings | None) -> Fetch:
     settings = tls or TlsSettings()  # one object: its context is built once, not per scrape
     return lambda url: fetch_text(url, timeout_s, headers=headers, tls=settings)
 
@@ -137,7 +137,7 @@ class DcgmReader:
     ) -> None:
         self.url = url
         self.selection = selection or GpuSelection()
-        self._fetch: Fetch = fetch or _fetcher(timeout_s, headers, tls)
+        self._fetch: Fetch = fetch or metrics_fetcher(timeout_s, headers, tls)
         self._labels: dict[int, dict[str, str]] = {}
 
     def read(self) -> list[GpuSample]:
@@ -218,7 +218,7 @@ class ServerMetricsReader:
         tls: TlsSettings | None = None,
     ) -> None:
         self.url = url
-        self._fetch: Fetch = fetch or _fetcher(timeout_s, headers, tls)
+        self._fetch: Fetch = fetch or metrics_fetcher(timeout_s, headers, tls)
         self._keep_all = keep_all
         self.framework_metric = framework_metric
         self.last_values: dict[str, float] = {}

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_sampler.errors import SamplerError
-from gpu_sampler.scrape import Fetch, _fetcher
+from gpu_sampler.scrape import Fetch, metrics_fetcher
 from gpu_sampler.server_page import finite, parse_samples, select_lines
 from gpu_sampler.tls import TlsSettings
 from runfolder import GpuSample
@@ -38,7 +38,7 @@ class ServerGpuReader:
         headers: Mapping[str, str] | None = None, tls: TlsSettings | None = None,
     ) -> None:  # fmt: skip
         self.url = url
-        self._fetch: Fetch = fetch or _fetcher(timeout_s, headers, tls)
+        self._fetch: Fetch = fetch or metrics_fetcher(timeout_s, headers, tls)
 
     def read(self) -> list[GpuSample]:
         cards: dict[str, dict[str, float]] = {}
