@@ -61,6 +61,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # bench/ is on sys.path: the scripts run as `python bench/<script>.py`
 from driver_rounds import COUNTER, measure_round, stop
@@ -73,16 +74,35 @@ BUCKETS = "2048x1536:1"  # one page of ~290 KB as a PNG multipart upload
 
 
 # --- the client process ---------------------------------------------------------------------
+def _ship_rows(box: Any) -> None:
+    """What a worker does with the rows every SHIP_INTERVAL_S of its running time, forever (a greenlet)."""
+    import gevent
+    from locust.rpc.protocol import Message
+
+    from loadtest.traffic import rowlink
+    from loadtest.wiring import link
+
+    active, last = 0.0, time.monotonic()
+    while True:
+        gevent.sleep(0.1)
+        now = time.monotonic()
+        active += min(now - last, 0.2)  # the time it spent frozen does not count
+        last = now
+        if active >= rowlink.SHIP_INTERVAL_S:  # a worker's pace of shipping its rows
+            active -= rowlink.SHIP_INTERVAL_S
+            for data in link.next_batches():
+                Message(rowlink.ROWS_MESSAGE, data, "bench").serialize()
+                box.on_ack({"seq": data["seq"]})  # as a live master does: else every batch is sent again
+
+
 def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
     """One Locust process, run until terminated; the parent freezes and thaws it with SIGSTOP/SIGCONT."""
     import gevent
     from locust import FastHttpUser, constant, events, task
     from locust.env import Environment
-    from locust.rpc.protocol import Message
 
     sys.path.insert(0, str(ROOT))
     from loadtest.settings.run_config import RunConfig
-    from loadtest.traffic import rowlink
     from loadtest.traffic import users as ours
     from loadtest.traffic.payloads import build_payloads
     from loadtest.wiring import link
@@ -108,19 +128,6 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
             counts[1] += 1
         COUNTER.pack_into(shared, 0, counts[0], counts[1])
 
-    def ship_rows() -> None:  # what a worker does with the rows every SHIP_INTERVAL_S of its running time
-        active, last = 0.0, time.monotonic()
-        while True:
-            gevent.sleep(0.1)
-            now = time.monotonic()
-            active += min(now - last, 0.2)  # the time it spent frozen does not count
-            last = now
-            if active >= rowlink.SHIP_INTERVAL_S:  # a worker's pace of shipping its rows
-                active -= rowlink.SHIP_INTERVAL_S
-                for data in link.next_batches():
-                    Message(rowlink.ROWS_MESSAGE, data, "bench").serialize()
-                    box.on_ack({"seq": data["seq"]})  # as a live master does: else every batch is sent again
-
     if kind == "ours":
         ours.set_payloads(payloads)
         box = link._outbox_for("bench", Path(tempfile.mkdtemp(prefix="bench-driver-")))  # as a worker's run
@@ -131,7 +138,7 @@ def run_client(kind: str, host: str, users: int, counter_path: str) -> None:
     env = Environment(user_classes=[user_class], events=events, host=host)
     runner = env.create_local_runner()
     if kind == "ours":
-        gevent.spawn(ship_rows)
+        gevent.spawn(_ship_rows, box)
     runner.start(users, spawn_rate=users)
     print(json.dumps({"event": "ready"}), flush=True)
     gevent.sleep(1e9)
@@ -156,7 +163,7 @@ def cpu_ratio(o: dict[str, float], b: dict[str, float]) -> float:
     return b["cpu_ms_per_req"] / o["cpu_ms_per_req"]
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--rounds", type=int, default=9, help=f"rounds that count; >= {MIN_ROUNDS} for a verdict"
@@ -174,6 +181,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < MIN_ROUNDS:
         parser.error(f"--rounds {args.rounds}: a verdict needs at least {MIN_ROUNDS} rounds that count")
+    return args
+
+
+Runs = list[tuple[dict[str, float], dict[str, float]]]  # (ours, bare) per round
+
+
+def main() -> int:
+    args = _parse_args()
     if args.client:
         run_client(args.client, args.host, args.users, args.counter)
         return 0
@@ -184,32 +199,12 @@ def main() -> int:
     item = build_image_set("mixed", buckets=BUCKETS).items[0]
     cores = sorted(os.sched_getaffinity(0))
     server_cpu, client_cpu = cores[-1], cores[0]
-    runs: list[tuple[dict[str, float], dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
         answer = Path(tmp) / "answer.json"
         answer.write_text(json.dumps({"text": answer_text(item.expected_text or "", args.answer)}))
         stub, url = start_stub(answer, "--cpu", str(server_cpu))
         try:
-            t0, step = time.monotonic(), "more"
-            while step == "more":
-                r = len(runs)
-                first, second = ("bare", "ours") if r % 2 == 0 else ("ours", "bare")
-                got = measure_round(url, args, client_cpu, stub.pid, Path(tmp), (first, second))
-                o, b = got["ours"], got["bare"]
-                runs.append((o, b))
-                print(
-                    f"round {r + 1}: bare {b['cpu_ms_per_req']:.3f} CPU ms/req ({b['clean']:.0f} of "
-                    f"{b['slices']:.0f} slices clean), ours {o['cpu_ms_per_req']:.3f} ({o['clean']:.0f} of "
-                    f"{o['slices']:.0f}): "
-                    + (
-                        f"ratio {cpu_ratio(o, b):.3f}"
-                        if counts(o, b)
-                        else "does not count, the core was shared"
-                    ),
-                    flush=True,
-                )
-                ratios = [cpu_ratio(o, b) for o, b in runs if counts(o, b)]
-                step = next_step(ratios, GOAL_RATIO, args.rounds, len(runs), time.monotonic() - t0, args.budget_s)
+            runs = _rounds(args, url, client_cpu, stub.pid, Path(tmp))
         finally:
             stop(stub)
 
@@ -219,6 +214,38 @@ def main() -> int:
         f"{args.slices} x {args.slice_s:g} s slices each per round, fresh processes each round, "
         f"order alternating (odd rounds bare first)"
     )
+    ratios = _print_rounds(runs)
+    return _print_verdict(args, runs, ratios)
+
+
+def _rounds(args: argparse.Namespace, url: str, client_cpu: int, stub_pid: int, tmp: Path) -> Runs:
+    """Rounds, each contender's slices in turn, until the verdict is given or the budget is spent."""
+    runs: Runs = []
+    t0, step = time.monotonic(), "more"
+    while step == "more":
+        r = len(runs)
+        first, second = ("bare", "ours") if r % 2 == 0 else ("ours", "bare")
+        got = measure_round(url, args, client_cpu, stub_pid, tmp, (first, second))
+        o, b = got["ours"], got["bare"]
+        runs.append((o, b))
+        print(
+            f"round {r + 1}: bare {b['cpu_ms_per_req']:.3f} CPU ms/req ({b['clean']:.0f} of "
+            f"{b['slices']:.0f} slices clean), ours {o['cpu_ms_per_req']:.3f} ({o['clean']:.0f} of "
+            f"{o['slices']:.0f}): "
+            + (
+                f"ratio {cpu_ratio(o, b):.3f}"
+                if counts(o, b)
+                else "does not count, the core was shared"
+            ),
+            flush=True,
+        )
+        ratios = [cpu_ratio(o, b) for o, b in runs if counts(o, b)]
+        step = next_step(ratios, GOAL_RATIO, args.rounds, len(runs), time.monotonic() - t0, args.budget_s)
+    return runs
+
+
+def _print_rounds(runs: Runs) -> list[float]:
+    """The table of rounds; the ratios of those that count."""
     print(
         f"{'round':>5} {'bare CPU ms/req':>16} {'ours CPU ms/req':>16} {'CPU ratio':>9} {'clean slices':>12} "
         f"{'bare req/s':>11} {'ours req/s':>11} {'client CPU %':>13} {'server CPU %':>13} {'failures':>9}"
@@ -234,6 +261,11 @@ def main() -> int:
             f"{b['cpu_pct']:>6.0f}/{o['cpu_pct']:<6.0f} "
             f"{b['server_cpu_pct']:>6.0f}/{o['server_cpu_pct']:<6.0f} {b['failures'] + o['failures']:>9.0f}"
         )
+    return ratios
+
+
+def _print_verdict(args: argparse.Namespace, runs: Runs, ratios: list[float]) -> int:
+    """The medians, the verdict and its exit status."""
     failures = sum(o["failures"] + b["failures"] for o, b in runs)
     med, lo, hi = median_interval(ratios) if ratios else (math.nan, math.nan, math.nan)
     bare_ms = statistics.median(b["cpu_ms_per_req"] for o, b in runs if counts(o, b)) if ratios else math.nan
@@ -252,16 +284,7 @@ def main() -> int:
     if failures:
         print(f"{failures} requests failed: the comparison is void")
     elif result == "undecided":
-        why = (
-            f"fewer than {MIN_ROUNDS} rounds count (in the others the client's core was shared: a busy machine)"
-            if len(ratios) < MIN_ROUNDS
-            else f"its {CONFIDENCE:.0%} interval straddles the goal"
-        )
-        need = rounds_to_decide(ratios, GOAL_RATIO)
-        more = (f"about {need} rounds would decide it" if need
-                else f"{MIN_ROUNDS} rounds at least" if len(ratios) < MIN_ROUNDS
-                else "the median sits on the goal: no number of rounds may decide it")  # fmt: skip
-        print(f"no verdict within --budget-s {args.budget_s:g}: {why} ({more}); rerun on a quieter machine or with more --budget-s")
+        _print_undecided(args, ratios)
     words = {"met": "MET", "missed": "MISSED", "undecided": "NO VERDICT", "void": "VOID"}[result]
     print(
         f"driver cost ratio ours/bare from CPU per request: median {med:.3f} of {len(ratios)} rounds, "
@@ -269,6 +292,19 @@ def main() -> int:
         f"max {max(ratios, default=math.nan):.3f} (goal >= {GOAL_RATIO}) {words}"
     )
     return exit_status(result)
+
+
+def _print_undecided(args: argparse.Namespace, ratios: list[float]) -> None:
+    why = (
+        f"fewer than {MIN_ROUNDS} rounds count (in the others the client's core was shared: a busy machine)"
+        if len(ratios) < MIN_ROUNDS
+        else f"its {CONFIDENCE:.0%} interval straddles the goal"
+    )
+    need = rounds_to_decide(ratios, GOAL_RATIO)
+    more = (f"about {need} rounds would decide it" if need
+            else f"{MIN_ROUNDS} rounds at least" if len(ratios) < MIN_ROUNDS
+            else "the median sits on the goal: no number of rounds may decide it")  # fmt: skip
+    print(f"no verdict within --budget-s {args.budget_s:g}: {why} ({more}); rerun on a quieter machine or with more --budget-s")
 
 
 if __name__ == "__main__":

@@ -73,8 +73,10 @@ def rounds_to_decide(values: list[float], goal: float) -> int | None:
     interval narrows as 1/sqrt(n), so it clears the goal once its side facing the goal is shorter than
     |median - goal|.
     None when the median sits on the goal (no number of rounds tells which side) or too few values."""
+    if len(values) < MIN_ROUNDS:  # none at all on a busy machine: no median to ask
+        return None
     med, lo, hi = median_interval(values)
-    if len(values) < MIN_ROUNDS or not math.isfinite(lo) or med == goal:
+    if not math.isfinite(lo) or med == goal:
         return None
     half_width = med - lo if med > goal else hi - med  # the side of the interval that reaches the goal
     return max(len(values) + 1, math.ceil(len(values) * (half_width / abs(med - goal)) ** 2))

@@ -60,3 +60,4 @@ def test_a_straddling_interval_says_about_how_many_rounds_would_decide_it() -> N
     assert rounds_to_decide(below, GOAL) == 15
     assert rounds_to_decide([GOAL] * 9, GOAL) is None  # on the goal: no number of rounds tells the side
     assert rounds_to_decide(quiet[: MIN_ROUNDS - 1], GOAL) is None
+    assert rounds_to_decide([], GOAL) is None  # a busy machine: no round counted, no median to ask (bench_driver)
