@@ -55,6 +55,9 @@ GOAL_MS, GOAL_FRACTION = 1.0, 0.005
 PAIR_SLACK_S = 0.0005  # the clock is read at slightly different moments on each side
 
 
+Rows = list[tuple[float, float]]  # (start_unix_s or client latency, ms) pairs
+
+
 def read_rows(run_dir: Path) -> list[tuple[float, float]]:
     """(start_unix_s, latency_ms) of every successful request in requests.csv."""
     with open(run_dir / REQUESTS_FILE, newline="", encoding="utf-8") as f:
@@ -113,7 +116,22 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", default="", help="a folder to keep the run folder and the logs in")
     args = parser.parse_args()
+    t0 = time.monotonic()
+    measured = _measure(args)
+    if measured is None:
+        return 1
+    rows, server, locust = measured
+    wall_s = time.monotonic() - t0
+    print(
+        f"server: {DELAY} ms (seed {args.seed}); our stack: --levels {args.level} --workers {args.workers} "
+        f"--step-s {args.step_s:.0f}; {wall_s:.0f} s"
+    )
+    return _compare(rows, server, locust)
 
+
+def _measure(args: argparse.Namespace) -> tuple[Rows, Rows, dict[int, float]] | None:
+    """Our run against the stub: (requests.csv's rows, the server's log, Locust's percentiles); None (said)
+    where the run failed."""
     item = build_image_set("fixed").items[0]
     with tempfile.TemporaryDirectory(prefix="bench-accuracy-") as tmp_s:
         tmp = Path(tmp_s)
@@ -128,7 +146,6 @@ def main() -> int:
         # in HAProxy, time the server's log never sees (P95 +370 ms once verify was on by default)
         cmd += ["--verify", "false", "--out", str(tmp / "results")]
         env = {**os.environ, "LOCUST_CSV": str(tmp / "locust")}
-        t0 = time.monotonic()
         try:
             code, out_text, err_text = run_bounded(cmd, 600, env)
         finally:
@@ -136,7 +153,7 @@ def main() -> int:
         if code != 0:
             print(out_text[-3000:], err_text[-3000:], sep="\n")
             print(f"`python -m loadtest run` exited with {code}")
-            return 1
+            return None
         run_dir = next((tmp / "results").iterdir())
         rows = read_rows(run_dir)
         server = [
@@ -146,8 +163,11 @@ def main() -> int:
         locust = read_locust(tmp / "locust")
         if args.keep:
             shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
-    wall_s = time.monotonic() - t0
+    return rows, server, locust
 
+
+def _compare(rows: Rows, server: Rows, locust: dict[int, float]) -> int:
+    """Ours and Locust's percentiles against the server's own, the overhead taken out; the verdict."""
     pairs = pair(rows, server)
     latency = np.array([c for c, _ in pairs])
     service = np.array([s for _, s in pairs])
@@ -157,11 +177,6 @@ def main() -> int:
     ours_raw = {q: float(np.percentile([ms for _, ms in rows], q)) for q in QUANTILES}
     ours = {q: ours_raw[q] - median_overhead for q in QUANTILES}
     theirs = {q: locust[q] - median_overhead for q in QUANTILES}
-
-    print(
-        f"server: {DELAY} ms (seed {args.seed}); our stack: --levels {args.level} --workers {args.workers} "
-        f"--step-s {args.step_s:.0f}; {wall_s:.0f} s"
-    )
     print(f"requests: {len(rows)} in requests.csv, {len(server)} in the server's log, {len(pairs)} paired")
     o = {q: float(np.percentile(overhead, q)) for q in (1, 50, 99)}
     print(
