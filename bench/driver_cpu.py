@@ -172,7 +172,7 @@ def own_work(times: int, payloads: Any, ship_every: int) -> None:
     cfg, tag = payloads.config, StepTag(-1, "idle", 0)
     for i in range(1, times + 1):
         it, enc = payloads.pick(user._rng)
-        url, _headers = user._target(payloads, enc, tag.via)
+        url, _parsed, _headers = user._target(payloads, enc, tag.via)
         reply = ours._new_reply(Reply, (200, body, None, None, resp, ""))
         verdict = judge(cfg, it, reply)
         user._report(enc, url, 2.0, len(reply.body), reply.resp, 1.0, None)
@@ -184,7 +184,7 @@ def own_work(times: int, payloads: Any, ship_every: int) -> None:
     ship_rows()
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--slices", type=int, default=12, help="turns of each contender per repeat")
@@ -203,7 +203,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.ship_every < 1:
         parser.error("--ship-every must be at least 1 (rows between two shipments; 6000 is about a second's worth)")
+    return args
 
+
+def main() -> int:
+    args = _parse_args()
     payloads = build_payloads(RunConfig(host="http://127.0.0.1:9", scenario="mixed", buckets=BUCKETS))
     if args.own_work is not None:
         ours.set_payloads(payloads)
@@ -213,37 +217,50 @@ def main() -> int:
         print(f"own work: {args.own_work} requests")
         return 0
     item = payloads.image_set.items[0]
-    enc = payloads.encoded[item.name]
     with tempfile.TemporaryDirectory(prefix="driver-cpu-") as tmp:
         answer = Path(tmp) / "answer.json"
         answer.write_text(json.dumps({"text": answer_text(item.expected_text or "", args.answer)}))
         stub, url = start_stub(answer)
         try:
-            payloads = build_payloads(RunConfig(host=url, scenario="mixed", buckets=BUCKETS))
-            ours.set_payloads(payloads)
-            link._outbox_for("bench", Path(tmp))  # a worker's outbox, local copy and rows packed as they come
-            classes = user_classes(enc.body, {"Content-Type": enc.content_type})
-            env = Environment(user_classes=list(classes.values()), events=events, host=url)
-            events.request.add_listener(TURNS.count)
-            group = Group()
-            for cls in classes.values():
-                cls.host = url  # as Locust's runner sets it from --host
-                for _ in range(args.users):
-                    cls(env).start(group)
-            while min(TURNS.waiting.values()) < args.users:
-                gevent.sleep(0.01)
-            if args.only:  # for an instruction count from outside (valgrind): one contender's turns alone
-                for _ in range(args.slices):
-                    run_slice(args.only, args.requests, args.users)
-                group.kill(block=True, timeout=5)
-                print(f"{args.only}: {TURNS.done[args.only]} requests, failures {TURNS.failed}")
-                return 0 if TURNS.failed == 0 else 1
-            profile = cProfile.Profile() if args.profile else None
-            results = [repeat(args, profile) for _ in range(1 if profile else args.repeats)]
-            group.kill(block=True, timeout=5)
+            results, profile = _turns(args, url, payloads.encoded[item.name], Path(tmp))
         finally:
             stub.terminate()
             stub.wait(timeout=10)
+    if results is None:  # --only: its count is said
+        return 0 if TURNS.failed == 0 else 1
+    _print_results(args, results, profile)
+    return 0 if TURNS.failed == 0 else 1
+
+
+def _turns(args: argparse.Namespace, url: str, enc: Any, tmp: Path) -> tuple[list[dict[str, float]] | None, Any]:
+    """Both contenders' users started in this process, then their turns: (each repeat's result, the
+    profile); (None, None) for --only, whose count is printed here."""
+    payloads = build_payloads(RunConfig(host=url, scenario="mixed", buckets=BUCKETS))
+    ours.set_payloads(payloads)
+    link._outbox_for("bench", tmp)  # a worker's outbox, local copy and rows packed as they come
+    classes = user_classes(enc.body, {"Content-Type": enc.content_type})
+    env = Environment(user_classes=list(classes.values()), events=events, host=url)
+    events.request.add_listener(TURNS.count)
+    group = Group()
+    for cls in classes.values():
+        cls.host = url  # as Locust's runner sets it from --host
+        for _ in range(args.users):
+            cls(env).start(group)
+    while min(TURNS.waiting.values()) < args.users:
+        gevent.sleep(0.01)
+    if args.only:  # for an instruction count from outside (valgrind): one contender's turns alone
+        for _ in range(args.slices):
+            run_slice(args.only, args.requests, args.users)
+        group.kill(block=True, timeout=5)
+        print(f"{args.only}: {TURNS.done[args.only]} requests, failures {TURNS.failed}")
+        return None, None
+    profile = cProfile.Profile() if args.profile else None
+    results = [repeat(args, profile) for _ in range(1 if profile else args.repeats)]
+    group.kill(block=True, timeout=5)
+    return results, profile
+
+
+def _print_results(args: argparse.Namespace, results: list[dict[str, float]], profile: Any) -> None:
     print(f"{'repeat':>6} {'ours us/req':>12} {'bare us/req':>12} {'ratio bare/ours':>16}")
     for i, r in enumerate(results, 1):
         print(f"{i:>6} {r['ours_us']:>12.1f} {r['bare_us']:>12.1f} {r['ratio']:>16.3f}")
@@ -258,7 +275,6 @@ def main() -> int:
         print(f"\nprofile of {args.profile}'s turns: top {args.top} by own time")
         stats.print_stats(args.top)
         stats.print_stats("loadtest|runfolder|scenarios|msgpack|rowlink|link.py|protocol.py|event.py|stats.py|fasthttp.py")
-    return 0 if TURNS.failed == 0 else 1
 
 
 if __name__ == "__main__":
