@@ -90,6 +90,22 @@ class ImageSet:
         """Distinct size buckets, in item order."""
         return tuple(dict.fromkeys(item.bucket for item in self.items))
 
+    def by_size(self) -> tuple[ImageItem, ...]:
+        """One image per size bucket (its first), fewest pixels first: the order the baseline sends each size
+        alone in, so a caching allocator's high-water mark rises at each new size (issue 49)."""
+        first: dict[str, ImageItem] = {}
+        for item in self.items:
+            first.setdefault(item.bucket, item)
+        return tuple(sorted(first.values(), key=lambda item: (item.width_px * item.height_px, item.bucket)))
+
+    def size_weights(self) -> dict[str, float]:
+        """Each size bucket's share of the picks (the weights of its images, normalised), in item order."""
+        total = sum(self.weights)
+        out: dict[str, float] = {}
+        for item, weight in zip(self.items, self.weights, strict=True):
+            out[item.bucket] = out.get(item.bucket, 0.0) + weight / total
+        return out
+
 
 def parse_buckets(text: str) -> tuple[Bucket, ...]:
     """Parse "WxH:weight,..." (weight optional, default 1; 0 drops the bucket)."""

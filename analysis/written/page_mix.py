@@ -20,23 +20,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.estimate.oom_odds import rule_of_three
+from analysis.estimate.oom_odds import rule_of_three, safe_level
 from analysis.estimate.page_memory import PageMemory
 from analysis.knee.find import Knee
 
 DEFAULT_OOM_RISK = 0.001
 RESIZE_SIDES = (2048, 1536, 1024)
 TOP_LEVEL_FLOOR = 64  # odds are computed up to max(this, 2 x the highest level measured)
-
-
-def safe_level(odds: list[float], risk: float) -> int:
-    """The highest level whose odds and every lower level's are at most `risk` (odds[0] is level 1)."""
-    safe = 0
-    for level, p in enumerate(odds, start=1):
-        if p > risk:
-            break
-        safe = level
-    return safe
 
 
 def _oom_mask(requests: pd.DataFrame) -> pd.Series:
