@@ -169,7 +169,8 @@ def mix_estimate(estimate: Estimate, page: PageMemory, risk: float) -> Estimate:
         + (" (or more: the odds were computed that far)" if safe >= MIX_TOP_LEVEL else "")
         + (f"; capped at the engine's limit max_num_seqs {value}" if value != safe else "")
     )
-    return replace(estimate, estimate=value, increment_mib=mean_mib, available_mib=page.free_mib, reason=reason)
+    return replace(estimate, estimate=value, increment_mib=mean_mib, available_mib=page.free_mib, reason=reason,
+                   mix_risk=risk)  # fmt: skip
 
 
 def is_mixed(requests: pd.DataFrame) -> bool:

@@ -296,6 +296,9 @@ def held_to_the_mix(run: RunData, table: pd.DataFrame, estimate: Estimate, knee:
     if page is None:
         return knee, None
     mix = mix_summary(page, table, run.requests, risk, knee.recommended_level)
+    told = run.manifest.get("page_mix")
+    if isinstance(told, Mapping) and isinstance(told.get("alone_requests"), int):
+        mix["alone_requests"] = told["alone_requests"]  # each size sent alone so many times (the sizes phase)
     mix["verify_ooms_by_size"] = verify_ooms_by_size(run.requests, run.steps)
     return bound_by_the_mix(knee, mix), mix
 
