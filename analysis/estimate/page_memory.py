@@ -33,7 +33,7 @@ import pandas as pd
 from analysis.estimate.estimate_record import Estimate
 from analysis.estimate.oom_odds import in_service_weights, oom_odds_by_level, safe_level
 
-_SIZE = re.compile(r"^(\d+)x(\d+)$")
+_SIZE = re.compile(r"^(?:\d+x\d+\.\.)?(\d+)x(\d+)$")  # "WxH", or a folder's band "WxH..WxH": its largest
 MIN_SIZES = 2  # a mix: at least two buckets measured
 MIX_TOP_LEVEL = 256  # a mix's estimate: the odds computed up to this many requests in service
 MARK_AFTER_S = 1.0  # a caching allocator's largest size: its mark read up to this long after its last answer
@@ -129,6 +129,12 @@ def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame,
     sizes.sort(key=lambda s: s.mpix)
     free = float(estimate.total_mib) - (estimate.other_mem_mib or 0.0) - idle_mib
     return PageMemory(tuple(sizes), free, fixed, slope)
+
+
+def size_of(bucket: str) -> tuple[int, int] | None:
+    """A bucket's (width, height) in pixels: its own, or a band's largest image's ("WxH..WxH"); None for none."""
+    match = _SIZE.match(bucket)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def mix_weights(manifest: Mapping[str, Any]) -> dict[str, float] | None:

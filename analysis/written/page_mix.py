@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.estimate.oom_odds import rule_of_three, safe_level
-from analysis.estimate.page_memory import PageMemory
+from analysis.estimate.page_memory import PageMemory, size_of
 from analysis.knee.find import Knee
 
 DEFAULT_OOM_RISK = 0.001
@@ -92,7 +92,10 @@ def _by_size(ooms: pd.DataFrame) -> dict[str, int]:
 
 
 def _mpix_at(bucket: str, side: int) -> float:
-    w, h = (int(v) for v in bucket.split("x"))
+    size = size_of(bucket)
+    if size is None:
+        return 0.0
+    w, h = size
     scale = min(1.0, side / max(w, h))
     return round(w * scale) * round(h * scale) / 1e6
 

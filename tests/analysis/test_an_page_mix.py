@@ -14,7 +14,7 @@ import pytest
 
 from analysis.estimate.estimate_record import Estimate
 from analysis.estimate.oom_odds import in_service_weights, oom_odds_by_level, rule_of_three
-from analysis.estimate.page_memory import PageMemory, PageSize, mix_estimate, page_memory
+from analysis.estimate.page_memory import PageMemory, PageSize, is_mixed, mix_estimate, page_memory, size_of
 from analysis.knee.find import Knee
 from analysis.written.page_mix import bound_by_the_mix, mix_summary, safe_level
 
@@ -199,3 +199,9 @@ def test_a_mixed_runs_estimate_is_its_odds_not_one_pages_peak() -> None:
     assert held.increment_mib is not None and 200.0 < held.increment_mib < 1000.0
     assert "each measured alone" in held.reason and held.idle_mib == EST.idle_mib
     assert mix_estimate(replace(EST, max_num_seqs=2), page, 0.001).estimate == 2
+
+
+def test_a_folders_band_is_read_as_its_largest_page() -> None:
+    assert size_of("1000x1400..1100x1500") == (1100, 1500) and size_of("640x480") == (640, 480)
+    assert size_of("page") is None
+    assert is_mixed(pd.DataFrame({"bucket": ["600x800", "1000x1400..1100x1500"]}))
