@@ -107,7 +107,7 @@ def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame,
     idle_mib = float(estimate.idle_mib) if caching or idle.empty else float(idle.median())
     alone = requests[requests["step_index"].isin([i for i, ph in phase_of.items() if ph in ALONE_PHASES])
                      & requests["ok"].astype(bool)]  # fmt: skip
-    rises = _marks(alone[alone["step_index"].isin(sizes_idx)], card, idle_mib) if caching else _rises(alone, card, idle_mib)
+    rises = _caching_rises(alone, steps, card, sizes_idx, idle_mib) if caching else _rises(alone, card, idle_mib)
     sizes: list[PageSize] = []
     unread: list[PageSize] = []
     for bucket, share in _shares(requests, sizes_idx, weights).items():
@@ -202,15 +202,27 @@ def _rises(base: pd.DataFrame, card: pd.DataFrame, idle_mib: float) -> dict[str,
     return out
 
 
-def _marks(alone: pd.DataFrame, card: pd.DataFrame, idle_mib: float) -> dict[str, list[float]]:
+def _caching_rises(alone: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame, sizes_idx: list[int],
+                   idle_mib: float) -> dict[str, list[float]]:  # fmt: skip
+    """A caching allocator's rise per size: the marks of the sizes phase (`_marks`), the smallest's read from
+    the warm-up before it too (it sent the smallest page only: its readings are that mark)."""
+    warmup = steps[(steps["step_index"] == min(sizes_idx) - 1) & (steps["phase"].astype(str) == "warmup")]
+    first_s = float(warmup["t_start_unix_s"].iloc[0]) if not warmup.empty and "t_start_unix_s" in warmup else None
+    return _marks(alone[alone["step_index"].isin(sizes_idx)], card, idle_mib, first_s)
+
+
+def _marks(alone: pd.DataFrame, card: pd.DataFrame, idle_mib: float, first_s: float | None = None) -> dict[str, list[float]]:
     """A caching allocator's sizes phase (fewest pixels first): per bucket, the high-water mark its requests
     reached over idle: the highest reading from its first request's start to the next size's (the last: to
-    its last answer). The mark never falls between requests, so a reading after the request still shows it;
-    each size is larger than the one before, so the mark it reaches is its own peak. One value per size."""
+    its last answer; the first: from `first_s`, the warm-up on the smallest page, where given). The mark never
+    falls between requests, so a reading after the request still shows it; each size is larger than the one
+    before, so the mark it reaches is its own peak. One value per size."""
     if alone.empty:
         return {}
     ordered = alone.sort_values("t_start_unix_s", kind="stable")
     firsts = ordered.groupby(ordered["bucket"].astype(str), sort=False)["t_start_unix_s"].min().sort_values()
+    if first_s is not None:  # 640x480's three requests took 110 ms on pages-24g: no 0.5 s reading fell there
+        firsts.iloc[0] = min(float(firsts.iloc[0]), first_s)
     end_s = float((ordered["t_start_unix_s"] + ordered["latency_ms"] / 1000.0).max())
     bounds = [*firsts.tolist()[1:], end_s + MARK_AFTER_S]  # the next size's start is not this size's
     out: dict[str, list[float]] = {}

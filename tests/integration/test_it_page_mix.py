@@ -83,3 +83,27 @@ def test_a_rare_large_page_is_measured_alone_and_the_answer_held_to_its_odds(tmp
     assert 1 <= recommended <= mix["safe_level"] and true.oom_odds[recommended] <= 0.005, (recommended, true.oom_odds)
     estimate = summary["estimate"]
     assert "each measured alone" in estimate["reason"] and estimate["estimate"] == mix["safe_level"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_caching_allocator_gets_its_table_from_the_marks_each_size_raised(tmp_path: Path) -> None:
+    """Memory that never falls back between requests (PyTorch's caching allocator): sent smallest first, each
+    size raises the mark to its own peak, so every size is measured, none left to a fit."""
+    sim = start_simulator("--profile", "pages-24g", "--time-scale", "0.25", "--allocator", "caching")
+    try:
+        args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--scenario", "mixed",
+                "--out", str(tmp_path), "--workers", "1", *SHORT[:-1], "2,4"]  # fmt: skip
+        done = run_cli(args, 280.0)
+    finally:
+        stop(sim.proc)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    folder = next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["estimate"]["memory_case"] == "caching_allocator"
+    mix, true = summary["page_mix"], mix_truth("pages-24g", MIX, range(1, 41))
+    rows = {s["bucket"]: s for s in mix["sizes"]}
+    for size in true.sizes:
+        row = rows[f"{size.width_px}x{size.height_px}"]
+        assert row["measured"] and row["rise_mib"] == pytest.approx(size.increment_mib, rel=0.1), row
+    assert mix["safe_level"] == true.safe_level(mix["oom_risk"]) and summary["recommended_level"] <= mix["safe_level"]
