@@ -184,7 +184,7 @@ class OcrUser(FastHttpUser):
             if ticket is None:
                 return
             intended = ticket.t_intended_s
-        item, enc = payloads.pick(self._rng, tag.pages, self._sent_in(tag.step_index))
+        item, enc = payloads.pick(self._rng, tag.pages, self._sent_in(tag.step_index) if tag.pages else 0)
         attempts = cfg.retry_max_attempts if cfg.scenario == "retry" else 1
         for attempt in range(1, attempts + 1):
             row, retry_after = self._attempt(
