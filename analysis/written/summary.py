@@ -258,12 +258,14 @@ def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: 
 
 def mix_estimate_of(run: RunData, estimate: Estimate, risk: float, card: pd.DataFrame) -> Estimate:
     """A mixed run's estimate from its memory per size (analysis.estimate.page_memory's mix_estimate), where the
-    estimate is about GPU memory and the sizes were measured; else the estimate as it is. The live plan
+    estimate is about GPU memory that requests raise and the sizes were measured; else the estimate as it is. The live plan
     (loadtest/method/decisions.py) states it so after the baseline, and the report the same."""
-    if estimate.dimension != "gpu_memory":
-        return estimate
+    if estimate.dimension != "gpu_memory" or not estimate.increment_mib or estimate.bounds:
+        return estimate  # no memory per request seen (a pool held at start): the sizes cannot tell either
     page = page_memory(run.requests, run.steps, card, estimate, mix_weights(run.manifest))
-    return estimate if page is None else mix_estimate(estimate, page, risk)
+    if page is None or not any(s.rise_mib > 0 for s in page.sizes):
+        return estimate
+    return mix_estimate(estimate, page, risk)
 
 
 def analyze(
