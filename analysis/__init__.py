@@ -12,6 +12,7 @@ from analysis.estimate.capacity import (
     gpus_named,
 )
 from analysis.estimate.memory_slope import MemorySlope, memory_slope, restate_estimate
+from analysis.estimate.page_memory import is_mixed
 from analysis.estimate.planned_levels import parse_levels, plan_levels
 from analysis.knee.find import Knee, find_knee
 from analysis.knee.next_level import PROBE_Z, Remeasure, next_refine_level, probe_level, remeasure_level
@@ -34,7 +35,14 @@ from analysis.written.config import build_config, config_yaml, recommend_config
 from analysis.written.diagnosis import Diagnosis, comparison_rows, diagnose, predicted_memory
 from analysis.written.fleet import Fleet, fleet_summary, plan_fleet
 from analysis.written.outputs import capacity_markdown, flat_steps, write_outputs
-from analysis.written.summary import SUMMARY_SCHEMA_VERSION, Analysis, analyze, analyze_run, server_kind
+from analysis.written.summary import (
+    SUMMARY_SCHEMA_VERSION,
+    Analysis,
+    analyze,
+    analyze_run,
+    mix_estimate_of,
+    server_kind,
+)
 
 __all__ = [
     "BUCKET_COLUMNS",
@@ -96,4 +104,6 @@ __all__ = [
     "weighs_by_length",
     "with_goodput",
     "write_outputs",
+    "mix_estimate_of",
+    "is_mixed",
 ]

@@ -44,6 +44,7 @@ class Phase(StrEnum):
 
     IDLE = "idle"  # 0 users: idle resident GPU memory
     WARMUP = "warmup"  # users running, not measured (before the baseline and before each step)
+    SIZES = "sizes"  # 1 user, a mix's page sizes each alone in turn, fewest pixels first: memory per size
     BASELINE = "baseline"  # 1 user, measured: single-request latency and peak memory
     STEP = "step"  # N users, measured window
     COOLDOWN = "cooldown"  # 0 users until GPU memory settles

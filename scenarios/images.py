@@ -6,7 +6,8 @@ Scenarios (`build_image_set`):
   default DEFAULT_BUCKETS; a weight of 0 drops a bucket.
 - `large`: a 1080x8000 receipt (PNG) and a 4000x3000 photo (JPEG, paper texture), equal weights.
 - `folder`: every image in the folder `images` (see scenarios.files for expected texts); a PDF or TIFF
-  there, or as `images` of the other scenarios, gives one image per page (scenarios.documents).
+  there, or as `images` of the other scenarios, gives one image per page (scenarios.documents). A folder's
+  images are grouped in bands of pixels (`band_by_pixels`: "WxH..WxH", or "WxH" for one size).
 - `soak`, `retry`: the fixed image, or `images` (a file or a folder) when given.
 `variants` > 1 generates that many different pages (seeds seed..seed+variants-1) per bucket, sharing the
 bucket's weight, for servers that cache repeated images (e.g. vLLM's multimodal/prefix caches).
@@ -42,6 +43,7 @@ __all__ = [
 SCENARIOS = ("fixed", "mixed", "large", "folder", "soak", "retry")
 DEFAULT_BUCKETS = "640x480:4,1024x768:3,2048x1536:2,4000x3000:1"
 FIXED_SIZE_PX = (1000, 700)
+BAND_SPREAD = 0.3  # a folder's band of sizes: up to 30% more pixels than its smallest image (band_by_pixels)
 DEFAULT_DOCUMENTS = DocumentOptions()
 _BUCKET_RE = re.compile(r"^(\d+)\s*[xX×]\s*(\d+)(?:\s*:\s*(\d+(?:\.\d*)?|\.\d+))?$")
 
@@ -89,6 +91,48 @@ class ImageSet:
     def buckets(self) -> tuple[str, ...]:
         """Distinct size buckets, in item order."""
         return tuple(dict.fromkeys(item.bucket for item in self.items))
+
+    def by_size(self) -> tuple[ImageItem, ...]:
+        """One image per size bucket (its largest, the first of those: a band's memory is its largest page's),
+        fewest pixels first: the order the baseline sends each size alone in, so a caching allocator's
+        high-water mark rises at each new size (issue 49)."""
+        largest: dict[str, ImageItem] = {}
+        for item in self.items:
+            seen = largest.get(item.bucket)
+            if seen is None or _pixels(item) > _pixels(seen):
+                largest[item.bucket] = item
+        return tuple(sorted(largest.values(), key=lambda item: (_pixels(item), item.bucket)))
+
+    def size_weights(self) -> dict[str, float]:
+        """Each size bucket's share of the picks (the weights of its images, normalised), in item order."""
+        total = sum(self.weights)
+        out: dict[str, float] = {}
+        for item, weight in zip(self.items, self.weights, strict=True):
+            out[item.bucket] = out.get(item.bucket, 0.0) + weight / total
+        return out
+
+
+def _pixels(item: ImageItem) -> int:
+    return item.width_px * item.height_px
+
+
+def band_by_pixels(items: list[ImageItem]) -> list[ImageItem]:
+    """A folder's images in bands of pixels (issue 49): from the fewest pixels up, a band holds the images with
+    at most BAND_SPREAD more pixels than its smallest (its centre +-15%), so scans of slightly differing sizes
+    make a few rows, not one each. A band is named by its size range, "WxH..WxH" (its smallest and largest
+    image), or "WxH" where all its images are one size (a folder of one size keeps its bucket). Folder order."""
+    bands: list[list[ImageItem]] = []
+    for item in sorted(items, key=_pixels):
+        if bands and _pixels(item) <= _pixels(bands[-1][0]) * (1 + BAND_SPREAD):
+            bands[-1].append(item)
+        else:
+            bands.append([item])
+    name: dict[int, str] = {}
+    for band in bands:
+        low, high = band[0], band[-1]
+        label = low.bucket if all(item.bucket == low.bucket for item in band) else f"{low.bucket}..{high.bucket}"
+        name.update((id(item), label) for item in band)
+    return [replace(item, bucket=name[id(item)]) for item in items]
 
 
 def parse_buckets(text: str) -> tuple[Bucket, ...]:
@@ -143,13 +187,13 @@ def build_image_set(
     if name == "folder":
         if path is None:
             raise ScenarioError("SCENARIO=folder needs IMAGES=<folder of images>")
-        return _from_items(name, load_folder(path, max_pixels, documents))
+        return _from_items(name, band_by_pixels(load_folder(path, max_pixels, documents)))
     if name == "fixed" and path is not None and path.is_dir():
         raise ScenarioError(
             f"SCENARIO=fixed takes one image file, but {path} is a folder; use SCENARIO=folder"
         )
     if path is not None:  # fixed, soak, retry with the user's images
-        items = load_folder(path, max_pixels, documents) if path.is_dir() else load_path(path, max_pixels, documents)
+        items = band_by_pixels(load_folder(path, max_pixels, documents)) if path.is_dir() else load_path(path, max_pixels, documents)
         return _from_items(name, items)
 
     if name == "mixed":

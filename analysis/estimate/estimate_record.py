@@ -56,6 +56,9 @@ class Estimate:
     # idle above total x headroom, no KV cache known: the share of the memory above idle planned for
     # (analysis.estimate.capacity's memory above idle); None: seed 000's headroom formula
     above_idle_margin: float | None = None
+    # a mix of page sizes (analysis.estimate.page_memory's mix_estimate): the OOM_RISK its odds were held to,
+    # its increment the mix's mean memory a request in service; None: one size
+    mix_risk: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         plain = {k: _plain(v) for k, v in asdict(self).items()}

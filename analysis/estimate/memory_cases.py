@@ -73,6 +73,13 @@ def out_of_memory(table: pd.DataFrame, estimate: Estimate) -> tuple[str, dict[st
     ):
         return text + (" No GPU-memory estimate to judge it against (" + (estimate.reason or estimate.dimension)
                        + "); the level below it is the most the card held."), evidence  # fmt: skip
+    if estimate.mix_risk is not None:  # a mix of page sizes: the odds, not one increment, judge it
+        return text + (
+            f" Pages differ in size: a request in service holds {inc:,.0f} MiB on average, and the card runs out when"
+            f" enough large pages are in service at once. The estimate {estimate.estimate} is the highest level whose"
+            f" odds of that stay within OOM_RISK {estimate.mix_risk:g} (the page mix's odds per level, beside the OOMs"
+            f" seen); configure at most {min(level - 1, estimate.estimate) if estimate.estimate else level - 1}."
+        ), evidence  # fmt: skip
     fits = math.floor((total - idle) / inc)
     planned = idle + estimate.estimate * inc
     covered = estimate.estimate < level and planned <= total

@@ -74,6 +74,16 @@ def _add_one(pmf: np.ndarray, tail: float, serve: np.ndarray, shifts: list[int])
     return out, tail + spilled
 
 
+def safe_level(odds: Sequence[float], risk: float) -> int:
+    """The highest level whose odds and every lower level's are at most `risk` (odds[0] is level 1)."""
+    safe = 0
+    for level, p in enumerate(odds, start=1):
+        if p > risk:
+            break
+        safe = level
+    return safe
+
+
 def rule_of_three(requests: int) -> float | None:
     """The 95% upper bound on a rate of which none was seen in `requests`: 3 / n (None without any)."""
     return 3.0 / requests if requests > 0 else None

@@ -1,25 +1,29 @@
-"""Memory per page size, measured in the baseline, and the odds of running out at each level (issue 49).
+"""Memory per page size, measured alone, and the odds of running out at each level (issue 49).
 
-The baseline runs one user, so each of its requests is alone on the server: its rise is the highest GPU
-reading (the server's card) between its start and its answer, over idle (the idle phase's median: not a
-slope's intercept, which a mix of sizes across levels pushes up: 8,751 MiB where pages-24g idled at 7,000).
-A reading every 0.5 s (DCGM) falls inside few short requests: those it misses are left out, and a size none
-of whose requests had a reading takes its rise from the fit (`measured` False; 640x480 at 44 ms on pages-24g),
-and a size the baseline never drew takes it from the fit too, with its median latency under load. Per size bucket of the run's mix:
+A mixed run's baseline sends each size alone first (the sizes phase: SIZE_ALONE_REQUESTS each, fewest pixels
+first: loadtest/method/plan.py), then its mix; both run one user, so each request is alone on the server: its
+rise is the highest GPU reading (the server's card) between its start and its answer, over idle (the idle
+phase's median: not a slope's intercept, which a mix of sizes across levels pushes up: 8,751 MiB where
+pages-24g idled at 7,000). A reading every 0.5 s (DCGM) falls inside few short requests: those it misses are
+left out, and a size none of whose requests had a reading takes its rise from the fit (`measured` False;
+640x480 at 44 ms on pages-24g); a size never sent alone (a run from before the sizes phase) takes it from the
+fit too, with its median latency under load. Per size bucket of the run's mix:
     rise_mib          the median of its requests' rises (requests with no reading inside are left out)
-    latency_alone_ms  the median latency of its answered baseline requests
-    weight            its share of the run's requests (the mix as the client sent it)
+    latency_alone_ms  the median latency of its answered requests alone
+    weight            its share of the mix: as configured (the manifest's page_mix), else as the client sent it
 Where sizes differ (two buckets or more with a rise), a least-squares line over the buckets:
     rise = fixed_mib + mib_per_mpix x megapixels        (a vision encoder's tokens grow with pixels)
 The odds per level are analysis.estimate.oom_odds's with free = total - other processes - idle.
-Limits: a caching allocator (the device shows a high-water mark) shows the largest page seen so far, not
-this page's own; the rise is then left out (`kept` says so) and the odds are not computed. A fixed-size run
-has one bucket: no table, no odds, its answers as before.
+A caching allocator (the device shows a high-water mark that never falls between requests): each size's rise
+is the mark it reached in the sizes phase over the reading before the pre-flight's request (`_marks`): sent
+fewest pixels first, each size sets a new mark. Without a sizes phase the mark shows the largest page seen so
+far, not this page's own: no table. A fixed-size run has one bucket: no table, no odds, its answers as before.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -27,10 +31,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.estimate.estimate_record import Estimate
-from analysis.estimate.oom_odds import in_service_weights, oom_odds_by_level
+from analysis.estimate.oom_odds import in_service_weights, oom_odds_by_level, safe_level
 
-_SIZE = re.compile(r"^(\d+)x(\d+)$")
+_SIZE = re.compile(r"^(?:\d+x\d+\.\.)?(\d+)x(\d+)$")  # "WxH", or a folder's band "WxH..WxH": its largest
 MIN_SIZES = 2  # a mix: at least two buckets measured
+MIX_TOP_LEVEL = 256  # a mix's estimate: the odds computed up to this many requests in service
+MARK_AFTER_S = 1.0  # a caching allocator's largest size: its mark read up to this long after its last answer
 
 
 @dataclass(frozen=True)
@@ -80,32 +86,40 @@ def _resized(size: PageSize, max_side: int, fit: PageMemory) -> PageSize:
                     max(latency, 1e-3))  # fmt: skip
 
 
-def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame, estimate: Estimate) -> PageMemory | None:
-    """The measured sizes of a mixed run (module doc); None for one size, a caching allocator's memory,
-    or no GPU-memory readings."""
-    if estimate.idle_mib is None or not estimate.total_mib or card.empty or estimate.memory_case == "caching_allocator":
+ALONE_PHASES = ("sizes", "baseline")  # one user: each request alone on the server
+
+
+def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame, estimate: Estimate,
+                weights: Mapping[str, float] | None = None) -> PageMemory | None:  # fmt: skip
+    """The measured sizes of a mixed run (module doc); None for one size, no GPU-memory readings, or a caching
+    allocator's memory without a sizes phase. `weights`: each size's share of the mix as configured (the
+    manifest's page_mix), else the shares the run sent outside its sizes phase."""
+    if estimate.idle_mib is None or not estimate.total_mib or card.empty or not is_mixed(requests):
         return None
-    if not is_mixed(requests):
+    caching = estimate.memory_case == "caching_allocator"
+    phase_of = dict(zip(steps["step_index"], steps["phase"].astype(str), strict=True)) if not steps.empty else {}
+    sizes_idx = [i for i, ph in phase_of.items() if ph == "sizes"]
+    if caching and not sizes_idx:
         return None
-    shares = requests["bucket"].astype(str).value_counts(normalize=True)
-    idle_idx = steps.loc[steps["phase"] == "idle", "step_index"].tolist() if not steps.empty else []
+    idle_idx = [i for i, ph in phase_of.items() if ph == "idle"]
     idle = card.loc[card["step_index"].isin(idle_idx), "mem_used_mib"].dropna()
-    idle_mib = float(idle.median()) if not idle.empty else float(estimate.idle_mib)
-    base_idx = steps.loc[steps["phase"] == "baseline", "step_index"].tolist() if not steps.empty else []
-    base = requests[requests["step_index"].isin(base_idx) & requests["ok"].astype(bool)]
-    rises = _rises(base, card, idle_mib)
+    # a caching allocator's idle is the reading before the pre-flight's request (its mark since: the estimate's)
+    idle_mib = float(estimate.idle_mib) if caching or idle.empty else float(idle.median())
+    alone = requests[requests["step_index"].isin([i for i, ph in phase_of.items() if ph in ALONE_PHASES])
+                     & requests["ok"].astype(bool)]  # fmt: skip
+    rises = _caching_rises(alone, steps, card, sizes_idx, idle_mib) if caching else _rises(alone, card, idle_mib)
     sizes: list[PageSize] = []
     unread: list[PageSize] = []
-    for bucket, share in shares.items():
-        match = _SIZE.match(str(bucket))
-        latency = base.loc[base["bucket"].astype(str) == str(bucket), "latency_ms"]
-        if latency.empty:  # a rare size the baseline never drew: its latency under load stands in (an upper bound)
-            answered = requests[requests["ok"].astype(bool) & (requests["bucket"].astype(str) == str(bucket))]
+    for bucket, share in _shares(requests, sizes_idx, weights).items():
+        match = _SIZE.match(bucket)
+        latency = alone.loc[alone["bucket"].astype(str) == bucket, "latency_ms"]
+        if latency.empty:  # a size the baseline never sent: its latency under load stands in (an upper bound)
+            answered = requests[requests["ok"].astype(bool) & (requests["bucket"].astype(str) == bucket)]
             latency = answered["latency_ms"]
         if not match or latency.empty or share <= 0:
             continue
-        got = rises.get(str(bucket), [])
-        size = PageSize(str(bucket), int(match.group(1)) * int(match.group(2)) / 1e6, float(share), len(got),
+        got = rises.get(bucket, [])
+        size = PageSize(bucket, int(match.group(1)) * int(match.group(2)) / 1e6, float(share), len(got),
                         float(np.median(got)) if got else 0.0, float(latency.median()), measured=bool(got))  # fmt: skip
         (sizes if got else unread).append(size)
     if len(sizes) < MIN_SIZES:
@@ -115,6 +129,54 @@ def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame,
     sizes.sort(key=lambda s: s.mpix)
     free = float(estimate.total_mib) - (estimate.other_mem_mib or 0.0) - idle_mib
     return PageMemory(tuple(sizes), free, fixed, slope)
+
+
+def size_of(bucket: str) -> tuple[int, int] | None:
+    """A bucket's (width, height) in pixels: its own, or a band's largest image's ("WxH..WxH"); None for none."""
+    match = _SIZE.match(bucket)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def mix_weights(manifest: Mapping[str, Any]) -> dict[str, float] | None:
+    """Each size bucket's weight in the mix as configured (the manifest's `page_mix.weights`), None without."""
+    mix = manifest.get("page_mix")
+    weights = mix.get("weights") if isinstance(mix, Mapping) else None
+    if not isinstance(weights, Mapping):
+        return None
+    return {str(b): float(w) for b, w in weights.items() if isinstance(w, int | float)} or None
+
+
+def _shares(requests: pd.DataFrame, sizes_idx: list[int], weights: Mapping[str, float] | None) -> dict[str, float]:
+    """Each size's share of the mix: as configured where known, else as sent (the sizes phase, which sends
+    each size alike, left out)."""
+    if weights:
+        total = sum(w for w in weights.values() if w > 0)
+        return {str(b): float(w) / total for b, w in weights.items() if w > 0} if total > 0 else {}
+    sent = requests[~requests["step_index"].isin(sizes_idx)] if sizes_idx else requests
+    return {str(b): float(s) for b, s in sent["bucket"].astype(str).value_counts(normalize=True).items()}
+
+
+def mix_estimate(estimate: Estimate, page: PageMemory, risk: float) -> Estimate:
+    """A mixed run's estimate from its sizes measured alone: the highest level whose odds of running out of
+    memory (every lower level's too) are within `risk` (OOM_RISK), its increment the mix's mean memory a
+    request in service. Not the baseline's peak (one size's: whichever its draws reached), nor a slope refitted
+    across levels of mixed pages (their peaks follow which pages happened to be in service: an idle of 8,808
+    MiB where the card idled at 7,000). At most the engine's limit where known."""
+    odds = page.odds(MIX_TOP_LEVEL)
+    safe = safe_level(odds, risk)
+    service = in_service_weights([s.weight for s in page.sizes], [s.latency_alone_ms for s in page.sizes])
+    mean_mib = sum(q * s.rise_mib for q, s in zip(service, page.sizes, strict=True))
+    value = safe if estimate.max_num_seqs is None else min(safe, estimate.max_num_seqs)
+    each = ", ".join(f"{s.bucket} {s.rise_mib:,.0f} MiB" for s in page.sizes)
+    reason = (
+        f"a mix of {len(page.sizes)} page sizes, each measured alone ({each}): {mean_mib:,.0f} MiB a request in"
+        f" service on average; the odds that a request runs the card out of memory ({page.free_mib:,.0f} MiB"
+        f" free above idle) stay within OOM_RISK {risk:g} up to {safe} requests in service"
+        + (" (or more: the odds were computed that far)" if safe >= MIX_TOP_LEVEL else "")
+        + (f"; capped at the engine's limit max_num_seqs {value}" if value != safe else "")
+    )
+    return replace(estimate, estimate=value, increment_mib=mean_mib, available_mib=page.free_mib, reason=reason,
+                   mix_risk=risk)  # fmt: skip
 
 
 def is_mixed(requests: pd.DataFrame) -> bool:
@@ -137,6 +199,37 @@ def _rises(base: pd.DataFrame, card: pd.DataFrame, idle_mib: float) -> dict[str,
         inside = inside[~np.isnan(inside)]
         if inside.size:
             out.setdefault(bucket, []).append(max(0.0, float(inside.max()) - idle_mib))
+    return out
+
+
+def _caching_rises(alone: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame, sizes_idx: list[int],
+                   idle_mib: float) -> dict[str, list[float]]:  # fmt: skip
+    """A caching allocator's rise per size: the marks of the sizes phase (`_marks`), the smallest's read from
+    the warm-up before it too (it sent the smallest page only: its readings are that mark)."""
+    warmup = steps[(steps["step_index"] == min(sizes_idx) - 1) & (steps["phase"].astype(str) == "warmup")]
+    first_s = float(warmup["t_start_unix_s"].iloc[0]) if not warmup.empty and "t_start_unix_s" in warmup else None
+    return _marks(alone[alone["step_index"].isin(sizes_idx)], card, idle_mib, first_s)
+
+
+def _marks(alone: pd.DataFrame, card: pd.DataFrame, idle_mib: float, first_s: float | None = None) -> dict[str, list[float]]:
+    """A caching allocator's sizes phase (fewest pixels first): per bucket, the high-water mark its requests
+    reached over idle: the highest reading from its first request's start to the next size's (the last: to
+    its last answer; the first: from `first_s`, the warm-up on the smallest page, where given). The mark never
+    falls between requests, so a reading after the request still shows it; each size is larger than the one
+    before, so the mark it reaches is its own peak. One value per size."""
+    if alone.empty:
+        return {}
+    ordered = alone.sort_values("t_start_unix_s", kind="stable")
+    firsts = ordered.groupby(ordered["bucket"].astype(str), sort=False)["t_start_unix_s"].min().sort_values()
+    if first_s is not None:  # 640x480's three requests took 110 ms on pages-24g: no 0.5 s reading fell there
+        firsts.iloc[0] = min(float(firsts.iloc[0]), first_s)
+    end_s = float((ordered["t_start_unix_s"] + ordered["latency_ms"] / 1000.0).max())
+    bounds = [*firsts.tolist()[1:], end_s + MARK_AFTER_S]  # the next size's start is not this size's
+    out: dict[str, list[float]] = {}
+    for (bucket, start), stop in zip(firsts.items(), bounds, strict=True):
+        inside = card.loc[(card["t_unix_s"] >= start) & (card["t_unix_s"] < stop), "mem_used_mib"].dropna()
+        if not inside.empty:
+            out[str(bucket)] = [max(0.0, float(inside.max()) - idle_mib)]
     return out
 
 

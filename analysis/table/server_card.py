@@ -35,7 +35,7 @@ MOVE_STD_FACTOR = 3.0  # ... nor less than 3 standard deviations of its own idle
 HELD_MIB = 1024.0  # a steady card holding more than this is another job's (less: a driver context, unused)
 UTIL_RISE_PCT = 5.0  # utilisation points a card must gain with the baseline to count as computing for us
 _SUMMED = ("mem_used_mib", "mem_total_mib", "mem_reserved_mib", "power_w")
-_EARLY_PHASES = ("idle", "warmup", "baseline")  # the phases up to the choice (the warm-up before the baseline)
+_EARLY_PHASES = ("idle", "warmup", "sizes", "baseline")  # up to the choice (the warm-up before the baseline)
 
 
 @dataclass(frozen=True)

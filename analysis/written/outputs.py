@@ -72,6 +72,8 @@ def _image_size(run: RunData) -> str:
 
 
 def _formula(est: Estimate) -> list[str]:
+    if est.dimension == "gpu_memory" and est.mix_risk is not None:
+        return _mix_formula(est)
     if est.dimension == "gpu_memory":
         increment = (
             f"increment = the steps' slope            = {_fmt(est.increment_mib)} MiB per request in service"
@@ -110,6 +112,20 @@ def _formula(est: Estimate) -> list[str]:
         "```",
         "increment = single_peak - idle; estimate = floor((total x headroom - idle) / increment)",
         "```",
+    ]
+
+
+def _mix_formula(est: Estimate) -> list[str]:
+    """A mix of page sizes (analysis.estimate.page_memory's mix_estimate): its odds, not one page's increment."""
+    return [
+        "```",
+        f"increment = the mix's mean in service   = sum of (share in service x MiB alone) = {_fmt(est.increment_mib)} MiB",
+        f"free      = total - idle                = {_fmt(est.available_mib)} MiB",
+        f"estimate  = the highest N whose odds that a request runs out are <= OOM_RISK {est.mix_risk:g} = {est.estimate}",
+        "```",
+        "Pages differ in size, so no one increment stands for a request: each size was measured alone, and the"
+        " estimate is where N requests in service (N draws of the mix) pass the free memory too often (the odds"
+        " below, under Memory per page size), not a headroom share of one page's increment.",
     ]
 
 
@@ -200,7 +216,8 @@ def soak_markdown(run: RunData, result: Analysis) -> str:
 def _estimate_lines(run: RunData, result: Analysis) -> list[str]:
     """The estimate: its dimension, why, formula, inputs and assumptions."""
     summary, est = result.summary, result.estimate
-    dims = {"gpu_memory": "GPU memory (seed 000 formula)", "kv_cache": "KV cache (server preallocates GPU memory)" + (f", bound by {est.binding.replace('_', ' ')}" if est.binding else ""),
+    gpu_words = "GPU memory (seed 000 formula)" if est.mix_risk is None else "GPU memory (a mix of page sizes: its odds)"
+    dims = {"gpu_memory": gpu_words, "kv_cache": "KV cache (server preallocates GPU memory)" + (f", bound by {est.binding.replace('_', ' ')}" if est.binding else ""),
             "none": "none: no estimate"}  # fmt: skip
     base_steps = run.steps[run.steps["phase"] == "baseline"] if not run.steps.empty else run.steps
     date = float(base_steps["t_start_unix_s"].min()) if not base_steps.empty else summary["generated_unix_s"]
@@ -236,7 +253,8 @@ def _inputs(run: RunData, summary: dict[str, Any], est: Estimate, date: float) -
         f"| image size | {_image_size(run)} (scenario {scenario_name(run.manifest) or 'n/a'}) |",
         f"| idle memory | {_fmt(est.idle_mib, '.0f', ' MiB')} |",
         f"| single-request peak | {_fmt(est.single_peak_mib, '.0f', ' MiB')} |",
-        f"| single-request increment | {_fmt(est.increment_mib, '.0f', ' MiB')} |",
+        f"| {'single-request increment' if est.mix_risk is None else 'mean increment in service (the mix)'} |"
+        f" {_fmt(est.increment_mib, '.0f', ' MiB')} |",
         f"| memory case | {(est.memory_case or 'n/a').replace('_', ' ')} |",
         f"| loaded once by the first request | {_fmt(est.loaded_once_mib, '.0f', ' MiB')} |",
         f"| other processes on the card | {_fmt(est.other_mem_mib, '.0f', ' MiB')} |",

@@ -20,23 +20,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.estimate.oom_odds import rule_of_three
-from analysis.estimate.page_memory import PageMemory
+from analysis.estimate.oom_odds import rule_of_three, safe_level
+from analysis.estimate.page_memory import PageMemory, size_of
 from analysis.knee.find import Knee
 
 DEFAULT_OOM_RISK = 0.001
 RESIZE_SIDES = (2048, 1536, 1024)
 TOP_LEVEL_FLOOR = 64  # odds are computed up to max(this, 2 x the highest level measured)
-
-
-def safe_level(odds: list[float], risk: float) -> int:
-    """The highest level whose odds and every lower level's are at most `risk` (odds[0] is level 1)."""
-    safe = 0
-    for level, p in enumerate(odds, start=1):
-        if p > risk:
-            break
-        safe = level
-    return safe
 
 
 def _oom_mask(requests: pd.DataFrame) -> pd.Series:
@@ -102,7 +92,10 @@ def _by_size(ooms: pd.DataFrame) -> dict[str, int]:
 
 
 def _mpix_at(bucket: str, side: int) -> float:
-    w, h = (int(v) for v in bucket.split("x"))
+    size = size_of(bucket)
+    if size is None:
+        return 0.0
+    w, h = size
     scale = min(1.0, side / max(w, h))
     return round(w * scale) * round(h * scale) / 1e6
 
@@ -140,13 +133,30 @@ def bound_by_the_mix(knee: Knee, mix: dict[str, Any]) -> Knee:
     return replace(knee, recommended_level=value, reason=f"{why} {knee.reason}", confidence=(value, value), at_least=False)
 
 
+ALONE_WORDS = (
+    "What was measured and how: after a warm-up on the smallest page, one user sent each size alone, {n} requests"
+    " each, fewest pixels first (the sizes phase), before the baseline's rounds of the mix; a size's MiB per"
+    " request is the highest GPU reading during its requests over idle, the median of its requests. A caching"
+    " allocator's memory never falls back between requests: its high-water mark rises at each new size (sent"
+    " smallest first, so each is a new mark), and a size's MiB per request is the mark it raised over the reading"
+    " before the run's first request. The weights are the mix as configured (BUCKETS, or the folder's images)."
+)
+
+OLD_RUN_WORDS = (
+    "A run from before the sizes phase: each size as the baseline's random draws of the mix sent it alone; a"
+    " size they missed takes its MiB per request from the fit."
+)
+
+
 def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
     """capacity.md's section for a mixed run: memory per page size, the odds per level beside the OOMs
     seen, the safe level and the resize; [] for a fixed-size run."""
     if not mix:
         return []
-    lines = ["", "## Memory per page size (measured alone in the baseline)", "",
-             "| size | weight in the mix | MiB per request | latency alone ms | baseline requests |", "|---|---|---|---|---|"]  # fmt: skip
+    alone = mix.get("alone_requests")
+    words = ALONE_WORDS.format(n=alone) if alone else OLD_RUN_WORDS
+    lines = ["", "## Memory per page size (each measured alone in the baseline)", "", words, "",
+             "| size | weight in the mix | MiB per request | latency alone ms | requests alone |", "|---|---|---|---|---|"]  # fmt: skip
     for s in mix["sizes"]:
         fit = "" if s["measured"] else " (from the fit: no reading fell inside its requests)"
         lines.append(f"| {s['bucket']} | {s['weight']:.0%} | {s['rise_mib']:,.0f}{fit} | {s['latency_alone_ms']:,.0f} |"

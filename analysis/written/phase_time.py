@@ -29,7 +29,7 @@ import pandas as pd
 from analysis.common.words import planned_words
 
 PARTS = ("baseline", "levels", "refinement", "re-measures", "verify", "verify through the gateway")
-PHASES = ("idle", "warmup", "baseline", "step", "cooldown", "verify", "drain")
+PHASES = ("idle", "warmup", "sizes", "baseline", "step", "cooldown", "verify", "drain")
 CONFIRM = "confirm"
 PROMISED = {  # a part after the promise: its (as planned, at most) seconds in the manifest's time_budget
     "levels": ("typical_levels_s", "levels_s"),
@@ -42,7 +42,7 @@ PROMISED = {  # a part after the promise: its (as planned, at most) seconds in t
 
 def _own_part(phase: str, note: str, via: str) -> str | None:
     """The part of a phase that has one of its own (None: a warm-up or cooldown, placed by its neighbour)."""
-    if phase in ("idle", "baseline"):
+    if phase in ("idle", "sizes", "baseline"):  # a mix's sizes alone are part of its baseline
         return "baseline"
     if phase in ("verify", "drain"):
         return "verify through the gateway" if via else "verify"

@@ -17,7 +17,7 @@ from analysis.estimate.capacity import (
     gpus_named,
 )
 from analysis.estimate.memory_slope import restate_estimate
-from analysis.estimate.page_memory import is_mixed, page_memory
+from analysis.estimate.page_memory import is_mixed, mix_estimate, mix_weights, page_memory
 from analysis.estimate.planned_levels import parse_levels
 from analysis.knee.find import Knee, find_knee
 from analysis.overload.verify import own_failure_share, split_by_gateway, verify_summary, with_gateway
@@ -236,11 +236,12 @@ def workers_without_final_count(manifest: dict[str, Any]) -> list[str]:
     return [w for w, t in sorted(_row_tally(manifest).items()) if "final_count" in t and not t["final_count"]]
 
 
-def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: float | None) -> Estimate:
+def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: float | None,
+                 risk: float = DEFAULT_OOM_RISK) -> Estimate:  # fmt: skip
     """The estimate from the baseline on the server's card (the controller's choice), re-stated by the
     steps' slope where it disagrees (analysis.estimate.memory_slope): the plan's last word and the report's agree.
-    Not for a mix of page sizes: the levels' peaks follow which pages happened to be in service, not a slope
-    (its memory per size: analysis.estimate.page_memory)."""
+    Not for a mix of page sizes: the levels' peaks follow which pages happened to be in service, not a slope;
+    its memory per size measured alone states it (`mix_estimate_of`)."""
     seqs = manifest_setting(run.manifest, "max_num_seqs")
     estimate: Estimate = estimate_from_baseline(
         run.requests, run.steps, run.gpu, run.server, headroom, total_mib,
@@ -248,11 +249,23 @@ def run_estimate(run: RunData, table: pd.DataFrame, headroom: float, total_mib: 
         max_num_seqs=seqs if isinstance(seqs, int) else 0,  # MAX_NUM_SEQS: the plan capped with it too
     )  # fmt: skip
     if is_mixed(run.requests):
-        return estimate
+        return mix_estimate_of(run, estimate, risk, run_card(run.gpu, run.steps, run.manifest))
     card = run_card(run.gpu, run.steps, run.manifest)
     before = card.loc[card["step_index"] == PREFLIGHT_STEP_INDEX, "mem_used_mib"].dropna()
     restated = restate_estimate(estimate, table, float(before.median()) if not before.empty else None)
     return restated or estimate
+
+
+def mix_estimate_of(run: RunData, estimate: Estimate, risk: float, card: pd.DataFrame) -> Estimate:
+    """A mixed run's estimate from its memory per size (analysis.estimate.page_memory's mix_estimate), where the
+    estimate is about GPU memory that requests raise and the sizes were measured; else the estimate as it is. The live plan
+    (loadtest/method/decisions.py) states it so after the baseline, and the report the same."""
+    if estimate.dimension != "gpu_memory" or not estimate.increment_mib or estimate.bounds:
+        return estimate  # no memory per request seen (a pool held at start): the sizes cannot tell either
+    page = page_memory(run.requests, run.steps, card, estimate, mix_weights(run.manifest))
+    if page is None or not any(s.rise_mib > 0 for s in page.sizes):
+        return estimate
+    return mix_estimate(estimate, page, risk)
 
 
 def analyze(
@@ -280,10 +293,14 @@ def _settings(run: RunData, headroom: float | None, slo_p95_s: float | None) -> 
 def held_to_the_mix(run: RunData, table: pd.DataFrame, estimate: Estimate, knee: Knee, risk: float) -> tuple[Knee, dict[str, Any] | None]:
     """A mixed run's knee bound by the odds of running out of memory for its mix (analysis.written.page_mix);
     a fixed-size run's knee as it is, and no page mix."""
-    page = page_memory(run.requests, run.steps, run_card(run.gpu, run.steps, run.manifest), estimate)
+    page = page_memory(run.requests, run.steps, run_card(run.gpu, run.steps, run.manifest), estimate,
+                       mix_weights(run.manifest))
     if page is None:
         return knee, None
     mix = mix_summary(page, table, run.requests, risk, knee.recommended_level)
+    told = run.manifest.get("page_mix")
+    if isinstance(told, Mapping) and isinstance(told.get("alone_requests"), int):
+        mix["alone_requests"] = told["alone_requests"]  # each size sent alone so many times (the sizes phase)
     mix["verify_ooms_by_size"] = verify_ooms_by_size(run.requests, run.steps)
     return bound_by_the_mix(knee, mix), mix
 
@@ -300,7 +317,7 @@ def analyze_run(
     steps = step_table(run)  # every measured row, the verify phase's too (steps.csv, the report)
     table = capacity_rows(steps)  # the capacity answer: baseline and steps only
     steps = with_capacity_levels(steps, table)  # an open-loop step's level: its requests in flight
-    estimate = run_estimate(run, table, headroom, gpu["total_mib"])
+    estimate = run_estimate(run, table, headroom, gpu["total_mib"], risk)
     told_seqs = manifest_setting(run.manifest, "max_num_seqs")  # MAX_NUM_SEQS as the run was told (rule 2b)
     knee = find_knee(table, max_num_seqs=told_seqs if isinstance(told_seqs, int) and told_seqs > 0 else 0,
                      max_num_seqs_from=engine_limit_from(run.manifest))  # fmt: skip

@@ -33,6 +33,7 @@ from loadtest.launch.run import (
 from loadtest.settings.checks import ConfigError
 from loadtest.settings.manifest import build_manifest
 from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.payloads import page_mix_of
 from runfolder import EVENTS_FILE, new_run_folder, write_manifest
 from scenarios import ScenarioError
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     idle_before = record_idle(run_dir, idle)
     write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check,
-                                           idle_before_preflight=idle_before))  # fmt: skip
+                                           idle_before_preflight=idle_before, **page_mix_of(cfg)))  # fmt: skip
     print(f"run folder: {run_dir}", flush=True)
     code = run_locust(cfg, run_dir, ns.remote_workers, ns.master_bind_host, ns.master_port)
     aborted = aborted_because(run_dir)

@@ -32,7 +32,7 @@ from loadtest.settings.manifest import REPO_ROOT, build_manifest
 from loadtest.settings.options import add_arguments, secret_env, to_argv, with_env_secrets
 from loadtest.settings.run_config import RunConfig
 from loadtest.traffic.merge import LOCUST_STATS, WORKER_COPY_DIR
-from loadtest.traffic.payloads import build_payloads, images_sent
+from loadtest.traffic.payloads import build_payloads, images_sent, page_mix_of
 from loadtest.traffic.rowlink import LOCAL_WORKER_ENV
 from runfolder import (
     SHOWN_FROM_ENV,
@@ -68,7 +68,7 @@ def preflight(cfg: RunConfig) -> tuple[dict[str, object], list[GpuSample]]:
                                    framework_metric=cfg.framework_metric, token=cfg.gpu_token or None,
                                    metrics_headers=cfg.metrics_header_dict(), tls=cfg.tls())  # fmt: skip
     idle = read_idle(monitor)  # before our first request: a caching allocator keeps what it took
-    first = payloads.image_set.items[0]
+    first = payloads.image_set.by_size()[0]  # a mix's smallest: a caching allocator's mark starts low
     answer = check_first_answer(cfg, payloads.encoded[first.name], expected_text=first.expected_text)
     monitor.check()
     _warn_without_framework_metric(cfg, monitor)
@@ -250,7 +250,7 @@ def run_method(
     idle_before = record_idle(run_dir, idle)
     limit = engine_limit_note(cfg) if cfg.max_num_seqs != told_seqs else {}
     write_manifest(run_dir, build_manifest(cfg, run_dir, answer_check=answer_check,
-                                           idle_before_preflight=idle_before, **images_sent(cfg), **limit))  # fmt: skip
+                                           idle_before_preflight=idle_before, **images_sent(cfg), **page_mix_of(cfg), **limit))  # fmt: skip
     print(f"run folder: {shown_path(run_dir, os.getcwd())}", flush=True)
     early: list[EarlyRender] = []
     code = run_locust(cfg, run_dir, remote_workers, bind_host, master_port,

@@ -30,6 +30,7 @@ from loadtest.method.run_inputs import RunInputs
 from loadtest.method.settle import MemorySettle, at_rest, preflight_reading
 from loadtest.settings.limits import limits_of
 from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.payloads import page_sizes_of
 from loadtest.traffic.state import STATE, StepTag
 from runfolder import (
     CLOSED_KEY,
@@ -113,6 +114,7 @@ class Controller(PlanDecisions, RunInputs):
         self._plan = plan_phases(
             cfg, self._choose_levels, self._knee_now, self._refine_level, self._probe_level,
             self._remeasure_level, self._verify_plan, self._gateway_plan, self.timing.p95.short,
+            page_sizes=page_sizes_of(cfg),
         )  # fmt: skip
         self._raw_verify_step = -2  # the verify window against the server as it is (no gateway)
 
@@ -221,7 +223,7 @@ class Controller(PlanDecisions, RunInputs):
         self._reset_phase_counts()
         if spec.phase == Phase.VERIFY and not spec.via:
             self._raw_verify_step = self.step_index
-        tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via)
+        tag = StepTag(self.step_index, str(spec.phase), spec.level, spec.rate_rps, spec.via, spec.pages)
         STATE.tag = tag
         self.broadcast(tag)
         if self.monitor is not None:

@@ -90,6 +90,7 @@ class PlanDecisions:
                 run.requests, run.steps, run.gpu, run.server, headroom=cfg.headroom,
                 gpus_named=self.gpus_named, card=card, max_num_seqs=cfg.max_num_seqs,
             )  # fmt: skip
+            estimate = self._held_to_the_mix(run, estimate, card)
             self._say_estimate(estimate)
             self.estimate_now, self.estimate = estimate, estimate.to_dict()
             self._update_manifest(estimate=self.estimate)
@@ -121,6 +122,16 @@ class PlanDecisions:
         )
         self._update_manifest(time_budget=budget.to_dict(self.clock()))
         return choice
+
+    def _held_to_the_mix(self, run: Any, estimate: analysis.Estimate, card: int | None) -> analysis.Estimate:
+        """A mix of page sizes: the estimate from each size measured alone and the odds of running out
+        (analysis.mix_estimate_of, as the report states it), and from now on no slope refitted across levels
+        of mixed pages (CardWatch.restate); one size: the estimate as it is."""
+        if not analysis.is_mixed(run.requests):
+            return estimate
+        self.card.mixed = True
+        server = analysis.gpu_of(run.gpu, self.gpus_named, card, run.steps)
+        return analysis.mix_estimate_of(run, estimate, self.cfg.oom_risk, server)
 
     def _say_estimate(self, estimate: Any) -> None:
         """The estimate's event: its whole reason in events.jsonl, its first clause on the terminal."""

@@ -1,6 +1,8 @@
 """The load plan: a generator of phases that sees the run so far before choosing what comes next.
 
     idle (0 users) -> warmup (1 user) -> baseline (1 user, rounds x requests) -> cooldown
+    (a mix of page sizes: the warm-up on its smallest page, then each size alone, fewest pixels first, before
+     the baseline: `_baseline_phases`)
     -> estimate (capped by MAX_NUM_SEQS or the server's max_num_seqs) -> levels (x0.25 .. x1.2 of it,
        bounded by what a window can measure, or LEVELS: loadtest/method/levels.py)
     -> for each level: warmup -> step (measured until precise: method/windows.py) -> cooldown; after each step, stop climbing
@@ -52,6 +54,7 @@ from loadtest.method.windows import STEP_FLOOR_S, verify_floor_s
 from loadtest.settings.limits import limits_of
 from loadtest.settings.open_loop import VERIFY_FACTOR, parse_rates
 from loadtest.settings.run_config import RunConfig
+from loadtest.traffic.payloads import EACH_SIZE, SIZE_ALONE_REQUESTS, SMALLEST
 from runfolder import Phase
 
 
@@ -68,6 +71,7 @@ class PhaseSpec:
     rate_rps: float = 0.0  # open loop: the whole run's rate (level is then the users held in reserve)
     via: str = ""  # the gateway's base URL the phase's requests go through instead of the server ("": none)
     seek_p95: bool = True  # a step seeks its P95 (False: measured for its throughput alone, levels.p95_from)
+    pages: str = ""  # which pages its users send: "" the mix, or payloads.SMALLEST / payloads.EACH_SIZE
 
 
 REMEASURE_BUDGET = 4  # re-measures of a level that decides a wide answer, at most
@@ -161,15 +165,17 @@ def plan_phases(
     verify_plan: Callable[[], tuple[float, float] | None] = lambda: None,
     gateway_plan: Callable[[], tuple[str, float, float] | None] = lambda: None,
     p95_short: Callable[[], Collection[int]] = lambda: (),
+    page_sizes: int = 1,
 ) -> Iterator[PhaseSpec]:
     """Yield the phases of the run one at a time; callbacks are called between phases.
     `remeasure_level(max_window_s)` gives (level, window_s, why) while the answer's interval is wide;
     `verify_plan()` (rate_rps, drain_max_s) of the verify phase, or None when there is none;
     `gateway_plan()` (via URL, rate_rps, drain_max_s) of the verify window through the gateway, or None;
     `p95_short()` the levels stepped none of whose windows had a P95 as good as a sought one
-    (method/phase_timing.py), among which the answer is measured once more for it."""
+    (method/phase_timing.py), among which the answer is measured once more for it; `page_sizes`: the size
+    buckets of the run's images (two or more: the baseline measures each alone, `_baseline_phases`)."""
     yield from _capacity_phases(cfg, choose_levels, knee_now, refine_level, probe_level,
-                                _with_p95(cfg, remeasure_level, knee_now, p95_short))  # fmt: skip
+                                _with_p95(cfg, remeasure_level, knee_now, p95_short), page_sizes)  # fmt: skip
     if cfg.verify and cfg.scenario != "soak":
         yield from verify_phases(cfg, verify_plan)
         yield from gateway_phases(cfg, gateway_plan)
@@ -182,8 +188,9 @@ def _capacity_phases(
     refine_level: Callable[[], int | None],
     probe_level: Callable[[], int | None],
     remeasure_level: Callable[[float], tuple[int, float, str] | None],
+    page_sizes: int = 1,
 ) -> Iterator[PhaseSpec]:
-    yield from _baseline_phases(cfg)
+    yield from _baseline_phases(cfg, page_sizes)
     if cfg.verify_rate_rps > 0:  # `python -m loadtest verify`: the baseline, then the verify phase only
         return
     if cfg.rates.strip():  # open loop: each rate once, no knee search over users
@@ -204,13 +211,26 @@ def _capacity_phases(
     yield from _narrow(cfg, choice, done, confirmed, refined, climbs, knee_now, refine_level, remeasure_level)
 
 
-def _baseline_phases(cfg: RunConfig) -> Iterator[PhaseSpec]:
-    """Idle memory, the warm-up, the baseline of one user, and its cooldown: every run starts so."""
+def _baseline_phases(cfg: RunConfig, page_sizes: int = 1) -> Iterator[PhaseSpec]:
+    """Idle memory, the warm-up, the baseline of one user, and its cooldown: every run starts so. A run of
+    `page_sizes` >= 2 sizes (a mix) warms up on its smallest page, then sends each size alone in turn,
+    SIZE_ALONE_REQUESTS each, fewest pixels first (the sizes phase: memory per size, issue 49), before the
+    baseline's rounds of its mix: a rare size is measured whatever the draws, and a caching allocator's
+    high-water mark, which never falls between requests, rises at each new size (a large page in the warm-up
+    would have set it for every size after). One size: the phases as they always were."""
+    mixed = page_sizes >= 2
     if cfg.idle_s > 0:
         # ends once memory is back at the pre-flight's reading (loadtest/method/settle.py), at most IDLE_S
         yield PhaseSpec(Phase.IDLE, 0, "idle GPU memory", min(IDLE_FLOOR_S, cfg.idle_s), cfg.idle_s)
     if cfg.warmup_s > 0:
-        yield PhaseSpec(Phase.WARMUP, 1, "baseline warm-up", cfg.warmup_s, cfg.warmup_s)
+        note = "baseline warm-up" + (" on the smallest page" if mixed else "")
+        yield PhaseSpec(Phase.WARMUP, 1, note, cfg.warmup_s, cfg.warmup_s, pages=SMALLEST if mixed else "")
+    if mixed:
+        sent = page_sizes * SIZE_ALONE_REQUESTS
+        yield PhaseSpec(
+            Phase.SIZES, 1, f"each of {page_sizes} page sizes alone, {SIZE_ALONE_REQUESTS} requests each,"
+            " fewest pixels first", 1.0, max(600.0, cfg.step_s * 10), sent, pages=EACH_SIZE,
+        )  # fmt: skip
     baseline_requests = cfg.baseline_rounds * cfg.baseline_round_requests
     yield PhaseSpec(
         Phase.BASELINE,

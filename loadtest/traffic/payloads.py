@@ -15,8 +15,13 @@ from typing import Any
 from loadtest.settings.run_config import RunConfig
 from scenarios import EncodedRequest, ImageItem, ImageSet, build_image_set, encode_request
 from scenarios.documents import DocumentOptions, documents_sent
+from scenarios.errors import ScenarioError
 from scenarios.kserve import KserveTensors
 from scenarios.resize import SizeChange, resize_image_set
+
+SMALLEST = "smallest"  # a phase's pages: the set's smallest page only (a mix's baseline warm-up)
+EACH_SIZE = "each size"  # each size alone in turn, fewest pixels first, SIZE_ALONE_REQUESTS each (the sizes phase)
+SIZE_ALONE_REQUESTS = 3  # a size's requests alone: the median of 3 rises stands against one odd reading
 
 
 @dataclass(frozen=True)
@@ -28,8 +33,16 @@ class Payloads:
     encoded: dict[str, EncodedRequest]  # by image name
     headers: dict[str, str]
 
-    def pick(self, rng: random.Random) -> tuple[ImageItem, EncodedRequest]:
-        item = self.image_set.pick(rng)
+    def pick(self, rng: random.Random, pages: str = "", sent: int = 0) -> tuple[ImageItem, EncodedRequest]:
+        """The next page: drawn from the mix by weight, or as the phase's `pages` says (`sent`: the user's
+        requests so far in the phase; past the last size the sizes start over)."""
+        if pages == SMALLEST:
+            item = self.image_set.by_size()[0]
+        elif pages == EACH_SIZE:
+            order = self.image_set.by_size()
+            item = order[(sent // SIZE_ALONE_REQUESTS) % len(order)]
+        else:
+            item = self.image_set.pick(rng)
         return item, self.encoded[item.name]
 
 
@@ -37,6 +50,27 @@ def image_set_for(cfg: RunConfig) -> ImageSet:
     """The images a run sends, read or generated from the config (on the master, or a local run), resized
     to MAX_SIDE when it is set."""
     return _sized_set(cfg.scenario, cfg.images, cfg.seed, cfg.buckets, cfg.max_side, _documents(cfg))[0]
+
+
+def page_sizes_of(cfg: RunConfig) -> int:
+    """The size buckets of the images the run sends (two or more: a mix, whose baseline measures each
+    alone: loadtest/method/plan.py); 1 where the set cannot be built (the pre-flight says why, once)."""
+    try:
+        return len(image_set_for(cfg).buckets)
+    except ScenarioError:
+        return 1
+
+
+def page_mix_of(cfg: RunConfig) -> dict[str, Any]:
+    """The manifest's `page_mix` for a mix of sizes: each size bucket's weight in the mix as configured
+    (analysis reads the table's weights from it, not from the draws, which may miss a rare size); {} for one."""
+    try:
+        weights = image_set_for(cfg).size_weights()
+    except ScenarioError:
+        return {}
+    if len(weights) < 2:
+        return {}
+    return {"page_mix": {"weights": weights, "alone_requests": SIZE_ALONE_REQUESTS}}
 
 
 def images_sent(cfg: RunConfig) -> dict[str, Any]:

@@ -23,6 +23,7 @@ class StepTag:
     level: int
     rate_rps: float = 0.0  # open loop: this process's share of the step's rate; 0: a closed loop of `level` users
     via: str = ""  # a gateway's base URL the step's requests go to instead of HOST ("": the server itself)
+    pages: str = ""  # which pages its users send: "" the mix, else payloads.SMALLEST or payloads.EACH_SIZE
 
 
 @dataclass

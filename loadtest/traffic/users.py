@@ -112,6 +112,8 @@ class OcrUser(FastHttpUser):
     connection_timeout = 10.0
     insecure = False  # set_tls: certificates verified unless the run says INSECURE=1
     _pause_s = 0.0  # set after an answer the server failed; taken by wait_time before the next request
+    _count_step = -2  # the phase whose requests `_count` counts (`_sent_in`)
+    _count = 0
 
     def on_start(self) -> None:
         cfg = _PAYLOADS.config if _PAYLOADS else RunConfig()
@@ -149,6 +151,13 @@ class OcrUser(FastHttpUser):
             target = self._targets[(via, id(enc))] = (url, URL(url), headers)
         return target
 
+    def _sent_in(self, step_index: int) -> int:
+        """This user's requests sent so far in the phase `step_index` (counted from 0 at each new phase)."""
+        if self._count_step != step_index:
+            self._count_step, self._count = step_index, 0
+        sent, self._count = self._count, self._count + 1
+        return sent
+
     def wait_time(self) -> float:
         """The pause before the next request: 0, or the pause after an answer the server failed. Taken
         here, in Locust's waiting state, not inside the task: a step-down then stops a pausing user at
@@ -175,7 +184,7 @@ class OcrUser(FastHttpUser):
             if ticket is None:
                 return
             intended = ticket.t_intended_s
-        item, enc = payloads.pick(self._rng)
+        item, enc = payloads.pick(self._rng, tag.pages, self._sent_in(tag.step_index) if tag.pages else 0)
         attempts = cfg.retry_max_attempts if cfg.scenario == "retry" else 1
         for attempt in range(1, attempts + 1):
             row, retry_after = self._attempt(

@@ -34,7 +34,7 @@ from loadtest.settings.run_config import RunConfig
 from loadtest.settings.version import suite_version
 from loadtest.traffic import clock, rowlink, users
 from loadtest.traffic.merge import WORKER_COPY_DIR
-from loadtest.traffic.payloads import build_payloads
+from loadtest.traffic.payloads import build_payloads, page_mix_of
 from loadtest.traffic.state import STATE, StepTag, worker_id_of
 from loadtest.views import panel_runs, promexport, webui
 from loadtest.wiring import link
@@ -82,7 +82,7 @@ def controller_for(environment: Environment) -> Controller:
     except ConfigError as exc:
         ctl.event("warning", f"{exc}; the run goes on with the config's {cfg.stop_timeout_s} s")
     if not (run_dir / "manifest.json").exists():
-        write_manifest(run_dir, build_manifest(cfg, run_dir))
+        write_manifest(run_dir, build_manifest(cfg, run_dir, **page_mix_of(cfg)))
     _start_monitor(cfg, ctl)
     _controllers[key] = ctl
     _offsets_reported.clear()  # a new run folder: its events and file start from the current estimates

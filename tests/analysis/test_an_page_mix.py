@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -13,7 +14,7 @@ import pytest
 
 from analysis.estimate.estimate_record import Estimate
 from analysis.estimate.oom_odds import in_service_weights, oom_odds_by_level, rule_of_three
-from analysis.estimate.page_memory import PageMemory, PageSize, page_memory
+from analysis.estimate.page_memory import PageMemory, PageSize, is_mixed, mix_estimate, page_memory, size_of
 from analysis.knee.find import Knee
 from analysis.written.page_mix import bound_by_the_mix, mix_summary, safe_level
 
@@ -159,3 +160,57 @@ def test_the_config_gets_max_image_side_and_says_haproxy_cannot_resize() -> None
     none: dict[str, Any] = {"server": {}}
     config_for_the_mix(none, {}, None, held)
     assert "max_image_side" not in none
+
+
+def _sizes_phase_run(caching: bool) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Idle 7000 MiB, a warm-up on the small page, then the sizes phase: 3 requests each of 600x500 (+200 MiB)
+    then 2000x1500 (+1000 MiB), readings only between requests (none falls inside one); a caching allocator
+    keeps each size's mark (the warm-up's small pages set the first)."""
+    steps = pd.DataFrame([{"step_index": 0, "phase": "idle", "level": 0, "t_start_unix_s": 90.0},
+                          {"step_index": 1, "phase": "warmup", "level": 1, "t_start_unix_s": 95.0},
+                          {"step_index": 2, "phase": "sizes", "level": 1, "t_start_unix_s": 100.0},
+                          {"step_index": 3, "phase": "baseline", "level": 1, "t_start_unix_s": 106.5}])  # fmt: skip
+    rows = [{"step_index": 2, "t_start_unix_s": 100.0 + k, "latency_ms": 100.0, "bucket": b, "ok": True,
+             "failure_kind": ""} for k, b in enumerate(["600x500"] * 3 + ["2000x1500"] * 3)]  # fmt: skip
+    rows += [{"step_index": 3, "t_start_unix_s": 110.0 + k, "latency_ms": 100.0, "bucket": "600x500", "ok": True,
+              "failure_kind": ""} for k in range(10)]  # the mix's rounds drew no large page  # fmt: skip
+    samples = [{"t_unix_s": 90.0 + k, "step_index": 0, "mem_used_mib": 7000.0} for k in range(5)]
+    samples.append({"t_unix_s": 96.5, "step_index": 1, "mem_used_mib": 7200.0 if caching else 7000.0})
+    for k in range(16):
+        mark = 7000.0 + (0.0 if not caching else 200.0 if k < 3 else 1000.0)
+        samples.append({"t_unix_s": 100.5 + k, "step_index": 2 if k < 6 else 3, "mem_used_mib": mark})
+    return pd.DataFrame(rows), steps, pd.DataFrame(samples)
+
+
+def test_a_caching_allocators_mark_per_size_from_the_sizes_phase_with_the_configured_weights() -> None:
+    requests, steps, card = _sizes_phase_run(caching=True)
+    weights = {"600x500": 0.99, "2000x1500": 0.01}
+    caching = replace(EST, memory_case="caching_allocator")
+    page = page_memory(requests, steps, card, caching, weights)
+    assert page is not None and [(s.bucket, s.rise_mib, s.weight) for s in page.sizes] == [
+        ("600x500", 200.0, 0.99), ("2000x1500", 1000.0, 0.01)]  # fmt: skip
+    # the small page's requests too short for a reading: the warm-up on it shows its mark
+    unread = card[~card["t_unix_s"].between(100.0, 102.9)]
+    page = page_memory(requests, steps, unread, caching, weights)
+    assert page is not None and page.sizes[0].measured and page.sizes[0].rise_mib == 200.0
+    # memory that falls back between requests, read only between them: nothing measured alone, no table
+    requests, steps, card = _sizes_phase_run(caching=False)
+    assert page_memory(requests, steps, card, EST, weights) is None
+
+
+def test_a_mixed_runs_estimate_is_its_odds_not_one_pages_peak() -> None:
+    requests, steps, card = _baseline_run()
+    page = page_memory(requests, steps, card, EST)
+    assert page is not None
+    held = mix_estimate(EST, page, 0.001)
+    odds = page.odds(held.estimate + 1)
+    assert odds[held.estimate - 1] <= 0.001 < odds[held.estimate]
+    assert held.increment_mib is not None and 200.0 < held.increment_mib < 1000.0
+    assert "each measured alone" in held.reason and held.idle_mib == EST.idle_mib
+    assert mix_estimate(replace(EST, max_num_seqs=2), page, 0.001).estimate == 2
+
+
+def test_a_folders_band_is_read_as_its_largest_page() -> None:
+    assert size_of("1000x1400..1100x1500") == (1100, 1500) and size_of("640x480") == (640, 480)
+    assert size_of("page") is None
+    assert is_mixed(pd.DataFrame({"bucket": ["600x800", "1000x1400..1100x1500"]}))

@@ -66,7 +66,7 @@ def test_folder_reads_every_image_with_its_expected_text(tmp_path: Path) -> None
     assert by_name["a.png"].data == a  # the file's own bytes, not re-encoded
     assert by_name["a.png"].expected_text == "text of a"
     assert by_name["b.png"].expected_text == "text of b"
-    assert by_name["b.png"].bucket == "50x20"
+    assert by_name["b.png"].bucket == "50x20..40x30"  # a band with a's and d's 40x30: 1.2x its pixels
     assert by_name["c.jpg"].expected_text == generated.expected_text  # from the JPEG comment
     assert by_name["c.jpg"].mime == "image/jpeg"
     assert by_name["d.png"].expected_text == "json wins for d"

@@ -248,3 +248,20 @@ def test_bucket_over_max_pixels_is_refused_before_drawing() -> None:
     with pytest.raises(ScenarioError, match="over the limit"):
         build_image_set("fixed", max_pixels=1000)
     assert time.perf_counter() - start < 1.0
+
+
+def test_a_folder_of_slightly_differing_scans_makes_a_few_bands_named_by_their_range(tmp_path: Path) -> None:
+    sizes = {"a.png": (1000, 1400), "b.png": (1010, 1420), "c.png": (1100, 1500), "d.png": (2000, 2800),
+             "e.png": (2040, 2800), "f.png": (600, 800), "g.png": (600, 800)}  # fmt: skip
+    for name, size in sizes.items():
+        Image.new("RGB", size, "white").save(tmp_path / name)
+    image_set = build_image_set("folder", str(tmp_path))
+    bucket = {item.name: item.bucket for item in image_set.items}
+    # a, b, c within 30% more pixels than a (1.18x); d and e (2.0x a); f and g one size: keeps its name
+    assert bucket == {"a.png": "1000x1400..1100x1500", "b.png": "1000x1400..1100x1500", "c.png": "1000x1400..1100x1500",
+                      "d.png": "2000x2800..2040x2800", "e.png": "2000x2800..2040x2800", "f.png": "600x800",
+                      "g.png": "600x800"}  # fmt: skip
+    # each band is sent alone as its largest page, fewest pixels first
+    assert [item.name for item in image_set.by_size()] == ["f.png", "c.png", "e.png"]
+    assert image_set.size_weights() == pytest.approx({"1000x1400..1100x1500": 3 / 7, "2000x2800..2040x2800": 2 / 7,
+                                                      "600x800": 2 / 7})  # fmt: skip
