@@ -48,6 +48,12 @@ class PageSize:
     rise_mib: float  # one request alone, over idle
     latency_alone_ms: float
     measured: bool = True  # False: no reading fell inside its requests; its rise is the fit's
+    sent_px: tuple[int, int] | None = None  # (w, h) sent where MAX_SIDE resized it (the bucket keeps the source's name)
+
+    @property
+    def px(self) -> tuple[int, int] | None:
+        """The (width, height) the server was sent: MAX_SIDE's, else the bucket's own."""
+        return self.sent_px or size_of(self.bucket)
 
 
 @dataclass(frozen=True)
@@ -72,10 +78,9 @@ class PageMemory:
 def _resized(size: PageSize, max_side: int, fit: PageMemory) -> PageSize:
     """The page resized to a long side of at most max_side: its rise from the fit, its latency alone
     scaled by the rise's share (time grows with pixels too); unchanged where it is already within."""
-    match = _SIZE.match(size.bucket)
-    if not match or fit.mib_per_mpix is None or fit.fixed_mib is None:
+    if size.px is None or fit.mib_per_mpix is None or fit.fixed_mib is None:
         return size
-    w, h = int(match.group(1)), int(match.group(2))
+    w, h = size.px
     if max(w, h) <= max_side:
         return size
     scale = max_side / max(w, h)
@@ -90,10 +95,12 @@ ALONE_PHASES = ("sizes", "baseline")  # one user: each request alone on the serv
 
 
 def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame, estimate: Estimate,
-                weights: Mapping[str, float] | None = None) -> PageMemory | None:  # fmt: skip
+                weights: Mapping[str, float] | None = None,
+                sent: Mapping[str, tuple[int, int]] | None = None) -> PageMemory | None:  # fmt: skip
     """The measured sizes of a mixed run (module doc); None for one size, no GPU-memory readings, or a caching
     allocator's memory without a sizes phase. `weights`: each size's share of the mix as configured (the
-    manifest's page_mix), else the shares the run sent outside its sizes phase."""
+    manifest's page_mix), else the shares the run sent outside its sizes phase; `sent`: each bucket's size as
+    MAX_SIDE sent it (sent_sizes), its megapixels the fit's."""
     if estimate.idle_mib is None or not estimate.total_mib or card.empty or not is_mixed(requests):
         return None
     caching = estimate.memory_case == "caching_allocator"
@@ -111,16 +118,16 @@ def page_memory(requests: pd.DataFrame, steps: pd.DataFrame, card: pd.DataFrame,
     sizes: list[PageSize] = []
     unread: list[PageSize] = []
     for bucket, share in _shares(requests, sizes_idx, weights).items():
-        match = _SIZE.match(bucket)
+        px = (sent or {}).get(bucket) or size_of(bucket)
         latency = alone.loc[alone["bucket"].astype(str) == bucket, "latency_ms"]
         if latency.empty:  # a size the baseline never sent: its latency under load stands in (an upper bound)
             answered = requests[requests["ok"].astype(bool) & (requests["bucket"].astype(str) == bucket)]
             latency = answered["latency_ms"]
-        if not match or latency.empty or share <= 0:
+        if px is None or latency.empty or share <= 0:
             continue
         got = rises.get(bucket, [])
-        size = PageSize(bucket, int(match.group(1)) * int(match.group(2)) / 1e6, float(share), len(got),
-                        float(np.median(got)) if got else 0.0, float(latency.median()), measured=bool(got))  # fmt: skip
+        size = PageSize(bucket, px[0] * px[1] / 1e6, float(share), len(got), float(np.median(got)) if got else 0.0,
+                        float(latency.median()), measured=bool(got), sent_px=(sent or {}).get(bucket))  # fmt: skip
         (sizes if got else unread).append(size)
     if len(sizes) < MIN_SIZES:
         return None
@@ -135,6 +142,25 @@ def size_of(bucket: str) -> tuple[int, int] | None:
     """A bucket's (width, height) in pixels: its own, or a band's largest image's ("WxH..WxH"); None for none."""
     match = _SIZE.match(bucket)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def sent_sizes(manifest: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """Each bucket's largest page as MAX_SIDE sent it (the manifest's images_sent), where it was resized; {}
+    without MAX_SIDE. A resized page keeps its source's bucket (a sweep compares the same pages), so its
+    megapixels are read here, not from the bucket's name."""
+    told = manifest.get("images_sent")
+    sizes = told.get("sizes") if isinstance(told, Mapping) else None
+    out: dict[str, tuple[int, int]] = {}
+    for entry in sizes if isinstance(sizes, list) else []:
+        try:
+            bucket, before, after = str(entry["bucket"]), tuple(entry["before_px"]), tuple(entry["after_px"])
+            w, h = int(after[0]), int(after[1])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+        known = out.get(bucket)
+        if before != after and (known is None or w * h > known[0] * known[1]):
+            out[bucket] = (w, h)
+    return out
 
 
 def mix_weights(manifest: Mapping[str, Any]) -> dict[str, float] | None:

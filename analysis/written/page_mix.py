@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.estimate.oom_odds import rule_of_three, safe_level
-from analysis.estimate.page_memory import PageMemory, size_of
+from analysis.estimate.page_memory import PageMemory
 from analysis.knee.find import Knee
 
 DEFAULT_OOM_RISK = 0.001
@@ -68,7 +68,7 @@ def mix_summary(page: PageMemory, table: pd.DataFrame, requests: pd.DataFrame, r
     largest = max(page.sizes, key=lambda s: s.rise_mib)
     for side in RESIZE_SIDES:
         resized = safe_level(page.odds(top, side), risk)
-        peak = min(largest.rise_mib, max(0.0, (page.fixed_mib or 0.0) + (page.mib_per_mpix or 0.0) * _mpix_at(largest.bucket, side)))
+        peak = min(largest.rise_mib, max(0.0, (page.fixed_mib or 0.0) + (page.mib_per_mpix or 0.0) * _mpix_at(largest.px, side)))
         resizes.append({"max_side": side, "safe_level": resized,
                         "largest_rise_change": peak / largest.rise_mib - 1 if largest.rise_mib > 0 else 0.0})  # fmt: skip
     lifting = [r for r in resizes if r["safe_level"] > safe]
@@ -91,8 +91,7 @@ def _by_size(ooms: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in counts.items() if v > 0}
 
 
-def _mpix_at(bucket: str, side: int) -> float:
-    size = size_of(bucket)
+def _mpix_at(size: tuple[int, int] | None, side: int) -> float:
     if size is None:
         return 0.0
     w, h = size
@@ -148,6 +147,12 @@ OLD_RUN_WORDS = (
 )
 
 
+def size_words(size: dict[str, Any]) -> str:
+    """A size's name in the tables: its bucket, and what MAX_SIDE sent where it resized it."""
+    sent = size.get("sent_px")
+    return f"{size['bucket']} (sent as {sent[0]}x{sent[1]})" if sent else str(size["bucket"])
+
+
 def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
     """capacity.md's section for a mixed run: memory per page size, the odds per level beside the OOMs
     seen, the safe level and the resize; [] for a fixed-size run."""
@@ -159,7 +164,7 @@ def mix_markdown(mix: dict[str, Any] | None) -> list[str]:
              "| size | weight in the mix | MiB per request | latency alone ms | requests alone |", "|---|---|---|---|---|"]  # fmt: skip
     for s in mix["sizes"]:
         fit = "" if s["measured"] else " (from the fit: no reading fell inside its requests)"
-        lines.append(f"| {s['bucket']} | {s['weight']:.0%} | {s['rise_mib']:,.0f}{fit} | {s['latency_alone_ms']:,.0f} |"
+        lines.append(f"| {size_words(s)} | {s['weight']:.0%} | {s['rise_mib']:,.0f}{fit} | {s['latency_alone_ms']:,.0f} |"
                      f" {s['baseline_requests']} |")  # fmt: skip
     if mix["mib_per_mpix"] is not None:
         lines += ["", f"Fit: {mix['fixed_mib']:,.0f} MiB + {mix['mib_per_mpix']:,.0f} MiB per megapixel."]

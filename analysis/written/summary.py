@@ -17,7 +17,7 @@ from analysis.estimate.capacity import (
     gpus_named,
 )
 from analysis.estimate.memory_slope import restate_estimate
-from analysis.estimate.page_memory import is_mixed, mix_estimate, mix_weights, page_memory
+from analysis.estimate.page_memory import is_mixed, mix_estimate, mix_weights, page_memory, sent_sizes
 from analysis.estimate.planned_levels import parse_levels
 from analysis.knee.find import Knee, find_knee
 from analysis.overload.verify import own_failure_share, split_by_gateway, verify_summary, with_gateway
@@ -262,7 +262,7 @@ def mix_estimate_of(run: RunData, estimate: Estimate, risk: float, card: pd.Data
     (loadtest/method/decisions.py) states it so after the baseline, and the report the same."""
     if estimate.dimension != "gpu_memory" or not estimate.increment_mib or estimate.bounds:
         return estimate  # no memory per request seen (a pool held at start): the sizes cannot tell either
-    page = page_memory(run.requests, run.steps, card, estimate, mix_weights(run.manifest))
+    page = page_memory(run.requests, run.steps, card, estimate, mix_weights(run.manifest), sent_sizes(run.manifest))
     if page is None or not any(s.rise_mib > 0 for s in page.sizes):
         return estimate
     return mix_estimate(estimate, page, risk)
@@ -294,7 +294,7 @@ def held_to_the_mix(run: RunData, table: pd.DataFrame, estimate: Estimate, knee:
     """A mixed run's knee bound by the odds of running out of memory for its mix (analysis.written.page_mix);
     a fixed-size run's knee as it is, and no page mix."""
     page = page_memory(run.requests, run.steps, run_card(run.gpu, run.steps, run.manifest), estimate,
-                       mix_weights(run.manifest))
+                       mix_weights(run.manifest), sent_sizes(run.manifest))
     if page is None:
         return knee, None
     mix = mix_summary(page, table, run.requests, risk, knee.recommended_level)

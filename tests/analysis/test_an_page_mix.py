@@ -14,9 +14,9 @@ import pytest
 
 from analysis.estimate.estimate_record import Estimate
 from analysis.estimate.oom_odds import in_service_weights, oom_odds_by_level, rule_of_three
-from analysis.estimate.page_memory import PageMemory, PageSize, is_mixed, mix_estimate, page_memory, size_of
+from analysis.estimate.page_memory import PageMemory, PageSize, is_mixed, mix_estimate, page_memory, sent_sizes, size_of
 from analysis.knee.find import Knee
-from analysis.written.page_mix import bound_by_the_mix, mix_summary, safe_level
+from analysis.written.page_mix import bound_by_the_mix, mix_markdown, mix_summary, safe_level
 
 
 def _exact(incs: list[float], arrive: list[float], serve: list[float], free: float, level: int) -> float:
@@ -214,3 +214,21 @@ def test_a_folders_band_is_read_as_its_largest_page() -> None:
     assert size_of("1000x1400..1100x1500") == (1100, 1500) and size_of("640x480") == (640, 480)
     assert size_of("page") is None
     assert is_mixed(pd.DataFrame({"bucket": ["600x800", "1000x1400..1100x1500"]}))
+
+
+def test_pages_resized_by_max_side_are_read_as_sent_not_by_their_buckets_name() -> None:
+    """MAX_SIDE=1000: the 2000x1500 pages went out as 1000x750 (their bucket keeps the source's name, so a sweep
+    compares the same pages): the fit's megapixels are the sent ones, and a further resize starts from them."""
+    manifest = {"images_sent": {"max_side_px": 1000, "sizes": [
+        {"bucket": "2000x1500", "before_px": [2000, 1500], "after_px": [1000, 750], "name": "a"},
+        {"bucket": "600x500", "before_px": [600, 500], "after_px": [600, 500], "name": "b"}]}}  # fmt: skip
+    assert sent_sizes(manifest) == {"2000x1500": (1000, 750)} and sent_sizes({}) == {}
+    requests, steps, card = _baseline_run()
+    page = page_memory(requests, steps, card, EST, sent=sent_sizes(manifest))
+    assert page is not None
+    small, large = page.sizes
+    assert large.bucket == "2000x1500" and large.sent_px == (1000, 750) and large.px == (1000, 750)
+    assert large.mpix == pytest.approx(0.75) and small.px == (600, 500) and small.sent_px is None
+    assert page.mib_per_mpix == pytest.approx(800 / 0.45)  # (1000 - 200) MiB over (0.75 - 0.3) Mpix
+    assert page.odds(4, max_side=1000) == page.odds(4)  # already within 1000 px: nothing more to resize
+    assert "| 2000x1500 (sent as 1000x750) |" in "\n".join(mix_markdown(mix_summary(page, pd.DataFrame([{"step_index": 2, "phase": "step", "level": 4}]), requests, 0.001, 4)))
