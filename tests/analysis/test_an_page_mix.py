@@ -14,7 +14,15 @@ import pytest
 
 from analysis.estimate.estimate_record import Estimate
 from analysis.estimate.oom_odds import in_service_weights, oom_odds_by_level, rule_of_three
-from analysis.estimate.page_memory import PageMemory, PageSize, is_mixed, mix_estimate, page_memory, sent_sizes, size_of
+from analysis.estimate.page_memory import (
+    PageMemory,
+    PageSize,
+    is_mixed,
+    mix_estimate,
+    page_memory,
+    sent_sizes,
+    size_of,
+)
 from analysis.knee.find import Knee
 from analysis.written.page_mix import bound_by_the_mix, mix_markdown, mix_summary, safe_level
 
