@@ -326,7 +326,8 @@ def _rising_top(points: list[dict[str, Any]], rec: int) -> tuple[dict[str, Any],
     past 12) reads 12.3 rps at 7 users, 13.0 at 8 and 12.7 at 16, its peak of 15.1 at 12 in the gap: 8
     still rose over 7 (by 1-2.5 errors), and 16 no higher, as on a flat plateau from 8 on. Only a level in
     between tells the two apart. Chosen on bench seeds 20-59: falls-smooth-8 hit 5/40 before, 40/40 with
-    RISING_Z 1 or 0, 32/40 with 2; 0 measured more levels than 1 on the smooth family's flat curves."""
+    RISING_Z 1, 37/40 with 0 (a K read a little higher than M by chance), 32/40 with 2 (an M that rose by
+    less); on seeds 20-29 the smooth family's hits unchanged, at most 0.8 more levels a run on a curve."""
     at = [i for i, r in enumerate(points) if rec <= int(r["level"]) <= rec + 1]
     if not at or at[-1] == 0 or at[-1] + 1 >= len(points):
         return None
