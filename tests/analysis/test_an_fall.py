@@ -111,9 +111,38 @@ def test_a_peak_hidden_between_an_answer_still_scaling_and_a_flat_level_far_abov
     assert find_knee(fallen).peak_level == 13 and next_refine_level(fallen, find_knee(fallen)) == 14
 
 
-def test_an_answer_whose_users_already_queued_asks_no_hidden_peak() -> None:
-    # a smooth bend: level 8's users take 1.5x one user's time (1 s alone); its corner is behind it
+def test_an_answer_whose_users_already_queued_and_a_level_still_rising_far_above_ask_no_hidden_peak() -> None:
+    # a smooth bend: level 8's users take 1.5x one user's time (1 s alone), and 16 still rose over 8 (5.5
+    # against 5.35 rps, 5 errors): no fall between them
     table = _table([(4, 3.5, 0.05), (8, 5.35, 0.03), (16, 5.5, 0.03), (7, 5.0, 0.03)])
     knee = find_knee(table)
     assert knee.recommended_level == 8 and knee.confidence == (8, 8), knee
     assert remeasure_level(table, knee, max_window_s=60.0) is None
+
+
+# bench falls-smooth-8's curve at 1 s a request alone: T(C) = C / (0.85 + 0.15 C) up to its peak at 12 (4.53 rps),
+# then 4% of it lost per added user; doubling reads 8 and 16 alike, the peak between them
+SMOOTH_FALL = [(2, 1.74, 0.03), (4, 2.76, 0.04), (8, 3.90, 0.05), (16, 3.80, 0.05), (7, 3.68, 0.05), (6, 3.43, 0.05)]
+
+
+def test_a_smooth_bend_still_rising_into_a_level_no_higher_far_above_has_the_gap_looked_at_once() -> None:
+    table = _table(SMOOTH_FALL)
+    knee = find_knee(table)
+    assert knee.recommended_level == 7 and knee.peak_level is None and knee.confidence == (7, 8), knee.reason
+    again = remeasure_level(table, knee, max_window_s=60.0)
+    assert again is not None and again.level == 12 and again.window_s == 10.0, again
+    assert again.why.startswith("level 8 still rose over 7 (the answer 7), 16 did not and nothing is measured up to 16")
+    # measured: 12 is the peak, 16 fell from it, and the levels next to it come first
+    peaked = _table([*SMOOTH_FALL, (12, 4.53, 0.05)])
+    fallen = find_knee(peaked)
+    assert fallen.peak_level == 12 and fallen.peak_between == (8, 16), fallen.reason
+    assert next_refine_level(peaked, fallen) == 14
+
+
+def test_a_smooth_bend_flat_from_the_answer_on_asks_no_hidden_peak() -> None:
+    # 8 reads like 7: the curve had flattened by then, its corner behind it (16 still rising over 8: the test above)
+    flat = _table([(2, 1.74, 0.03), (4, 2.76, 0.04), (8, 3.90, 0.05), (16, 3.92, 0.05), (7, 3.87, 0.05),
+                   (6, 3.62, 0.05), (5, 3.43, 0.05)])  # fmt: skip
+    knee = find_knee(flat)
+    assert knee.recommended_level == 7 and knee.confidence == (6, 7), knee.reason
+    assert remeasure_level(flat, knee, max_window_s=60.0) is None
