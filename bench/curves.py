@@ -209,77 +209,87 @@ class _Estimate:
         self.estimate = value
 
 
+class _Callbacks:
+    """The plan's callbacks over the rows measured so far, as the controller's (loadtest/method/decisions.py)."""
+
+    def __init__(self, curve: Curve, cfg: RunConfig, result: VirtualRun) -> None:
+        self.curve, self.cfg, self.result = curve, cfg, result
+        self.rows: list[dict[str, Any]] = []
+        self.known: dict[int, tuple[pd.DataFrame, Any]] = {}
+        self.limits = limits_of(cfg)
+        self.remeasures = Remeasures()  # the controller's own: one climb above the highest level a run
+        self.p95 = windows.P95Record()  # the controller's own: whether each level had a P95 as sought
+
+    def judged(self) -> tuple[pd.DataFrame, Any]:
+        """The table and its knee, once per step measured, shared by the plan's callbacks."""
+        if len(self.rows) not in self.known:  # read by answer length where latency follows it, as the master's
+            frame = analysis.knee_table(pd.DataFrame(self.rows, columns=analysis.STEP_COLUMNS))
+            self.known[len(self.rows)] = (frame, analysis.find_knee(frame))
+        return self.known[len(self.rows)]
+
+    def knee_now(self) -> Any:
+        self.result.knee = self.judged()[1]
+        return self.result.knee
+
+    def refine(self) -> int | None:
+        return analysis.next_refine_level(*self.judged())
+
+    def probe(self) -> int | None:
+        return analysis.probe_level(*self.judged())
+
+    def levels(self) -> Any:
+        rows, cfg, result = self.rows, self.cfg, self.result
+        latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
+        choice = choose_levels(cfg, _Estimate(self.curve.estimate), baseline_latency_s=latency_s)
+        cv = throughput_cv(rows[0]) if rows else math.nan  # as the controller's (method/decisions.py)
+        climbs = cfg.climb_budget if choice.extend else 0  # as the controller says it (method/decisions.py)
+        result.said_s = result.seconds
+        result.budget = time_budget(cfg, list(choice.levels), latency_s, self.limits, climbs=climbs,
+                                    latency_cv=cv if cv == cv else None, at_rest=True, p95_from=choice.p95_from)  # fmt: skip
+        return choice
+
+    def remeasure(self, max_window_s: float) -> tuple[int, float, str] | None:
+        return self.remeasures.next(*self.judged(), max_window_s)
+
+
 def run_plan(curve: Curve, seed: int = 0, cfg: RunConfig | None = None) -> VirtualRun:
     """The real plan and knee rule against `curve`, each step measured in virtual time."""
     cfg = cfg or RunConfig()
     result = VirtualRun(curve)
-    rows: list[dict[str, Any]] = []
-
-    known: dict[int, tuple[pd.DataFrame, Any]] = {}
-
-    def judged() -> tuple[pd.DataFrame, Any]:
-        """The table and its knee, once per step measured, shared by the plan's callbacks (as the controller
-        does: loadtest/method/decisions.py)."""
-        if len(rows) not in known:  # read by answer length where the run's latency follows it, as the master's
-            frame = analysis.knee_table(pd.DataFrame(rows, columns=analysis.STEP_COLUMNS))
-            known[len(rows)] = (frame, analysis.find_knee(frame))
-        return known[len(rows)]
-
-    def knee_now() -> Any:
-        result.knee = judged()[1]
-        return result.knee
-
-    def refine() -> int | None:
-        return analysis.next_refine_level(*judged())
-
-    def probe() -> int | None:
-        return analysis.probe_level(*judged())
-
-    def levels() -> Any:
-        latency_s = float(rows[0]["mean_ms"]) / 1000 if rows else None  # the first level a window measures
-        choice = choose_levels(cfg, _Estimate(curve.estimate), baseline_latency_s=latency_s)
-        cv = throughput_cv(rows[0]) if rows else math.nan  # as the controller's (method/decisions.py)
-        climbs = cfg.climb_budget if choice.extend else 0  # as the controller says it (method/decisions.py)
-        result.said_s = result.seconds
-        result.budget = time_budget(cfg, list(choice.levels), latency_s, limits, climbs=climbs,
-                                    latency_cv=cv if cv == cv else None, at_rest=True, p95_from=choice.p95_from)  # fmt: skip
-        return choice
-
-    remeasures = Remeasures()  # the controller's own: one climb above the highest level a run
-
-    def remeasure(max_window_s: float) -> tuple[int, float, str] | None:
-        return remeasures.next(*judged(), max_window_s)
-
-    p95 = windows.P95Record()  # the controller's own: whether each level had a P95 as sought
-
-    limits, in_flight_s = limits_of(cfg), 0.0
-    phases = plan_phases(cfg, levels, knee_now, refine, probe, remeasure, p95_short=p95.short)
+    calls = _Callbacks(curve, cfg, result)
+    in_flight_s = 0.0
+    phases = plan_phases(cfg, calls.levels, calls.knee_now, calls.refine, calls.probe, calls.remeasure,
+                         p95_short=calls.p95.short)  # fmt: skip
     for index, spec in enumerate(phases, start=1):
         if spec.phase in ("baseline", "step"):
-            table, knee = judged()
-            measured = zip(table["level"].astype(int), table["throughput_rps"].astype(float), strict=True)
-            near = neighbours(spec.level, list(measured))
-            by_length = analysis.weighs_by_length(table)
-            bar = windows.answer_bar_rps(table, knee, by_length) if cfg.refine else 0.0  # as the controller's (method/phase_timing.py)
-            window, sought = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length),
-                                       bar)  # fmt: skip
-            if spec.phase == "step":
-                p95.note(spec.level, sought)
-            row = measure(curve, spec.level, window, str(spec.phase), 2 * index, seed)
-            rows.append(row)
-            result.seconds += window
-            kind = "re-measure" if spec.phase == "step" and not spec.target_max_s else str(spec.phase)
-            result.by_phase[kind] = result.by_phase.get(kind, 0.0) + window
-            if spec.phase == "step":
-                result.levels.append(spec.level)
+            _measure_phase(calls, spec, index, seed)
         else:
-            took_s = spec.min_s if spec.phase != "cooldown" else cooldown_typical_s(limits, in_flight_s, at_rest=True)
+            took_s = spec.min_s if spec.phase != "cooldown" else cooldown_typical_s(calls.limits, in_flight_s, at_rest=True)
             result.seconds += took_s
             result.by_phase[str(spec.phase)] = result.by_phase.get(str(spec.phase), 0.0) + took_s
         in_flight_s = spec.level / curve.throughput_rps(spec.level) if spec.level else 0.0  # a latency at its level
-    result.table = judged()[0]
+    result.table = calls.judged()[0]
     result.knee = analysis.find_knee(result.table)
     return result
+
+
+def _measure_phase(calls: _Callbacks, spec: PhaseSpec, index: int, seed: int) -> None:
+    """A baseline or step measured in virtual time: its window as the controller would size it, its row."""
+    curve, cfg, result = calls.curve, calls.cfg, calls.result
+    table, knee = calls.judged()
+    measured = zip(table["level"].astype(int), table["throughput_rps"].astype(float), strict=True)
+    near = neighbours(spec.level, list(measured))
+    by_length = analysis.weighs_by_length(table)
+    bar = windows.answer_bar_rps(table, knee, by_length) if cfg.refine else 0.0  # as the controller's (method/phase_timing.py)
+    window, sought = _window_s(curve, spec, cfg, 2 * index, seed, near, by_length, spreads(table, by_length), bar)
+    if spec.phase == "step":
+        calls.p95.note(spec.level, sought)
+    calls.rows.append(measure(curve, spec.level, window, str(spec.phase), 2 * index, seed))
+    result.seconds += window
+    kind = "re-measure" if spec.phase == "step" and not spec.target_max_s else str(spec.phase)
+    result.by_phase[kind] = result.by_phase.get(kind, 0.0) + window
+    if spec.phase == "step":
+        result.levels.append(spec.level)
 
 
 def _window_s(
