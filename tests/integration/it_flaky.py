@@ -27,7 +27,9 @@ FAIL_SHARE = 0.01
 START_TIMEOUT_S = 10.0  # a Python start on a loaded 2-core machine: ~1 s
 
 
-def _handler(slots: int, service_s: float, fail_share: float, seed: int) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    slots: int, service_s: float, fail_share: float, seed: int, outside_s: float = 0.0
+) -> type[BaseHTTPRequestHandler]:
     free = threading.BoundedSemaphore(slots)
     draw, draw_lock = random.Random(seed), threading.Lock()
 
@@ -49,6 +51,7 @@ def _handler(slots: int, service_s: float, fail_share: float, seed: int) -> type
                 return
             with free:
                 time.sleep(service_s)
+            time.sleep(outside_s)  # a hop after the slots (a proxy's): the user waits, no slot is held
             self._send(200, ANSWER)
 
         def _send(self, status: int, body: bytes) -> None:
@@ -75,9 +78,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--service-s", type=float, default=SERVICE_S)
     parser.add_argument("--fail-share", type=float, default=FAIL_SHARE)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--outside-s", type=float, default=0.0, help="time after the slots (0.045: the limit's level at 96%%)"
+    )
     args = parser.parse_args(argv)
     server = _Listener(
-        ("127.0.0.1", args.port), _handler(args.slots, args.service_s, args.fail_share, args.seed)
+        ("127.0.0.1", args.port),
+        _handler(args.slots, args.service_s, args.fail_share, args.seed, args.outside_s),
     )
     server.daemon_threads = True
     print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
