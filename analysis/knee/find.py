@@ -57,8 +57,8 @@ independent windows, counts added), not its latest: the first window is data too
    2c. A throughput falling past its peak (analysis/knee/fall.py): the fallen points are left out of rule 2,
    the plateau is seen, the reason says by how much it fell; the levels next to the peak are measured first.
    2d. Failures among the clean points (a loss that did not grow with load): every point's throughput counts
-   answers back, failures with successes (failure_rule.answers_back_row), so a level's chance share of them
-   does not move it.
+   answers back, each failure as the share of an answer's time it held its user (failure_rule.answers_back_row:
+   a fast 502 at a level whose users queue costs it little), so a level's chance share of them does not move it.
    A point with fewer than `min_requests` (20) requests is flagged and never the plateau or the
    recommendation (it can still fail: errors are errors); when trusting such a point measured once would
    change the answer, it is to be measured once more (`Knee.confirm_level`), pooled as in rule 1. When only the baseline and a step far above

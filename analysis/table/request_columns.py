@@ -11,6 +11,8 @@ stop timeout) is a failure of its step; `cut_requests` shows how many of the fai
 `rejected` how many were 503/429 (the server or gateway turned them away). `completed_requests`
 (`AnswerTimes`) counts answers (ok or failed, cuts excluded, whatever step they started in) that arrived
 inside the step's window: far fewer than its users means most users never got an answer.
+`failed_held_ms` is how long a failure (cuts excepted) held its user, on average: its latency, plus the
+pause a closed-loop user takes after an answer that said no (`pause_ms`, REJECT_PAUSE_S; PAUSED_KINDS).
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from analysis.table.server_time import server_time_columns
 CUT_KIND = "cut"  # in flight when Locust killed its user at a step-down, after the stop timeout: failed
 REJECTED_KIND = "rejected"  # 503 / 429 (loadtest.traffic.failures.REJECTED)
 SERVER_ERROR_KINDS = ("oom",)  # failure kinds that mean the server broke, whatever the status code
+# the server answered "no": a closed-loop user pauses REJECT_PAUSE_S before its next request
+# (loadtest.traffic.failures.PAUSE_AFTER, kept equal by a test)
+PAUSED_KINDS = ("rejected", "oom", "http_5xx", "http_4xx", "redirect")
 
 _EMPTY_REQUEST_COLUMNS: dict[str, Any] = {
     "requests": 0, "ok_requests": 0, "failed_requests": 0, "cut_requests": 0, "error_rate": math.nan,
     "p50_ms": math.nan, "p95_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "mean_ms": math.nan,
-    "latency_cv": math.nan, "p95_all_ms": math.nan, "p95_ci_low_ms": math.nan, "p95_ci_high_ms": math.nan, "errors": {},
+    "latency_cv": math.nan, "p95_all_ms": math.nan, "failed_held_ms": math.nan, "p95_ci_low_ms": math.nan, "p95_ci_high_ms": math.nan, "errors": {},
     "status_codes": {}, "cer_mean": math.nan, "cer_median": math.nan, "bad_answers": 0,
     "bad_answer_share": math.nan, "ttft_p50_ms": math.nan, "ttft_p95_ms": math.nan, "rejected": 0, "retried": 0,
     "runaway": 0, "runaway_share": math.nan, "runaway_p95_ms": math.nan, "p95_no_runaway_ms": math.nan,
@@ -78,8 +83,9 @@ def _final(part: pd.DataFrame) -> np.ndarray:
     return part["final_attempt"].fillna(True).astype(bool).to_numpy()
 
 
-def request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
-    """The request columns of one step from its requests (`rows`: their positions in `req`)."""
+def request_columns(req: pd.DataFrame, rows: np.ndarray, pause_ms: float = 0.0) -> dict[str, Any]:
+    """The request columns of one step from its requests (`rows`: their positions in `req`); `pause_ms`: what a
+    user waits after a failure of PAUSED_KINDS (0 in an open-loop step: no user waits)."""
     if rows.size == 0:
         return dict(_EMPTY_REQUEST_COLUMNS)
     part = req.iloc[rows]
@@ -92,6 +98,7 @@ def request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
     retried = ~ok & ~_final(part)  # tried again: the final attempt tells the outcome
     failed = ~ok & ~retried  # cut included: a request that outlived the stop timeout got no answer
     outcomes = int(rows.size - retried.sum())
+    held_extra_ms = np.where(np.isin(kinds, PAUSED_KINDS), pause_ms, 0.0)  # the user's pause after a "no"
     codes = part["status_code"].value_counts()
     ttft = part.loc[ok, "ttft_ms"].to_numpy(dtype=np.float64)
     ttft = ttft[~np.isnan(ttft)]
@@ -108,6 +115,7 @@ def request_columns(req: pd.DataFrame, rows: np.ndarray) -> dict[str, Any]:
         "mean_ms": stat(good, "mean"),
         "latency_cv": latency_cv(good),
         "p95_all_ms": percentile(latency, 95),
+        "failed_held_ms": stat((latency + held_extra_ms)[failed & ~cut], "mean"),
         "p95_ci_low_ms": ci_low,
         "p95_ci_high_ms": ci_high,
         "errors": _error_counts(part[failed]),

@@ -25,7 +25,7 @@ from analysis.common.stats import percentile, stat
 from analysis.table.answer_length import BY_ANSWERS, latency_tokens_r, length_cv, length_weighted
 from analysis.table.goodput import GOODPUT_COLUMNS, RUNAWAY_COLUMNS
 from analysis.table.heat import heat_columns
-from analysis.table.loader import RunData, empty_frame
+from analysis.table.loader import RunData, empty_frame, manifest_setting
 from analysis.table.open_loop import OPEN_LOOP_COLUMNS, InFlight, cap_of, open_loop_columns
 from analysis.table.queue_floor import queue_floored, with_error
 from analysis.table.request_columns import AnswerTimes, request_columns
@@ -51,7 +51,7 @@ STEP_COLUMNS = [
     # the error's parts: batch means, the renewal floor's spread and the lower level it read past the knee
     # (analysis/table/queue_floor.py; NaN: its own)
     "throughput_batch_se_rps", "tokens_batch_rel_se", "length_cv", "floor_level", "length_floor_level",
-    "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "latency_cv", "p95_all_ms", "p95_ci_low_ms",
+    "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms", "latency_cv", "p95_all_ms", "failed_held_ms", "p95_ci_low_ms",
     "p95_ci_high_ms", "errors", "status_codes", "cer_mean", "cer_median", "bad_answers", "bad_answer_share",
     "ttft_p50_ms", "ttft_p95_ms",
     "gpu_mem_peak_mib", "gpu_mem_rise_mib", "gpu_mem_after_mib", "gpu_mem_mean_mib", "gpu_mem_p95_mib", "gpu_util_mean_pct", "gpu_util_peak_pct",
@@ -220,6 +220,7 @@ def counted_step_table(run: RunData) -> pd.DataFrame:
     gpu_host = host[host["host_role"] == "gpu"].reset_index(drop=True)
     driver_idx, gpu_host_idx = _indices(driver_host), _indices(gpu_host)
     intervals, answers, in_flight, cap = WindowShares(req), AnswerTimes(req), InFlight(req), cap_of(run.manifest)
+    pause_ms = 1000.0 * float(manifest_setting(run.manifest, "reject_pause_s") or 0.0)  # a user's, after a "no"
     phases = run.steps if not run.steps.empty else pd.DataFrame({"step_index": [], "phase": []})
     cooldowns = dict(zip(phases["step_index"], phases["phase"] == "cooldown", strict=True))
     rows: list[dict[str, Any]] = []
@@ -234,8 +235,8 @@ def counted_step_table(run: RunData) -> pd.DataFrame:
             "duration_s": duration,
         }  # fmt: skip
         own = req_idx.get(index, np.empty(0, dtype=np.int64))
-        row.update(request_columns(req, own))
         rate = float(getattr(step, "rate_rps", math.nan) or math.nan)
+        row.update(request_columns(req, own, pause_ms=0.0 if rate > 0 else pause_ms))  # open loop: no user waits
         row.update(open_loop_columns(req.iloc[own], in_flight, t0, t1, rate, cap))
         row.update(throughput_with_error(intervals, t0, t1, row["latency_cv"], row["ok_requests"]))
         row["throughput_counted_rps"] = row["throughput_rps"]
@@ -255,13 +256,15 @@ def counted_step_table(run: RunData) -> pd.DataFrame:
 
 
 def step_row(
-    requests: pd.DataFrame, step: Mapping[str, Any], server: pd.DataFrame | None = None, host: pd.DataFrame | None = None
+    requests: pd.DataFrame, step: Mapping[str, Any], server: pd.DataFrame | None = None, host: pd.DataFrame | None = None,
+    manifest: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The step-table row of one measured step from the requests that overlap it (its own and its
-    warm-up's) and, optionally, its server and host samples: the master's running totals and bench/curves.py
-    use this, so a decision made during a run and the report cannot disagree."""
+    warm-up's) and, optionally, its server and host samples and the run's settings (`manifest`: its
+    reject_pause_s, for `failed_held_ms`): the master's running totals and bench/curves.py use this, so a
+    decision made during a run and the report cannot disagree."""
     run = RunData(
-        run_dir=Path("."), manifest={}, requests=requests, steps=pd.DataFrame([dict(step)]),
+        run_dir=Path("."), manifest=dict(manifest or {}), requests=requests, steps=pd.DataFrame([dict(step)]),
         gpu=empty_frame(GpuSample), server=empty_frame(ServerSample) if server is None else server,
         host=empty_frame(HostSample) if host is None else host, events=empty_frame(Event),
     )  # fmt: skip

@@ -120,7 +120,7 @@ class Controller(PlanDecisions, RunInputs):
 
     def _start_live_view(self) -> None:
         """The live view (web UI panel, console lines): bounded."""
-        self.live = LiveSteps()
+        self.live = LiveSteps(self.cfg.reject_pause_s)
         self._last_progress = 0.0
         self.estimate: dict[str, Any] | None = None
         self.last_server: ServerSample | None = None

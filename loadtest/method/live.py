@@ -55,7 +55,8 @@ def requests_frame(rows: list[RequestRow]) -> pd.DataFrame:
 class LiveSteps:
     """Rows, server and host samples per step index as they arrive; measured step rows on demand."""
 
-    def __init__(self) -> None:
+    def __init__(self, reject_pause_s: float = 0.0) -> None:
+        self._settings = {"reject_pause_s": reject_pause_s}  # a step row's failed_held_ms, as the report reads it
         self._rows: defaultdict[int, list[RequestRow]] = defaultdict(list)
         self._server: defaultdict[int, list[ServerSample]] = defaultdict(list)
         self._host: defaultdict[int, list[HostSample]] = defaultdict(list)  # the driver's CPU (analysis/table/driver.py)
@@ -163,7 +164,7 @@ class LiveSteps:
         server_frame = pd.DataFrame([dataclasses.astuple(x) for x in server], columns=columns_of(ServerSample)) if server else None
         host = self._host.get(step.step_index)
         host_frame = pd.DataFrame([dataclasses.astuple(x) for x in host], columns=columns_of(HostSample)) if host else None
-        return analysis.step_row(requests_frame(rows), dataclasses.asdict(step), server_frame, host_frame)
+        return analysis.step_row(requests_frame(rows), dataclasses.asdict(step), server_frame, host_frame, self._settings)
 
 
 def panel_row(

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from analysis.table.request_columns import PAUSED_KINDS
 from loadtest.method.levels import LevelChoice
 from loadtest.method.plan import plan_phases
 from loadtest.settings.checks import ConfigError, parse_headers
@@ -111,6 +112,8 @@ def test_users_pause_after_answers_the_server_failed_never_after_no_answer():
         failures.PAUSE_AFTER
     )
     assert failures.CONNECTION not in failures.PAUSE_AFTER and failures.TIMEOUT not in failures.PAUSE_AFTER
+    # the step table adds that pause to the time a failure held its user (failed_held_ms): the same kinds
+    assert set(PAUSED_KINDS) == set(failures.PAUSE_AFTER)
 
 
 def test_cer_fail_above_is_off_by_default_and_travels_only_when_set():
