@@ -81,6 +81,17 @@ def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     return _inside_bracket(table, knee, measured) if knee.refine_between is not None else None
 
 
+def refine_words(knee: Knee, level: int) -> str:
+    """Why the plan measures `level`, which next_refine_level returned: the gap beside a fallen curve's peak,
+    or the answer's bracket."""
+    if knee.peak_level is not None and knee.peak_between is not None:
+        low, high = knee.peak_between
+        return (f"throughput falls past its peak at {knee.peak_level} users and the peak may lie in"
+                f" {low}..{high}: measuring {level}")  # fmt: skip
+    low, high = knee.refine_between or (level, level)
+    return f"the answer lies in {low}..{high}: measuring {level}"
+
+
 def _inside_bracket(table: pd.DataFrame, knee: Knee, measured: set[int]) -> int | None:
     """The next level inside `refine_between` (next_refine_level), None when it is adjacent or measured."""
     assert knee.refine_between is not None

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import find_knee, next_refine_level, remeasure_level
+from analysis import find_knee, next_refine_level, refine_words, remeasure_level
 from analysis.knee.failure_rule import answers_back_row
 from analysis.knee.fall import find_fall, peak_gap_level
 
@@ -117,3 +117,15 @@ def test_an_answer_whose_users_already_queued_asks_no_hidden_peak() -> None:
     knee = find_knee(table)
     assert knee.recommended_level == 8 and knee.confidence == (8, 8), knee
     assert remeasure_level(table, knee, max_window_s=60.0) is None
+
+
+def test_the_plan_says_why_it_measures_a_level_in_a_fallen_peaks_gap_or_in_the_answers_bracket() -> None:
+    # a fallen curve's knee has no bracket of its own to name (a real Ray Serve's run ended on None here)
+    table = _table(RAY)
+    knee = find_knee(table)
+    assert refine_words(knee, 14) == (
+        "throughput falls past its peak at 12 users and the peak may lie in 8..16: measuring 14"
+    )
+    plain = find_knee(_table([(2, 1.98, 0.03), (4, 3.96, 0.04), (8, 6.0, 0.05), (16, 6.02, 0.05)]))
+    assert plain.peak_level is None and plain.refine_between == (4, 8), plain.reason
+    assert refine_words(plain, 6) == "the answer lies in 4..8: measuring 6"
