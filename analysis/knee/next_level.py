@@ -61,13 +61,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.common.stats import num
+from analysis.knee.corner import HIDDEN_GAP, LINEAR_TOL, skipped_corner
 from analysis.knee.fall import peak_gap_level
 from analysis.knee.find import Knee
 from analysis.knee.knee_points import points_of
 
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
-    """The next level to measure: next to a fallen curve's peak while a side of it is not adjacent (rule 2c,
+    """The next level to measure: a corner the search stepped over (analysis/knee/corner.py: an answer above a
+    level that already queued after a straight rise); next to a fallen curve's peak while a side of it is not adjacent (rule 2c,
     analysis/knee/fall.py: a higher peak may lie there); else inside `refine_between`: the engine's limit
     (the server's own, else MAX_NUM_SEQS) when it lies inside and is unmeasured, else the level the throughput
     below names (`_reach_guess`), else the bisection midpoint; None when the bracket is adjacent or measured
@@ -76,14 +78,20 @@ def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     if knee.confirm_level is not None:
         return knee.confirm_level
     measured = set() if table.empty else {int(v) for v in table.loc[table["phase"] == "step", "level"]}
-    if knee.peak_level is not None:  # a curve falling past its peak: the levels next to it first
+    corner = skipped_corner(table, knee)  # an answer above a corner stepped over: the corner first
+    if corner is not None:
+        return corner.level
+    if knee.peak_level is not None:  # a curve falling past its peak: the levels next to it next
         return peak_gap_level(knee.peak_level, knee.peak_between, measured)
     return _inside_bracket(table, knee, measured) if knee.refine_between is not None else None
 
 
-def refine_words(knee: Knee, level: int) -> str:
+def refine_words(table: pd.DataFrame, knee: Knee, level: int) -> str:
     """Why the plan measures `level`, which next_refine_level returned: the gap beside a fallen curve's peak,
-    or the answer's bracket."""
+    a corner the search stepped over (analysis/knee/corner.py), or the answer's bracket."""
+    corner = skipped_corner(table, knee)
+    if corner is not None and corner.level == level:
+        return corner.words()
     if knee.peak_level is not None and knee.peak_between is not None:
         low, high = knee.peak_between
         return (f"throughput falls past its peak at {knee.peak_level} users and the peak may lie in"
@@ -272,10 +280,6 @@ def _unseparated(
     why = (f"the answer {rec} is {low}-{high} at 95%, but level {row['level']} just below it {side} 95% of the"
            f" plateau by {abs(z):.1f} standard errors only; measuring it {window_s:.0f} s more")  # fmt: skip
     return Remeasure(int(row["level"]), window_s, why)
-
-
-HIDDEN_GAP = 1.5  # the level above the answer this many times it or more: a peak may hide between them
-LINEAR_TOL = 0.1  # the answer still scales like its users: each one's time per request within 10% of one alone's
 
 
 def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeasure | None:

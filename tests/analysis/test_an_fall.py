@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import find_knee, next_refine_level, refine_words, remeasure_level
+from analysis.knee.corner import skipped_corner
 from analysis.knee.failure_rule import answers_back_row
 from analysis.knee.fall import find_fall, peak_gap_level
 
@@ -123,9 +124,38 @@ def test_the_plan_says_why_it_measures_a_level_in_a_fallen_peaks_gap_or_in_the_a
     # a fallen curve's knee has no bracket of its own to name (a real Ray Serve's run ended on None here)
     table = _table(RAY)
     knee = find_knee(table)
-    assert refine_words(knee, 14) == (
+    assert refine_words(table, knee, 14) == (
         "throughput falls past its peak at 12 users and the peak may lie in 8..16: measuring 14"
     )
-    plain = find_knee(_table([(2, 1.98, 0.03), (4, 3.96, 0.04), (8, 6.0, 0.05), (16, 6.02, 0.05)]))
+    plain_table = _table([(2, 1.98, 0.03), (4, 3.96, 0.04), (8, 6.0, 0.05), (16, 6.02, 0.05)])
+    plain = find_knee(plain_table)
     assert plain.peak_level is None and plain.refine_between == (4, 8), plain.reason
-    assert refine_words(plain, 6) == "the answer lies in 4..8: measuring 6"
+    assert refine_words(plain_table, plain, 6) == "the answer lies in 4..8: measuring 6"
+
+
+# a real Ray Serve's run (tests/realray: 2 replicas of 6, 1 s a request): straight up to 8 users, 16 already
+# queued, then its router's back-off read as a plateau at 8.3-9.8 rps and the answer went to 25
+RAY_RUN = [(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (16, 8.41, 0.05), (32, 9.75, 0.13), (64, 8.46, 0.3)]
+
+
+def test_an_answer_above_a_corner_the_search_stepped_over_measures_the_corner_first() -> None:
+    table = _table(RAY_RUN)
+    knee = find_knee(table)
+    assert knee.recommended_level is not None and knee.recommended_level > 16, knee.reason
+    assert knee.peak_level == 32  # 64 read low enough to fall from 32: its gap (33..63) would come next
+    assert next_refine_level(table, knee) == 12
+    assert refine_words(table, knee, 12) == (
+        "the curve rose straight up to 8 users and 16 already queued, yet the answer lies above 16: a throughput"
+        " that falls past its peak may hide one in 9..15; measuring 12"
+    )
+    # measured: 12 at 12 rps is the peak, the fall past it shows, and the levels beside it come next
+    seen = _table([*RAY_RUN, (12, 11.9, 0.05)])
+    fallen = find_knee(seen)
+    assert fallen.peak_level == 12 and fallen.peak_between == (8, 16), fallen.reason
+    assert next_refine_level(seen, fallen) == 14
+    # a server with slots between 8 and 16 answers inside the gap: nothing is asked before its bracket
+    hockey = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (16, 10.9, 0.05), (32, 11.0, 0.05)])
+    assert skipped_corner(hockey, find_knee(hockey)) is None
+    # a smooth server stops scaling like its users early: its straight rise ends far below the plateau's reach
+    smooth = _table([(2, 1.85, 0.01), (4, 3.3, 0.02), (8, 5.0, 0.03), (16, 6.2, 0.04), (32, 7.0, 0.05), (64, 7.1, 0.05)])
+    assert skipped_corner(smooth, find_knee(smooth)) is None
