@@ -1,26 +1,28 @@
-"""A corner the search stepped over: the curve rose straight up to L users, the next level measured, K, already
-queued, yet the answer lies above K (next_level.next_refine_level asks this first: before the gap beside a
-fallen curve's peak, whose peak may be one of the overloaded levels' noise, and before the answer's bracket).
+"""A corner the search stepped over: the curve rose straight up to L users and the next level measured, K,
+already queued, so its corner lies between them, unmeasured (next_level.next_refine_level asks this first:
+before the gap beside a fallen curve's peak, whose peak may be one of the overloaded levels' noise, and before
+the answer's bracket).
 
-A server with a fixed number of slots turns its corner between L and K and answers there; a smooth one (a
-continuous batcher) stops scaling like its users long before L, so its straight rise ends low. An answer above
-K after a straight rise to L is neither: the levels past the corner read a plateau the corner itself may beat.
-A real Ray Serve (tests/realray: two replicas of 6, 1 s a request) showed it: 8 users at 7.8 rps (1.03 s each,
-as one user alone), 16 at 8.4, then 32 at 9.8, 64 at 8.5, 24 at 8.3 as its router backed off: the bar came
-from the overloaded levels' noise, the answer was 25 and the 12 users' 12 rps were never measured (or, where
-64 read low enough, a fall from 32 to 64 sent the search to 48).
+On a flat curve the levels past the corner read its plateau and the answer lands near the corner whatever is
+measured first. On a curve that falls past its peak they read less than the corner gives, and the answer
+moves off it: a real Ray Serve (tests/realray: two replicas of 6, 1 s a request) went 8 users at 7.8 rps
+(1.03 s each, as one user alone), 16 at 8.4, then 32 at 9.8, 64 at 8.5, 24 at 8.3 as its router backed off;
+the bar came from the overloaded levels' noise, the answer was 25 and 12 users' 12 rps were never measured
+(where 64 read low enough, a fall from 32 to 64 sent the search to 48 instead; where 8 read 96% of that
+plateau, the answer was 8: bench falls-ray-12, 3 of 10 seeds).
 
     L      = the highest point up to which every point scaled like its users (each user's time per request,
              C / T(C) by Little's law, within LINEAR_TOL of one user's alone, the baseline's)
     K      = the first point above L (it queued)
     reach  = the level the straight line through L reaches the plateau at: plateau / (T(L) / L), rounded up
-    asked  = K > HIDDEN_GAP x L (a gap a peak fits in), the answer above K, reach below K (the line would have
-             reached the plateau inside the gap), the gap's midpoint unmeasured, no engine limit bounding the
-             answer; a busy driver does not stop it (the midpoint loads the driver less than K did, and on
-             the shared 2-core machine every level of the Ray run, 1 user's included, was flagged so)
+    asked  = K > HIDDEN_GAP x L (a gap a peak fits in), reach below K (the line reaches the plateau inside the
+             gap: a smooth curve, whose straight rise ends low, never does), the gap's midpoint unmeasured,
+             no engine limit bounding the answer; a busy driver does not stop it (the midpoint loads the
+             driver less than K did, and on the shared 2-core machine every level of the Ray run, 1 user's
+             included, was flagged so)
 Then the gap's midpoint is measured: where the curve falls past its peak, the fall shows (rule 2c,
-analysis/knee/fall.py) and the plan searches next to the peak; where it does not, the point is one more on
-the plateau's way up and costs one step.
+analysis/knee/fall.py) and the plan searches next to the peak; where it does not, it is the level the
+answer's bracket would bisect at anyway, or one more.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ class Corner(NamedTuple):
     queued_at: int  # K
 
     def words(self) -> str:
-        return (f"the curve rose straight up to {self.rose_to} users and {self.queued_at} already queued, yet the"
-                f" answer lies above {self.queued_at}: a throughput that falls past its peak may hide one in"
-                f" {self.rose_to + 1}..{self.queued_at - 1}; measuring {self.level}")  # fmt: skip
+        return (f"the curve rose straight up to {self.rose_to} users and {self.queued_at} already queued: its corner"
+                f" lies in {self.rose_to + 1}..{self.queued_at - 1}, where a throughput that falls past its peak may"
+                f" hide one; measuring {self.level}")  # fmt: skip
 
 
 def skipped_corner(table: pd.DataFrame, knee: Knee) -> Corner | None:
@@ -70,7 +72,8 @@ def skipped_corner(table: pd.DataFrame, knee: Knee) -> Corner | None:
     reach = math.ceil(knee.plateau_rps * low / num(points[rose], "throughput_rps"))
     mid = (low + high) // 2
     measured = {int(v) for v in table.loc[table["phase"] == "step", "level"]}
-    if high <= HIDDEN_GAP * low or rec <= high or reach >= high or mid in measured:
+    undecided = rec > high or (rec == low and knee.confidence is not None and knee.confidence[1] >= high)
+    if not undecided or high <= HIDDEN_GAP * low or reach >= high or mid in measured:
         return None
     return Corner(mid, low, high)
 

@@ -127,7 +127,7 @@ def test_the_plan_says_why_it_measures_a_level_in_a_fallen_peaks_gap_or_in_the_a
     assert refine_words(table, knee, 14) == (
         "throughput falls past its peak at 12 users and the peak may lie in 8..16: measuring 14"
     )
-    plain_table = _table([(2, 1.98, 0.03), (4, 3.96, 0.04), (8, 6.0, 0.05), (16, 6.02, 0.05)])
+    plain_table = _table([(2, 1.98, 0.03), (4, 3.5, 0.04), (8, 6.0, 0.05), (16, 6.02, 0.05)])  # queued from 4
     plain = find_knee(plain_table)
     assert plain.peak_level is None and plain.refine_between == (4, 8), plain.reason
     assert refine_words(plain_table, plain, 6) == "the answer lies in 4..8: measuring 6"
@@ -145,17 +145,20 @@ def test_an_answer_above_a_corner_the_search_stepped_over_measures_the_corner_fi
     assert knee.peak_level == 32  # 64 read low enough to fall from 32: its gap (33..63) would come next
     assert next_refine_level(table, knee) == 12
     assert refine_words(table, knee, 12) == (
-        "the curve rose straight up to 8 users and 16 already queued, yet the answer lies above 16: a throughput"
-        " that falls past its peak may hide one in 9..15; measuring 12"
+        "the curve rose straight up to 8 users and 16 already queued: its corner lies in 9..15, where a"
+        " throughput that falls past its peak may hide one; measuring 12"
     )
     # measured: 12 at 12 rps is the peak, the fall past it shows, and the levels beside it come next
     seen = _table([*RAY_RUN, (12, 11.9, 0.05)])
     fallen = find_knee(seen)
     assert fallen.peak_level == 12 and fallen.peak_between == (8, 16), fallen.reason
     assert next_refine_level(seen, fallen) == 14
-    # a server with slots between 8 and 16 answers inside the gap: nothing is asked before its bracket
-    hockey = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (16, 10.9, 0.05), (32, 11.0, 0.05)])
-    assert skipped_corner(hockey, find_knee(hockey)) is None
+    # the answer at the straight rise's top (8 read 96% of the overloaded levels' plateau): the same corner
+    top = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 8.03, 0.04), (16, 8.31, 0.05), (24, 8.4, 0.1)])
+    assert find_knee(top).recommended_level == 8 and next_refine_level(top, find_knee(top)) == 12
+    # a corner already measured beside: a gap of less than 1.5x asks nothing
+    near = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (11, 10.8, 0.05), (16, 10.9, 0.05)])
+    assert skipped_corner(near, find_knee(near)) is None
     # a smooth server stops scaling like its users early: its straight rise ends far below the plateau's reach
     smooth = _table([(2, 1.85, 0.01), (4, 3.3, 0.02), (8, 5.0, 0.03), (16, 6.2, 0.04), (32, 7.0, 0.05), (64, 7.1, 0.05)])
     assert skipped_corner(smooth, find_knee(smooth)) is None
