@@ -15,7 +15,10 @@ plateau, the answer was 8: bench falls-ray-12, 3 of 10 seeds).
              C / T(C) by Little's law, within LINEAR_TOL of one user's alone, the baseline's)
     K      = the first point above L (it queued)
     reach  = the level the straight line through L reaches the plateau at: plateau / (T(L) / L), rounded up
-    asked  = K > HIDDEN_GAP x L (a gap a peak fits in), reach below K (the line reaches the plateau inside the
+    asked  = the answer undecided by the gap: above K, or at L with its interval reaching K, or a fall seen
+             from a peak at K or above (rule 2c would search beside that peak: 24, 28, 20, 22 on the real Ray
+             Serve before 12), and
+             K > HIDDEN_GAP x L (a gap a peak fits in), reach below K (the line reaches the plateau inside the
              gap: a smooth curve, whose straight rise ends low, never does), the gap's midpoint unmeasured,
              no engine limit bounding the answer; a busy driver does not stop it (the midpoint loads the
              driver less than K did, and on the shared 2-core machine every level of the Ray run, 1 user's
@@ -72,7 +75,8 @@ def skipped_corner(table: pd.DataFrame, knee: Knee) -> Corner | None:
     reach = math.ceil(knee.plateau_rps * low / num(points[rose], "throughput_rps"))
     mid = (low + high) // 2
     measured = {int(v) for v in table.loc[table["phase"] == "step", "level"]}
-    undecided = rec > high or (rec == low and knee.confidence is not None and knee.confidence[1] >= high)
+    fell_above = knee.peak_level is not None and knee.peak_level >= high  # a "peak" among the queued levels
+    undecided = rec > high or fell_above or (rec == low and knee.confidence is not None and knee.confidence[1] >= high)
     if not undecided or high <= HIDDEN_GAP * low or reach >= high or mid in measured:
         return None
     return Corner(mid, low, high)

@@ -156,6 +156,10 @@ def test_an_answer_above_a_corner_the_search_stepped_over_measures_the_corner_fi
     # the answer at the straight rise's top (8 read 96% of the overloaded levels' plateau): the same corner
     top = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 8.03, 0.04), (16, 8.31, 0.05), (24, 8.4, 0.1)])
     assert find_knee(top).recommended_level == 8 and next_refine_level(top, find_knee(top)) == 12
+    # a fall seen from a peak among the queued levels (16 over 32): the corner before that peak's gap
+    queued_peak = _table([(2, 1.96, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (16, 8.44, 0.03), (32, 7.81, 0.05)])
+    fell = find_knee(queued_peak)
+    assert fell.peak_level == 16 and next_refine_level(queued_peak, fell) == 12, fell.reason
     # a corner already measured beside: a gap of less than 1.5x asks nothing
     near = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (11, 10.8, 0.05), (16, 10.9, 0.05)])
     assert skipped_corner(near, find_knee(near)) is None
