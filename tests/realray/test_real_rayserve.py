@@ -7,7 +7,9 @@ off while every replica is full, and throughput falls. Measured by hand here (cu
 threads, 12 s windows, 2 cores shared with other work): 6 at once 6.0 rps, 9: 9.0, 11: 11.0, 12: 12.0,
 13: 12.0, 14: 12.0, 16: 8.0 (median 1.47 s), 24: 8.0, 32: 8.7. The truth is 12: the first level that
 reaches 95% of the peak's 12 rps (11 gives 11.0, 92%). Before the falling-curve rule the run answered 9,
-taking the fallen levels' ~9 rps for the plateau.
+taking the fallen levels' ~9 rps for the plateau; with it, it crashed on the first level beside a fallen peak
+(refine_between None), then answered 25 (the overloaded levels read 8.3-9.8 rps and the doubling from 8 to 16
+stepped over the corner) until the corner rule (analysis/knee/corner.py). Runs here took 4.5-5 minutes.
 
 `python -m loadtest run --host URL --style json` gets only what a new user gives (no GPU on this machine:
 the default GPU=none). The run must end with exit status 0 and recommend 12; where its own steps show the
