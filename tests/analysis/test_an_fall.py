@@ -166,3 +166,13 @@ def test_an_answer_above_a_corner_the_search_stepped_over_measures_the_corner_fi
     # a smooth server stops scaling like its users early: its straight rise ends far below the plateau's reach
     smooth = _table([(2, 1.85, 0.01), (4, 3.3, 0.02), (8, 5.0, 0.03), (16, 6.2, 0.04), (32, 7.0, 0.05), (64, 7.1, 0.05)])
     assert skipped_corner(smooth, find_knee(smooth)) is None
+
+
+def test_a_peak_hidden_above_a_straight_answer_is_looked_for_under_a_busy_driver_too() -> None:
+    # the real Ray Serve on a busy 2-core machine: every level's driver CPU near saturation, 9 answered
+    rows = _table([(2, 1.95, 0.01), (4, 3.91, 0.01), (8, 7.81, 0.03), (16, 8.54, 0.04), (32, 8.4, 0.1), (9, 8.51, 0.03)])
+    table = rows.assign(driver_cpu_mean_pct=100.0)
+    knee = find_knee(table)
+    assert knee.recommended_level == 9 and 16 in knee.driver_saturated_levels, knee.reason
+    again = remeasure_level(table, knee, max_window_s=60.0)
+    assert again is not None and again.level == 12, again

@@ -14,7 +14,7 @@ stepped over the corner) until the corner rule (analysis/knee/corner.py). Runs h
 `python -m loadtest run --host URL --style json` gets only what a new user gives (no GPU on this machine:
 the default GPU=none). The run must end with exit status 0 and recommend 12; where its own steps show the
 fall, the knee's reason must name it. The test first measures 12 and 16 at once by hand, so a failure says
-whether Ray still fell on this machine. Slow (`make test-slow`, never `make test`): Ray starts in ~15 s and
+whether Ray still fell on this machine (12 within 90% of 12 rps, 16 under it). Slow (`make test-slow`, never `make test`): Ray starts in ~15 s and
 the run takes minutes. Skipped, with the reason, where `make rayserve` was not run (OCRCAP_RAY_ENV).
 The run's output, the server's log and the record are kept in test-artifacts/realray/.
 """
@@ -86,7 +86,8 @@ def test_estimate_led_run_finds_the_limit_of_a_real_ray_serve_that_falls_past_it
     print(record)
     (ARTIFACTS / "record.txt").write_text(f"{record}\n\nthe run's output:\n{out}")
     why = f"{record}\nlast output:\n{out[-3000:]}\nserver log, run folder, whole output: {ARTIFACTS}"
-    assert by_hand[0].rps >= 0.95 * TRUE_LIMIT, f"Ray no longer serves 12 at once at 12 rps here\n{why}"
+    # the premise, with room for a busy machine's 8 s window (11.25 rps read at 12 while a bench ran beside it)
+    assert by_hand[0].rps >= 0.9 * TRUE_LIMIT > by_hand[1].rps, f"Ray no longer falls past 12 at once here\n{why}"
     assert rc == 0, why
     assert summary.get("recommended_level") == TRUE_LIMIT, why
     if _fell(steps):
