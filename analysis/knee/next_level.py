@@ -63,13 +63,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.common.stats import num
+from analysis.knee.corner import HIDDEN_GAP, LINEAR_TOL, skipped_corner
 from analysis.knee.fall import peak_gap_level
 from analysis.knee.find import Knee
 from analysis.knee.knee_points import points_of
 
 
 def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
-    """The next level to measure: next to a fallen curve's peak while a side of it is not adjacent (rule 2c,
+    """The next level to measure: a corner the search stepped over (analysis/knee/corner.py: an answer above a
+    level that already queued after a straight rise); next to a fallen curve's peak while a side of it is not adjacent (rule 2c,
     analysis/knee/fall.py: a higher peak may lie there); else inside `refine_between`: the engine's limit
     (the server's own, else MAX_NUM_SEQS) when it lies inside and is unmeasured, else the level the throughput
     below names (`_reach_guess`), else the bisection midpoint; None when the bracket is adjacent or measured
@@ -78,9 +80,26 @@ def next_refine_level(table: pd.DataFrame, knee: Knee) -> int | None:
     if knee.confirm_level is not None:
         return knee.confirm_level
     measured = set() if table.empty else {int(v) for v in table.loc[table["phase"] == "step", "level"]}
-    if knee.peak_level is not None:  # a curve falling past its peak: the levels next to it first
+    corner = skipped_corner(table, knee)  # an answer above a corner stepped over: the corner first
+    if corner is not None:
+        return corner.level
+    if knee.peak_level is not None:  # a curve falling past its peak: the levels next to it next
         return peak_gap_level(knee.peak_level, knee.peak_between, measured)
     return _inside_bracket(table, knee, measured) if knee.refine_between is not None else None
+
+
+def refine_words(table: pd.DataFrame, knee: Knee, level: int) -> str:
+    """Why the plan measures `level`, which next_refine_level returned: the gap beside a fallen curve's peak,
+    a corner the search stepped over (analysis/knee/corner.py), or the answer's bracket."""
+    corner = skipped_corner(table, knee)
+    if corner is not None and corner.level == level:
+        return corner.words()
+    if knee.peak_level is not None and knee.peak_between is not None:
+        low, high = knee.peak_between
+        return (f"throughput falls past its peak at {knee.peak_level} users and the peak may lie in"
+                f" {low}..{high}: measuring {level}")  # fmt: skip
+    low, high = knee.refine_between or (level, level)
+    return f"the answer lies in {low}..{high}: measuring {level}"
 
 
 def _inside_bracket(table: pd.DataFrame, knee: Knee, measured: set[int]) -> int | None:
@@ -265,10 +284,6 @@ def _unseparated(
     return Remeasure(int(row["level"]), window_s, why)
 
 
-HIDDEN_GAP = 1.5  # the level above the answer this many times it or more: a peak may hide between them
-LINEAR_TOL = 0.1  # the answer still scales like its users: each one's time per request within 10% of one alone's
-
-
 def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeasure | None:
     """Rule 5 of remeasure_level: the midpoint between the highest level still rising, M, and the next level
     measured above it, K, when K is more than HIDDEN_GAP x M: the corner lies in [M, K), and a curve that
@@ -277,8 +292,9 @@ def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeas
     rps, 16 users 9.1, its 12 users' 11.4 never measured; the answer 9), else the highest level of the
     answer's +-1 that still rose over the level below it (`_rising_top`: a smooth bend, whose users queue a
     little before its corner). On a hockey stick with R its slots this costs one level, never more: K is then
-    at most 1.5 R. None where the engine's limit bounds the answer (rule 2b: past it users only queue), or
-    under a busy driver."""
+    at most 1.5 R. None where the engine's limit bounds the answer (rule 2b: past it users only queue). A busy
+    driver does not stop it: the midpoint loads the driver less than K did, and on a shared 2-core machine the
+    real Ray Serve's run had every level flagged, answered 9 and never looked (tests/realray)."""
     rec = knee.recommended_level
     measured = {int(v) for v in table.loc[table["phase"] == "step", "level"]}
     if knee.criterion != "latency" or rec is None or knee.engine_limit is not None or knee.server_limit is not None:
@@ -290,7 +306,7 @@ def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeas
     top, still = found
     level = int(top["level"])
     above = sorted(v for v in measured if v > level)
-    if not above or above[0] <= HIDDEN_GAP * level or {level, above[0]} & set(knee.driver_saturated_levels):
+    if not above or above[0] <= HIDDEN_GAP * level:
         return None
     mid = (level + above[0]) // 2
     window_s = min(num(top, "duration_s"), max_window_s)

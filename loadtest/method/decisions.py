@@ -254,8 +254,7 @@ class PlanDecisions:
             self.event("confirm", f"the knee at {level} rests on {knee.confirm_why}: measuring it once more")
         elif level is not None:
             self._refined += 1
-            low, high = knee.refine_between
-            self.event("refine", f"the answer lies in {low}..{high}: measuring {level}")
+            self.event("refine", analysis.refine_words(table, knee, level))
         return level
 
     def _remeasure_level(self, max_window_s: float) -> tuple[int, float, str] | None:

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 import analysis
-from analysis import find_knee, next_refine_level, remeasure_level
+from analysis import find_knee, next_refine_level, refine_words, remeasure_level
+from analysis.knee.corner import skipped_corner
 from analysis.knee.failure_rule import answers_back_row
 from analysis.knee.fall import find_fall, peak_gap_level
 
@@ -204,3 +205,59 @@ def test_the_step_table_says_how_long_a_failure_held_its_user() -> None:
     assert analysis.step_row(req, step)["failed_held_ms"] == pytest.approx((2.0 + 9000.0) / 2)  # no pause known
     paced = analysis.step_row(req, dict(step, rate_rps=1.0), manifest={"config": {"reject_pause_s": 0.5}})
     assert paced["failed_held_ms"] == pytest.approx((2.0 + 9000.0) / 2)
+def test_the_plan_says_why_it_measures_a_level_in_a_fallen_peaks_gap_or_in_the_answers_bracket() -> None:
+    # a fallen curve's knee has no bracket of its own to name (a real Ray Serve's run ended on None here)
+    table = _table(RAY)
+    knee = find_knee(table)
+    assert refine_words(table, knee, 14) == (
+        "throughput falls past its peak at 12 users and the peak may lie in 8..16: measuring 14"
+    )
+    plain_table = _table([(2, 1.98, 0.03), (4, 3.5, 0.04), (8, 6.0, 0.05), (16, 6.02, 0.05)])  # queued from 4
+    plain = find_knee(plain_table)
+    assert plain.peak_level is None and plain.refine_between == (4, 8), plain.reason
+    assert refine_words(plain_table, plain, 6) == "the answer lies in 4..8: measuring 6"
+
+
+# a real Ray Serve's run (tests/realray: 2 replicas of 6, 1 s a request): straight up to 8 users, 16 already
+# queued, then its router's back-off read as a plateau at 8.3-9.8 rps and the answer went to 25
+RAY_RUN = [(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (16, 8.41, 0.05), (32, 9.75, 0.13), (64, 8.46, 0.3)]
+
+
+def test_an_answer_above_a_corner_the_search_stepped_over_measures_the_corner_first() -> None:
+    table = _table(RAY_RUN)
+    knee = find_knee(table)
+    assert knee.recommended_level is not None and knee.recommended_level > 16, knee.reason
+    assert knee.peak_level == 32  # 64 read low enough to fall from 32: its gap (33..63) would come next
+    assert next_refine_level(table, knee) == 12
+    assert refine_words(table, knee, 12) == (
+        "the curve rose straight up to 8 users and 16 already queued: its corner lies in 9..15, where a"
+        " throughput that falls past its peak may hide one; measuring 12"
+    )
+    # measured: 12 at 12 rps is the peak, the fall past it shows, and the levels beside it come next
+    seen = _table([*RAY_RUN, (12, 11.9, 0.05)])
+    fallen = find_knee(seen)
+    assert fallen.peak_level == 12 and fallen.peak_between == (8, 16), fallen.reason
+    assert next_refine_level(seen, fallen) == 14
+    # the answer at the straight rise's top (8 read 96% of the overloaded levels' plateau): the same corner
+    top = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 8.03, 0.04), (16, 8.31, 0.05), (24, 8.4, 0.1)])
+    assert find_knee(top).recommended_level == 8 and next_refine_level(top, find_knee(top)) == 12
+    # a fall seen from a peak among the queued levels (16 over 32): the corner before that peak's gap
+    queued_peak = _table([(2, 1.96, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (16, 8.44, 0.03), (32, 7.81, 0.05)])
+    fell = find_knee(queued_peak)
+    assert fell.peak_level == 16 and next_refine_level(queued_peak, fell) == 12, fell.reason
+    # a corner already measured beside: a gap of less than 1.5x asks nothing
+    near = _table([(2, 1.94, 0.01), (4, 3.88, 0.01), (8, 7.8, 0.04), (11, 10.8, 0.05), (16, 10.9, 0.05)])
+    assert skipped_corner(near, find_knee(near)) is None
+    # a smooth server stops scaling like its users early: its straight rise ends far below the plateau's reach
+    smooth = _table([(2, 1.85, 0.01), (4, 3.3, 0.02), (8, 5.0, 0.03), (16, 6.2, 0.04), (32, 7.0, 0.05), (64, 7.1, 0.05)])
+    assert skipped_corner(smooth, find_knee(smooth)) is None
+
+
+def test_a_peak_hidden_above_a_straight_answer_is_looked_for_under_a_busy_driver_too() -> None:
+    # the real Ray Serve on a busy 2-core machine: every level's driver CPU near saturation, 9 answered
+    rows = _table([(2, 1.95, 0.01), (4, 3.91, 0.01), (8, 7.81, 0.03), (16, 8.54, 0.04), (32, 8.4, 0.1), (9, 8.51, 0.03)])
+    table = rows.assign(driver_cpu_mean_pct=100.0)
+    knee = find_knee(table)
+    assert knee.recommended_level == 9 and 16 in knee.driver_saturated_levels, knee.reason
+    again = remeasure_level(table, knee, max_window_s=60.0)
+    assert again is not None and again.level == 12, again
