@@ -43,7 +43,7 @@ looked at in this order (1-3), or narrow with 4 left to check:
 5. the interval is within +-1 level and the level below it separated, but the curve was still rising at the
    answer (it scaled like its users there, or the highest level within +-1 above it still rose over the level
    below it by RISING_Z (1) standard errors) and the next level measured above is more than HIDDEN_GAP (1.5)
-   times it: a curve falling past its peak may hide the peak in between (`_hidden_peak`); the midpoint is
+   times it: a curve falling past its peak may hide the peak in between (analysis/knee/corner.py `hidden_peak`); the midpoint is
    measured, once (a new level: the plan refines again, and a fall it shows is searched: rule 2c of
    analysis/knee/find.py).
 On the bench's family (bench/curves.py) the noisy smooth curves' misses were of kinds 1 and 2 more
@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.common.stats import num
-from analysis.knee.corner import HIDDEN_GAP, LINEAR_TOL, skipped_corner
+from analysis.knee.corner import hidden_peak, skipped_corner
 from analysis.knee.fall import peak_gap_level
 from analysis.knee.find import Knee
 from analysis.knee.knee_points import points_of
@@ -285,78 +285,9 @@ def _unseparated(
 
 
 def _hidden_peak(table: pd.DataFrame, knee: Knee, max_window_s: float) -> Remeasure | None:
-    """Rule 5 of remeasure_level: the midpoint between the highest level still rising, M, and the next level
-    measured above it, K, when K is more than HIDDEN_GAP x M: the corner lies in [M, K), and a curve that
-    falls past its peak can hide the peak there, one that the plateau read at K and above never shows. M is
-    the answer R where it still scaled like its users (`_scaled_answer`: issue 48's Ray Serve, 8 users 7.7
-    rps, 16 users 9.1, its 12 users' 11.4 never measured; the answer 9), else the highest level of the
-    answer's +-1 that still rose over the level below it (`_rising_top`: a smooth bend, whose users queue a
-    little before its corner). On a hockey stick with R its slots this costs one level, never more: K is then
-    at most 1.5 R. None where the engine's limit bounds the answer (rule 2b: past it users only queue). A busy
-    driver does not stop it: the midpoint loads the driver less than K did, and on a shared 2-core machine the
-    real Ray Serve's run had every level flagged, answered 9 and never looked (tests/realray)."""
-    rec = knee.recommended_level
-    measured = {int(v) for v in table.loc[table["phase"] == "step", "level"]}
-    if knee.criterion != "latency" or rec is None or knee.engine_limit is not None or knee.server_limit is not None:
-        return None
-    points = points_of(table, knee.answers_back)[0]
-    found = _scaled_answer(points, rec) or _rising_top(points, rec)
-    if found is None:
-        return None
-    top, still = found
-    level = int(top["level"])
-    above = sorted(v for v in measured if v > level)
-    if not above or above[0] <= HIDDEN_GAP * level:
-        return None
-    mid = (level + above[0]) // 2
-    window_s = min(num(top, "duration_s"), max_window_s)
-    if mid in measured or not window_s > 0:
-        return None
-    why = (f"{still} and nothing is measured up to {above[0]}: a throughput that falls past its peak may hide"
-           f" one there; measuring {mid} for {window_s:.0f} s")  # fmt: skip
-    return Remeasure(mid, window_s, why)
-
-
-def _scaled_answer(points: list[dict[str, Any]], rec: int) -> tuple[dict[str, Any], str] | None:
-    """(the answer's point, words) where the answer R still scaled like its users: each user's time per
-    request, R / T(R) by Little's law, within LINEAR_TOL of one user's alone (the baseline's, the lowest
-    point): the curve rose straight up to R. None otherwise."""
-    upto = [r for r in points if int(r["level"]) <= rec]
-    ends = [upto[0], upto[-1]] if upto else []  # one user alone (the baseline) and the answer
-    per_user = [int(r["level"]) / num(r, "throughput_rps") for r in ends if num(r, "throughput_rps") > 0]
-    if len(per_user) < 2 or int(upto[-1]["level"]) != rec or per_user[1] > (1 + LINEAR_TOL) * per_user[0]:
-        return None
-    return upto[-1], f"the answer {rec} still scaled like its users"
-
-
-RISING_Z = 1.0  # rule 5: a level still rising gains this many standard errors of the two over the level below
-
-
-def _rising_top(points: list[dict[str, Any]], rec: int) -> tuple[dict[str, Any], str] | None:
-    """(the point, words) of the highest level measured within the answer's +-1 above it (R or R + 1), M, where
-    its throughput still rose over the level measured below it by more than RISING_Z standard errors of the
-    two (the curve had not flattened there yet) and the next level measured above, K, did not rise over M
-    so (the first that did not: a peak lies between them, if the curve falls). None otherwise: a flat
-    plateau's R + 1 reads like R, and a K still rising over M is no fall's.
-    A smooth bend that falls past its peak (bench falls-smooth-8: 0.15 of bend, 4% of the peak lost per user
-    past 12) reads 12.3 rps at 7 users, 13.0 at 8 and 12.7 at 16, its peak of 15.1 at 12 in the gap: 8
-    still rose over 7 (by 1-2.5 errors), and 16 no higher, as on a flat plateau from 8 on. Only a level in
-    between tells the two apart. Chosen on bench seeds 20-59: falls-smooth-8 hit 5/40 before, 40/40 with
-    RISING_Z 1, 37/40 with 0 (a K read a little higher than M by chance), 32/40 with 2 (an M that rose by
-    less); on seeds 20-29 the smooth family's hits unchanged, at most 0.8 more levels a run on a curve."""
-    at = [i for i, r in enumerate(points) if rec <= int(r["level"]) <= rec + 1]
-    if not at or at[-1] == 0 or at[-1] + 1 >= len(points):
-        return None
-    below, top, above = points[at[-1] - 1 : at[-1] + 2]
-    if not (_rose(below, top) and not _rose(top, above)):
-        return None
-    return top, f"level {top['level']} still rose over {below['level']} (the answer {rec}), {above['level']} did not"
-
-
-def _rose(low: dict[str, Any], high: dict[str, Any]) -> bool:
-    """Whether `high`'s throughput exceeds `low`'s by more than RISING_Z standard errors of the two."""
-    se = np.nan_to_num(math.hypot(num(low, "throughput_se_rps"), num(high, "throughput_se_rps")), nan=0.0)
-    return bool(num(high, "throughput_rps") - num(low, "throughput_rps") > RISING_Z * se)
+    """Rule 5 of remeasure_level (analysis/knee/corner.py hidden_peak)."""
+    found = hidden_peak(table, knee, max_window_s)
+    return Remeasure(*found) if found is not None else None
 
 
 def remeasure_level(
