@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import shlex
-import socket
 import sys
 from pathlib import Path
 
 FAKE = shlex.quote(sys.executable) + " " + shlex.quote(str(Path(__file__).with_name("fake_server.py")))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def alive(pid: int) -> bool:

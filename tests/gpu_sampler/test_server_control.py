@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from server_fakes import FAKE, alive, free_port
+from server_fakes import FAKE, alive
 
 from gpu_sampler.server_control import (
     OUTPUT_LINES,
@@ -21,6 +21,7 @@ from gpu_sampler.server_control import (
     check_values,
     parse_template,
 )
+from loadtest.launch.procs import free_port
 
 
 def fetch(url: str) -> str:

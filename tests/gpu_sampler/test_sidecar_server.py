@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 from sampler_fakes import SidecarProcess, text_server
-from server_fakes import FAKE, alive, free_port
+from server_fakes import FAKE, alive
 from waits import wait_until
 
 from gpu_sampler import NoServerControl, SamplerError, SidecarClient
 from gpu_sampler.server_control import RestartResult, ServerControlError
+from loadtest.launch.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PYTHON = shlex.quote(sys.executable)

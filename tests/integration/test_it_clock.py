@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pandas as pd
 import pytest
 from it_procs import REPO, spawn_cli, stop
 
-from loadtest.launch.procs import LOCUSTFILE
+from loadtest.launch.procs import LOCUSTFILE, free_port
 from loadtest.traffic.clock import SKEW_ENV
 
 pytestmark = pytest.mark.slow
@@ -27,11 +26,6 @@ pytestmark = pytest.mark.slow
 SKEWS_S = (3.0, -3.0)  # one worker's clock ahead of the master's, the other's behind
 OFFSET = re.compile(r"worker (\w+): clock_offset_s=([-+]\d+\.\d+)")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run_args(sim, out: Path) -> list[str]:
@@ -88,7 +82,7 @@ def _assert_rows_in_their_windows(run_dir: Path) -> None:
 
 def test_skewed_worker_clocks_give_the_steps_of_unskewed_ones(simulator_factory, tmp_path):
     sims = [simulator_factory("--profile", "pytorch-24g", "--dcgm-port", "0") for _ in range(2)]
-    port = _free_port()
+    port = free_port()
     ref = spawn_cli([*_run_args(sims[0], tmp_path / "ref"), "--workers", "2"])
     skewed = spawn_cli([*_run_args(sims[1], tmp_path / "skewed"), "--workers", "0", "--remote-workers",
                         "2", "--master-port", str(port)])  # fmt: skip

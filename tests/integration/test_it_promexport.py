@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -24,16 +23,13 @@ import pytest
 from it_procs import spawn_cli
 from waits import wait_until
 
+from loadtest.launch.procs import free_port
+
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus missing: apt-get install prometheus (make test installs it as root)"
 )
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -24,7 +24,6 @@ import json
 import math
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ from analysis.common.stats import percentile
 from analysis.table.loader import load_run
 from analysis.written.alerts import CLOCK_MARGIN, P95_MARGIN, TEMP_MARGIN_C, alert_rules
 from analysis.written.outputs import ALERTS_FILE
+from loadtest.launch.procs import free_port
 
 sys.path[:0] = [str(REPO / "tests" / "analysis"), str(REPO / "tests" / "deploy")]
 from alert_cases import rule_case  # noqa: E402  (the alert tests' own series past and below each mark)
@@ -90,11 +90,6 @@ class HotRun:
     dcgm_page: str
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=2) as answer:
@@ -114,7 +109,7 @@ def hot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HotRun]:
     tmp = tmp_path_factory.mktemp("hot")
     log_path = tmp / "server-requests.csv"
     sim = start_simulator("--profile", "hot-24g", "--time-scale", "0.1", "--request-log", str(log_path))
-    port, scraped, done = _free_port(), Scraped(), threading.Event()
+    port, scraped, done = free_port(), Scraped(), threading.Event()
     scraper = threading.Thread(target=_scrape_until, args=(f"http://127.0.0.1:{port}/metrics", done, scraped))
     scraper.start()
     try:

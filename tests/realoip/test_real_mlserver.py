@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.launch.procs import free_port
 from loadtest.method.child import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,18 +35,13 @@ SHORT = ["--idle-s", "1", "--verify", "false", "--step-s", "4", "--warmup-s", "0
          "--refine-budget", "3", "--workers", "1"]  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture(scope="module")
 def mlserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     exe = ENV_DIR / "bin" / "mlserver"
     if not exe.is_file():
         pytest.skip(f"no MLServer at {exe}: run make mlserver (or set OCRCAP_MLSERVER_ENV)")
-    http, grpc, metrics = _free_port(), _free_port(), _free_port()
+    http, grpc, metrics = free_port(), free_port(), free_port()
     env = {**os.environ, "MLSERVER_HOST": "127.0.0.1", "MLSERVER_HTTP_PORT": str(http), "MLSERVER_GRPC_PORT": str(grpc),
            "MLSERVER_METRICS_PORT": str(metrics), "MLSERVER_PARALLEL_WORKERS": "0"}  # fmt: skip
     log = (tmp_path_factory.mktemp("mlserver") / "mlserver.log").open("w")

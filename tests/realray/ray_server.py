@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from loadtest.launch.procs import free_port
 from loadtest.method.child import stop_process
 
 APP = Path(__file__).resolve().parent / "page_text_app.py"
@@ -36,11 +36,6 @@ def find_env() -> Path | str:
     return python
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def _routed(url: str) -> bool:
     """Whether Serve's proxy routes /ocr yet (its `/-/routes` lists the app's prefix once it is ready)."""
@@ -54,7 +49,7 @@ def _routed(url: str) -> bool:
 @contextlib.contextmanager
 def ray_server(python: Path, log_path: Path) -> Iterator[str]:
     """The app on 127.0.0.1 (its base URL) while the block runs; everything of Ray's stopped after it."""
-    port, temp_dir = _free_port(), tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: AF_UNIX paths
+    port, temp_dir = free_port(), tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: AF_UNIX paths
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         proc = subprocess.Popen([str(python), str(APP), str(port), temp_dir], stdout=log, stderr=subprocess.STDOUT,

@@ -18,7 +18,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from loadtest.launch.procs import free_port
 
 DEFAULT_ENV_DIR = Path("/opt/ocrcap-vllm")
 READY_STAMP = ".ocrcap-ready"  # written by setup_vllm.sh once everything is in place
@@ -70,11 +71,6 @@ def server_environment() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def _healthy(url: str) -> bool:
     try:
@@ -111,7 +107,7 @@ def vllm_server(
     env: VllmEnv, log_path: Path, max_num_seqs: int = 8, start_timeout_s: float = START_TIMEOUT_S
 ) -> Iterator[str]:
     """Yield the base URL (http://127.0.0.1:PORT) of a running vLLM; stop it by its process group after."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -78,11 +77,6 @@ def step_line(phase: str, users: int) -> str:
     """A regex for the progress line that opens a phase: `step 5 · load 1 of 3: step users=4 (...)`."""
     return rf"^step [0-9]+( · load [0-9]+( of [0-9]+)?)?: {phase} users={users}\b"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from rel_procs import REPO, ScriptedServer, free_port, ok_answer, one_line, run_argv
+from rel_procs import REPO, ScriptedServer, ok_answer, one_line, run_argv
 
 from analysis.table.loader import load_run
+from loadtest.launch.procs import free_port
 
 
 def _cli(args: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
