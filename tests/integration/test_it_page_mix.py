@@ -20,18 +20,23 @@ SHORT = ["--idle-s", "2", "--verify", "false", "--step-s", "4", "--warmup-s", "1
          "--cooldown-min-s", "1", "--baseline-rounds", "3", "--baseline-round-requests", "20", "--levels", "2,4,8"]  # fmt: skip
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(420)
-def test_a_mixed_run_is_held_to_its_odds_of_running_out_and_names_the_resize(tmp_path: Path) -> None:
-    sim = start_simulator("--profile", "pages-24g", "--time-scale", "0.25")
+def _mixed_run(tmp_path: Path, sim_args: tuple[str, ...], run_args: list[str], timeout_s: float) -> Path:
+    """pages-24g (time scale 0.25, `sim_args` more) and one mixed run against it; its run folder."""
+    sim = start_simulator("--profile", "pages-24g", "--time-scale", "0.25", *sim_args)
     try:
         args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--scenario", "mixed",
-                "--out", str(tmp_path), "--workers", "1", *SHORT]  # fmt: skip
-        done = run_cli(args, 400.0)
+                "--out", str(tmp_path), "--workers", "1", *run_args]  # fmt: skip
+        done = run_cli(args, timeout_s)
     finally:
         stop(sim.proc)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    folder = next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+    return next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_a_mixed_run_is_held_to_its_odds_of_running_out_and_names_the_resize(tmp_path: Path) -> None:
+    folder = _mixed_run(tmp_path, (), SHORT, 400.0)
     summary = json.loads((folder / "summary.json").read_text())
     mix, true = summary["page_mix"], mix_truth("pages-24g", MIX, range(1, 41))
     measured = {s["bucket"]: s["rise_mib"] for s in mix["sizes"] if s["measured"]}
@@ -58,16 +63,8 @@ RARE = [(640, 480, 60.0), (1024, 768, 30.0), (2048, 1536, 9.0), (4000, 3000, 1.0
 def test_a_rare_large_page_is_measured_alone_and_the_answer_held_to_its_odds(tmp_path: Path) -> None:
     """One page in a hundred is 4000x3000: the baseline's random draws miss it four times in five (0.99^20),
     but the sizes phase sends each size alone, fewest pixels first, so its row is measured, not fitted."""
-    sim = start_simulator("--profile", "pages-24g", "--time-scale", "0.25")
     buckets = ",".join(f"{w}x{h}:{weight:g}" for w, h, weight in RARE)
-    try:
-        args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--scenario", "mixed", "--buckets", buckets,
-                "--out", str(tmp_path), "--workers", "1", *SHORT[:-1], "4,8,12"]  # fmt: skip
-        done = run_cli(args, 400.0)
-    finally:
-        stop(sim.proc)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    folder = next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+    folder = _mixed_run(tmp_path, (), ["--buckets", buckets, *SHORT[:-1], "4,8,12"], 400.0)
     steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
     assert [s["phase"] for s in steps[:4]] == ["idle", "warmup", "sizes", "baseline"], steps[:4]
     requests = pd.read_csv(folder / "requests.csv")
@@ -90,15 +87,7 @@ def test_a_rare_large_page_is_measured_alone_and_the_answer_held_to_its_odds(tmp
 def test_a_caching_allocator_gets_its_table_from_the_marks_each_size_raised(tmp_path: Path) -> None:
     """Memory that never falls back between requests (PyTorch's caching allocator): sent smallest first, each
     size raises the mark to its own peak, so every size is measured, none left to a fit."""
-    sim = start_simulator("--profile", "pages-24g", "--time-scale", "0.25", "--allocator", "caching")
-    try:
-        args = ["run", "--host", sim.url, "--gpu", f"dcgm:{sim.dcgm_url}", "--scenario", "mixed",
-                "--out", str(tmp_path), "--workers", "1", *SHORT[:-1], "2,4"]  # fmt: skip
-        done = run_cli(args, 280.0)
-    finally:
-        stop(sim.proc)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    folder = next(p for p in tmp_path.iterdir() if (p / "summary.json").is_file())
+    folder = _mixed_run(tmp_path, ("--allocator", "caching"), [*SHORT[:-1], "2,4"], 280.0)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["estimate"]["memory_case"] == "caching_allocator"
     mix, true = summary["page_mix"], mix_truth("pages-24g", MIX, range(1, 41))
