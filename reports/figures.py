@@ -151,25 +151,19 @@ def _level_charts(summary: Mapping[str, Any], points: Sequence[Any], no_steps: s
     knee = mapping(summary.get("knee"))
     knee_level = whole(knee.get("knee_level")) if knee.get("found", True) else None
     recommended = whole(summary.get("recommended_level"))
-    latency = make_chart(
-        "latency",
-        "Latency against level",
-        "P50, P95 and P99 of successful requests per step; the knee (red) and the recommended level (green).",
-        one_axis(charts.plot_latency, points, knee_level, recommended)
-        if _has(points, "p95_ms")
-        else None,
-        no_steps,
-    )
-    throughput = make_chart(
-        "throughput",
-        "Throughput against level",
-        "Successful requests per second; the dotted line is perfect scaling from the first step.",
-        one_axis(charts.plot_throughput, points, knee_level, recommended)
-        if _has(points, "throughput_rps")
-        else None,
-        no_steps,
-    )
-    return [latency, throughput]
+    marked = (  # (id, title, caption, plot, the column it needs)
+        ("latency", "Latency against level",
+         "P50, P95 and P99 of successful requests per step; the knee (red) and the recommended level (green).",
+         charts.plot_latency, "p95_ms"),
+        ("throughput", "Throughput against level",
+         "Successful requests per second; the dotted line is perfect scaling from the first step.",
+         charts.plot_throughput, "throughput_rps"),
+    )  # fmt: skip
+    return [
+        make_chart(name, title, caption,
+                   one_axis(plot, points, knee_level, recommended) if _has(points, column) else None, no_steps)
+        for name, title, caption, plot, column in marked
+    ]  # fmt: skip
 
 
 def _memory_chart(
