@@ -130,7 +130,7 @@ def _scaled_answer(points: list[dict[str, Any]], rec: int) -> tuple[dict[str, An
     point): the curve rose straight up to R. None otherwise."""
     upto = [r for r in points if int(r["level"]) <= rec]
     ends = [upto[0], upto[-1]] if upto else []  # one user alone (the baseline) and the answer
-    per_user = [int(r["level"]) / num(r, "throughput_rps") for r in ends if num(r, "throughput_rps") > 0]
+    per_user = [_per_user_s(r) for r in ends if num(r, "throughput_rps") > 0]
     if len(per_user) < 2 or int(upto[-1]["level"]) != rec or per_user[1] > (1 + LINEAR_TOL) * per_user[0]:
         return None
     return upto[-1], f"the answer {rec} still scaled like its users"
