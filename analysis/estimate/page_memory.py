@@ -65,10 +65,14 @@ class PageMemory:
 
     def odds(self, top_level: int, max_side: int = 0) -> list[float]:
         """odds(N) for N = 1 .. top_level; with max_side > 0, pages resized to it (from the fit)."""
-        sizes = [_resized(s, max_side, self) for s in self.sizes] if max_side > 0 else list(self.sizes)
+        sizes = [self.resized(s, max_side) for s in self.sizes] if max_side > 0 else list(self.sizes)
         incs = [s.rise_mib for s in sizes]
         service = in_service_weights([s.weight for s in sizes], [s.latency_alone_ms for s in sizes])
         return oom_odds_by_level(incs, [s.weight for s in sizes], service, self.free_mib, top_level)
+
+    def resized(self, size: PageSize, max_side: int) -> PageSize:
+        """`size` resized to a long side of at most `max_side` (`_resized`: its rise from the fit)."""
+        return _resized(size, max_side, self)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": [asdict(s) for s in self.sizes], "free_mib": self.free_mib, "fixed_mib": self.fixed_mib,

@@ -68,7 +68,7 @@ def mix_summary(page: PageMemory, table: pd.DataFrame, requests: pd.DataFrame, r
     largest = max(page.sizes, key=lambda s: s.rise_mib)
     for side in RESIZE_SIDES:
         resized = safe_level(page.odds(top, side), risk)
-        peak = min(largest.rise_mib, max(0.0, (page.fixed_mib or 0.0) + (page.mib_per_mpix or 0.0) * _mpix_at(largest.px, side)))
+        peak = page.resized(largest, side).rise_mib
         resizes.append({"max_side": side, "safe_level": resized,
                         "largest_rise_change": peak / largest.rise_mib - 1 if largest.rise_mib > 0 else 0.0})  # fmt: skip
     lifting = [r for r in resizes if r["safe_level"] > safe]
@@ -89,14 +89,6 @@ def _by_size(ooms: pd.DataFrame) -> dict[str, int]:
     """OOMs per page size, the sizes with none left out."""
     counts = ooms["bucket"].astype(str).value_counts() if not ooms.empty else pd.Series(dtype="int64")
     return {str(k): int(v) for k, v in counts.items() if v > 0}
-
-
-def _mpix_at(size: tuple[int, int] | None, side: int) -> float:
-    if size is None:
-        return 0.0
-    w, h = size
-    scale = min(1.0, side / max(w, h))
-    return round(w * scale) * round(h * scale) / 1e6
 
 
 def resize_words(mix: dict[str, Any], recommended: int | None) -> str:
